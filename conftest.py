@@ -1,0 +1,137 @@
+"""Suite-wide pytest configuration: strategy specs, the engine pool, known deviations,
+hypothesis profiles and the report header. The pytest process never imports TensorFlow."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from suite import deviations, profiles, versions
+from suite.engine.pool import EnginePool
+from suite.findings import Findings
+from suite.harness import Engines
+from suite.specs import DEFAULT_SPECS, SpecError, parse_specs
+
+PROFILE = profiles.load()
+
+
+def _gpus_present() -> bool:
+    if not shutil.which("nvidia-smi"):
+        return False
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return out.returncode == 0 and "GPU" in out.stdout
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("tf-distribute-suite")
+    group.addoption("--strategies", default=None,
+                    help="comma-separated strategy specs (default: %s; mirrored:gpus joins "
+                         "where GPUs exist)" % ",".join(DEFAULT_SPECS))
+    group.addoption("--engine-python", default=None,
+                    help="Python interpreter (with TensorFlow) that runs the engines "
+                         "(default: this one)")
+    group.addoption("--engine-timeout", type=float, default=float(os.environ.get("TFDS_ENGINE_TIMEOUT", 120)),
+                    help="seconds a probe call may take before its engine is killed (default 120)")
+    group.addoption("--engine-start-timeout", type=float, default=180.0,
+                    help="seconds an engine may take to start (default 180)")
+
+
+def pytest_configure(config):
+    text = config.getoption("--strategies")
+    try:
+        if text:
+            specs = parse_specs(text)
+        else:
+            specs = parse_specs(",".join(DEFAULT_SPECS + (("mirrored:gpus",) if _gpus_present() else ())))
+    except SpecError as exc:
+        raise pytest.UsageError(f"--strategies: {exc}") from None
+    config._tfds_specs = specs
+    python = config.getoption("--engine-python")
+    if python and not shutil.which(python) and not os.path.exists(python):
+        raise pytest.UsageError(f"--engine-python: {python!r} is not an executable")
+    config._tfds_versions = versions.engine_versions(python)
+    try:
+        config._tfds_deviations = deviations.load()
+    except (ValueError, OSError) as exc:
+        raise pytest.UsageError(f"known_deviations.toml: {exc}") from None
+
+
+def pytest_report_header(config):
+    v = config._tfds_versions
+    return [f"tf-distribute-suite: TensorFlow {v['tensorflow']}, Keras {v['keras']}, "
+            f"hypothesis profile {PROFILE!r}",
+            "strategy specs: " + ", ".join(s.text for s in config._tfds_specs)]
+
+
+def pytest_generate_tests(metafunc):
+    if "spec" in metafunc.fixturenames:
+        specs = metafunc.config._tfds_specs
+        marker = metafunc.definition.get_closest_marker("specs")
+        if marker:  # @pytest.mark.specs(lambda spec: ...) narrows the selected specs
+            specs = [s for s in specs if marker.args[0](s)]
+        metafunc.parametrize("spec", specs, ids=[s.text for s in specs])
+
+
+def pytest_collection_modifyitems(config, items):
+    v = config._tfds_versions
+    active = [d for d in config._tfds_deviations if d.applies_to(v["tensorflow"], v["keras"])]
+    for item in items:
+        for dev in active:
+            if dev.matches(item.nodeid):
+                item.add_marker(pytest.mark.xfail(
+                    strict=True, reason=f"known deviation {dev.id}: {dev.summary.splitlines()[0]}"))
+                break
+
+
+@pytest.fixture(scope="session")
+def pool(request):
+    cfg = request.config
+    p = EnginePool(python=cfg.getoption("--engine-python"),
+                   start_timeout=cfg.getoption("--engine-start-timeout"),
+                   call_timeout=cfg.getoption("--engine-timeout"))
+    atexit.register(p.close)  # backstop if the session is interrupted
+    cfg._tfds_pool = p
+    yield p
+    p.close()
+
+
+@pytest.fixture(scope="session")
+def engines(pool):
+    return Engines(pool)
+
+
+@pytest.fixture(scope="session")
+def findings(request):
+    request.config._tfds_findings = Findings()
+    return request.config._tfds_findings
+
+
+@pytest.fixture(scope="session")
+def engine_versions(request):
+    v = request.config._tfds_versions
+    return {"tensorflow": versions.as_tuple(v["tensorflow"]), "keras": versions.as_tuple(v["keras"])}
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    tr = terminalreporter
+    found = getattr(config, "_tfds_findings", None)
+    if found is not None and found.lines():
+        tr.section("tf-distribute-suite findings")
+        for line in found.lines():
+            tr.write_line(line)
+    pool = getattr(config, "_tfds_pool", None)
+    if pool is None or not pool.starts:
+        return
+    tr.section("tf-distribute-suite engines")
+    for key, n in sorted(pool.starts.items()):
+        tr.write_line(f"{key}: started {n}x")
+    for key, counts in sorted(pool.trace_report.items()):
+        shown = ", ".join(f"{k}={v}" for k, v in sorted(counts.items()))
+        tr.write_line(f"traces under {key}: {shown}")

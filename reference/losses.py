@@ -1,0 +1,110 @@
+"""Per-example losses as Keras computes them (float64), and Keras loss reductions per generation.
+
+Formulas: keras/src/losses/losses.py and the backend ``nn`` crossentropies (Keras 3), and
+keras/src/backend.py (Keras 2); epsilon is ``keras.backend.epsilon()`` = 1e-7.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+EPSILON = 1e-7
+
+
+def _f64(x):
+    return np.asarray(x, dtype=np.float64)
+
+
+def log_softmax(z, axis=-1):
+    z = _f64(z)
+    m = z.max(axis=axis, keepdims=True)
+    return z - m - np.log(np.exp(z - m).sum(axis=axis, keepdims=True))
+
+
+def softmax(z, axis=-1):
+    return np.exp(log_softmax(z, axis))
+
+
+def mean_squared_error(y_true, y_pred):
+    """Mean over the last axis: [B, D] -> [B]."""
+    return np.mean((_f64(y_pred) - _f64(y_true)) ** 2, axis=-1)
+
+
+def mean_absolute_error(y_true, y_pred):
+    return np.mean(np.abs(_f64(y_pred) - _f64(y_true)), axis=-1)
+
+
+def sparse_categorical_crossentropy(labels, output, from_logits=False):
+    """labels [...] (integers), output [..., C] -> [...].
+
+    From probabilities Keras clips to [eps, 1-eps], takes the log and runs softmax
+    crossentropy on it, i.e. renormalises *after* clipping."""
+    labels = np.asarray(labels).astype(np.int64)
+    if from_logits:
+        logp = log_softmax(output)
+    else:
+        p = np.clip(_f64(output), EPSILON, 1 - EPSILON)
+        logp = log_softmax(np.log(p))
+    return -np.take_along_axis(logp, labels[..., None], axis=-1)[..., 0]
+
+
+def categorical_crossentropy(y_true, output, from_logits=False):
+    """Targets [..., C], output [..., C] -> [...]; from probabilities: renormalise, then clip."""
+    y = _f64(y_true)
+    if from_logits:
+        return -(y * log_softmax(output)).sum(axis=-1)
+    p = _f64(output)
+    p = np.clip(p / p.sum(axis=-1, keepdims=True), EPSILON, 1 - EPSILON)
+    return -(y * np.log(p)).sum(axis=-1)
+
+
+def binary_crossentropy_from_logits(y_true, logits):
+    """``sigmoid_cross_entropy_with_logits`` then mean over the last axis: [B, D] -> [B]."""
+    z, y = _f64(logits), _f64(y_true)
+    return np.mean(np.maximum(z, 0) - z * y + np.log1p(np.exp(-np.abs(z))), axis=-1)
+
+
+PER_EXAMPLE = {
+    "mse": lambda y, p: mean_squared_error(y, p),
+    "mae": lambda y, p: mean_absolute_error(y, p),
+    "sparse_cce_logits": lambda y, p: sparse_categorical_crossentropy(y, p, from_logits=True),
+    "sparse_cce_probs": lambda y, p: sparse_categorical_crossentropy(y, p, from_logits=False),
+    "cce_logits": lambda y, p: categorical_crossentropy(y, p, from_logits=True),
+    "cce_probs": lambda y, p: categorical_crossentropy(y, p, from_logits=False),
+    "bce_logits": lambda y, p: binary_crossentropy_from_logits(y, p),
+}
+
+
+class Raises(str):
+    """An expected outcome that is an exception of the named type, not a value."""
+
+
+def keras_loss_in_replica(per_example, reduction: str, keras_version: tuple, num_replicas: int,
+                          has_strategy: bool):
+    """What a Keras ``Loss(reduction=...)`` returns on one replica inside ``strategy.run``.
+
+    Keras 2 (keras/src/losses.py ``Loss._get_reduction``): ``auto`` and
+    ``sum_over_batch_size`` raise ValueError under any non-default strategy (custom loops must
+    use ``sum`` or ``none``); otherwise ``sum`` sums, ``sum_over_batch_size`` divides by the
+    number of elements. Keras 3 (keras/src/losses/loss.py ``reduce_values``): nothing raises;
+    ``sum_over_batch_size`` divides the local sum by the local element count and, from Keras
+    3.8.0 on (``scale_loss_for_distribution``, keras-team/keras#20609), by the replica count.
+    ``none`` returns the per-example losses in every generation.
+    """
+    values = _f64(per_example)
+    if reduction == "none":
+        return values
+    if keras_version[0] < 3:
+        if reduction in ("auto", "sum_over_batch_size") and has_strategy:
+            return Raises("ValueError")
+        if reduction == "sum":
+            return float(values.sum())
+        return float(values.sum() / values.size) if values.size else 0.0
+    if reduction == "auto":
+        return Raises("ValueError")  # Keras 3 knows no 'auto' reduction
+    if reduction == "sum":
+        return float(values.sum())
+    mean = float(values.sum() / values.size) if values.size else 0.0
+    if keras_version >= (3, 8) and num_replicas > 1:
+        mean /= num_replicas
+    return mean

@@ -1,0 +1,121 @@
+"""Forward and backward of the model family: a Dense stack (relu hidden layers) with a linear
+head (MSE loss) or a softmax head (sparse categorical crossentropy), and an optional L2 kernel
+regularizer ``l2 * sum(kernel**2)`` per layer (keras.regularizers.L2). Float64 throughout.
+
+Parameters are a list ``[kernel_0, bias_0, kernel_1, bias_1, ...]`` in the order of
+``model.trainable_variables``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from reference import losses
+
+
+@dataclasses.dataclass(frozen=True)
+class Arch:
+    """A member of the model family."""
+
+    input_dim: int
+    hidden: tuple[int, ...]
+    outputs: int
+    head: str  # "linear" (MSE against float targets) | "softmax" (sparse CE, integer labels)
+    l2: float = 0.0  # L2 kernel regularization factor; 0 means no regularizer
+
+    def shapes(self) -> list[tuple[int, ...]]:
+        dims = [self.input_dim, *self.hidden, self.outputs]
+        out = []
+        for a, b in zip(dims[:-1], dims[1:]):
+            out += [(a, b), (b,)]
+        return out
+
+
+@dataclasses.dataclass
+class Trace:
+    """What one forward/backward pass computed."""
+
+    per_example_loss: np.ndarray
+    grads: list[np.ndarray]  # gradient of sum_i weight_i * loss_i (+ regularization)
+    preactivations: list[np.ndarray]  # hidden pre-activations (their distance to 0 matters)
+    head_output: np.ndarray
+
+
+def forward(arch: Arch, params, x):
+    h = np.asarray(x, dtype=np.float64)
+    pre = []
+    acts = [h]
+    n = len(arch.hidden)
+    for i in range(n):
+        z = h @ params[2 * i] + params[2 * i + 1]
+        pre.append(z)
+        h = np.maximum(z, 0.0)
+        acts.append(h)
+    out = h @ params[2 * n] + params[2 * n + 1]
+    return out, pre, acts
+
+
+def regularization(arch: Arch, params) -> float:
+    if not arch.l2:
+        return 0.0
+    return float(sum(arch.l2 * np.sum(np.asarray(k, np.float64) ** 2) for k in params[0::2]))
+
+
+def loss_and_grads(arch: Arch, params, x, y, example_weights, reg_weight: float = 1.0) -> Trace:
+    """Per-example losses and the gradient of ``sum_i w_i * loss_i + reg_weight * reg``.
+
+    With ``w_i = 1/global_batch`` this is the gradient of the single-device mean loss."""
+    params = [np.asarray(p, dtype=np.float64) for p in params]
+    out, pre, acts = forward(arch, params, x)
+    w = np.asarray(example_weights, dtype=np.float64)[:, None]
+    if arch.head == "linear":
+        y = np.asarray(y, dtype=np.float64)
+        per_ex = losses.mean_squared_error(y, out)
+        d_out = 2.0 * (out - y) / arch.outputs
+        head = out
+    else:
+        labels = np.asarray(y).astype(np.int64)
+        probs = losses.softmax(out)
+        per_ex = losses.sparse_categorical_crossentropy(labels, probs, from_logits=False)
+        onehot = np.eye(arch.outputs)[labels] if len(labels) else np.zeros((0, arch.outputs))
+        d_out = probs - onehot  # exact while the probabilities stay inside [eps, 1-eps]
+        head = probs
+    delta = d_out * w
+    n = len(arch.hidden)
+    grads = [None] * len(params)
+    for i in range(n, -1, -1):
+        grads[2 * i] = acts[i].T @ delta
+        grads[2 * i + 1] = delta.sum(axis=0)
+        if i > 0:
+            delta = (delta @ params[2 * i].T) * (pre[i - 1] > 0)
+    if arch.l2:
+        for i in range(0, len(params), 2):
+            grads[i] = grads[i] + reg_weight * 2.0 * arch.l2 * params[i]
+    return Trace(per_ex, grads, pre, head)
+
+
+def train(arch: Arch, params, optimizer: str, steps, denominator: str = "global") -> list[dict]:
+    """Run the steps of a distributed custom loop in the reference.
+
+    Each step is ``(x, y, sizes)``: the global batch and how it is split over replicas. Every
+    replica computes ``compute_average_loss(per_example, global_batch_size=G)`` (denominator
+    ``"global"``: G = len(x); ``"default"``: each replica divides by its own batch x replicas)
+    plus ``scale_regularization_loss(model.losses)``; the gradients are summed over replicas
+    and applied once. Returns, per step, the parameters after it, the summed loss, the
+    applied (summed) gradients and the trace (for conditioning checks)."""
+    from reference import distribute
+    from reference.optimizers import Optimizer
+
+    params = [np.asarray(p, dtype=np.float64) for p in params]
+    opt = Optimizer(optimizer, params)
+    history = []
+    for x, y, sizes in steps:
+        gbs = len(x) if denominator == "global" else None
+        w = distribute.replica_weights(sizes, gbs)
+        trace = loss_and_grads(arch, params, x, y, w, reg_weight=1.0)
+        loss = float(np.sum(w * trace.per_example_loss)) + regularization(arch, params)
+        params = opt.step(params, trace.grads)
+        history.append({"params": params, "loss": loss, "grads": trace.grads, "trace": trace})
+    return history

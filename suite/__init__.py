@@ -1,0 +1,1 @@
+"""tf-distribute-suite: the harness (pytest side imports no TensorFlow)."""

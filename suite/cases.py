@@ -1,0 +1,47 @@
+"""Hypothesis strategies that draw cases (no TensorFlow). "Strategy" in this project means a
+tf.distribute strategy; the hypothesis strategies here are called cases."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import assume
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+DTYPES = ("float32", "float64")
+
+
+def dtypes():
+    return st.sampled_from(DTYPES)
+
+
+@st.composite
+def splits(draw, replicas: int, max_per_replica: int = 5, min_total: int = 0, even: bool | None = None):
+    """Per-replica batch sizes (replica-id order). Uneven and empty replicas are drawn unless
+    ``even``; ``even=True`` gives equal sizes; ``min_total`` bounds the global batch below."""
+    if even is None:
+        even = draw(st.booleans(), label="even split")
+    if even:
+        b = draw(st.integers(max(1, -(-min_total // replicas)), max_per_replica), label="per-replica batch")
+        return [b] * replicas
+    sizes = draw(st.lists(st.integers(0, max_per_replica), min_size=replicas, max_size=replicas),
+                 label="sizes")
+    assume(sum(sizes) >= min_total)
+    return sizes
+
+
+def floats(dtype: str, shape, lo: float = -4.0, hi: float = 4.0):
+    """Arrays of ``dtype`` with finite values in [lo, hi], exactly representable in ``dtype``
+    (so the float64 reference sees the very numbers TensorFlow sees)."""
+    width = 32 if dtype == "float32" else 64
+    return hnp.arrays(np.dtype(dtype), shape,
+                      elements=st.floats(lo, hi, width=width, allow_nan=False, allow_infinity=False,
+                                         allow_subnormal=False))
+
+
+def distinct_rows(array: np.ndarray) -> bool:
+    """True when every row's maximum is unique (argmax has no tie)."""
+    if array.size == 0:
+        return True
+    top = np.sort(array, axis=-1)
+    return bool(np.all(top[..., -1] > top[..., -2])) if array.shape[-1] > 1 else True

@@ -1,0 +1,92 @@
+"""TensorFlow/Keras generation differences, in one place (engine side: imports TensorFlow).
+
+Keras 2 (TF <= 2.15, or tf_keras with TF_USE_LEGACY_KERAS=1) and Keras 3 (TF >= 2.16) differ
+in how variables are wrapped, how optimizers expose their state and how losses reduce
+inside ``strategy.run``. Probes go through the helpers here instead of testing versions.
+"""
+
+from __future__ import annotations
+
+import os
+
+import tensorflow as tf
+
+if os.environ.get("TF_USE_LEGACY_KERAS") == "1":
+    import tf_keras as keras  # Keras 2 on TF >= 2.16
+else:
+    keras = tf.keras
+
+KERAS_VERSION: str = getattr(keras, "__version__", None) or keras.version()
+KERAS_GENERATION: int = int(KERAS_VERSION.split(".")[0])
+
+
+def tf_variable(v):
+    """The tf.Variable (possibly a DistributedVariable) behind a Keras variable."""
+    if KERAS_GENERATION >= 3:
+        return v.value if not isinstance(v, tf.Variable) else v
+    return v
+
+
+def local_values(strategy, v) -> list:
+    """Every local replica's copy of variable ``v`` as numpy arrays, in replica order."""
+    return [tf.convert_to_tensor(c).numpy() for c in strategy.experimental_local_results(tf_variable(v))]
+
+
+def optimizer_variables(opt) -> list:
+    """All state variables of an optimizer (iterations, slots, learning rate if a variable)."""
+    vs = opt.variables
+    return list(vs() if callable(vs) else vs)
+
+
+def cross_device_ops_name(strategy) -> str | None:
+    ext = strategy.extended
+    ops = getattr(ext, "_cross_device_ops", None) or getattr(ext, "_inferred_cross_device_ops", None)
+    return type(ops).__name__ if ops is not None else None
+
+
+LOSS_CLASSES = {
+    "mse": ("MeanSquaredError", {}),
+    "mae": ("MeanAbsoluteError", {}),
+    "sparse_cce_logits": ("SparseCategoricalCrossentropy", {"from_logits": True}),
+    "sparse_cce_probs": ("SparseCategoricalCrossentropy", {"from_logits": False}),
+    "cce_logits": ("CategoricalCrossentropy", {"from_logits": True}),
+    "cce_probs": ("CategoricalCrossentropy", {"from_logits": False}),
+    "bce_logits": ("BinaryCrossentropy", {"from_logits": True}),
+}
+
+
+def make_loss(kind: str, reduction: str, dtype: str):
+    """A Keras loss object. Keras 3 losses compute in their own dtype (floatx unless given),
+    so the case dtype is passed; Keras 2 losses keep the input dtype and take no dtype."""
+    cls, kwargs = LOSS_CLASSES[kind]
+    kwargs = dict(kwargs, reduction=reduction)
+    if KERAS_GENERATION >= 3:
+        kwargs["dtype"] = dtype
+    return getattr(keras.losses, cls)(**kwargs)
+
+
+METRIC_CLASSES = {
+    "mean": "Mean", "sum": "Sum", "accuracy": "Accuracy", "binary_accuracy": "BinaryAccuracy",
+    "sparse_categorical_accuracy": "SparseCategoricalAccuracy",
+    "categorical_accuracy": "CategoricalAccuracy",
+}
+
+
+def make_metric(kind: str, dtype: str):
+    return getattr(keras.metrics, METRIC_CLASSES[kind])(dtype=dtype)
+
+
+def make_optimizer(cls: str, config: dict):
+    return getattr(keras.optimizers, cls)(**config)
+
+
+def builtin_optimizer_names() -> list[str]:
+    """Every optimizer class exported by keras.optimizers that trains with default arguments."""
+    skip = {"Optimizer", "LossScaleOptimizer", "MultiOptimizer", "OptimizerMap", "TFOptimizer"}
+    names = []
+    for name in dir(keras.optimizers):
+        obj = getattr(keras.optimizers, name)
+        if (isinstance(obj, type) and name not in skip and not name.startswith("_")
+                and issubclass(obj, keras.optimizers.Optimizer)):
+            names.append(name)
+    return sorted(names)

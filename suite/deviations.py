@@ -1,0 +1,65 @@
+"""The known-deviations file: every place where installed TF/Keras differs from the reference.
+
+``known_deviations.toml`` holds ``[[deviation]]`` tables with ``id``, ``tests`` (test id glob
+patterns), ``tensorflow`` and ``keras`` version ranges (PEP 440 specifier sets), ``summary``,
+``evidence`` (links and/or repro files in the repo) and ``first_seen``. conftest turns the tests
+they match into strict xfails for the versions in range, so a fix in TF shows up as an XPASS.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import tomllib
+from pathlib import Path
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+PATH = Path(__file__).resolve().parents[1] / "known_deviations.toml"
+REQUIRED = ("id", "tests", "tensorflow", "keras", "summary", "evidence", "first_seen")
+
+
+@dataclasses.dataclass(frozen=True)
+class Deviation:
+    id: str
+    tests: tuple[str, ...]
+    tensorflow: str
+    keras: str
+    summary: str
+    evidence: tuple[str, ...]
+    first_seen: str
+
+    def applies_to(self, tf_version: str | None, keras_version: str | None) -> bool:
+        if not tf_version or not keras_version:
+            return False
+        return (Version(tf_version) in SpecifierSet(self.tensorflow)
+                and Version(keras_version) in SpecifierSet(self.keras))
+
+    def matches(self, nodeid: str) -> bool:
+        return any(_glob(pattern).fullmatch(nodeid) for pattern in self.tests)
+
+
+def _glob(pattern: str) -> re.Pattern:
+    """Only ``*`` is a wildcard (test ids contain ``[`` and ``]``, which fnmatch would treat
+    as character classes)."""
+    return re.compile(".*".join(re.escape(part) for part in pattern.split("*")))
+
+
+def load(path: Path = PATH) -> list[Deviation]:
+    """Parse and validate the file; a malformed entry is an error naming the entry."""
+    data = tomllib.loads(path.read_text())
+    out = []
+    for i, entry in enumerate(data.get("deviation", [])):
+        missing = [k for k in REQUIRED if k not in entry]
+        if missing:
+            raise ValueError(f"{path.name}: deviation #{i} ({entry.get('id')}) lacks {missing}")
+        SpecifierSet(entry["tensorflow"])
+        SpecifierSet(entry["keras"])
+        out.append(Deviation(entry["id"], tuple(entry["tests"]), entry["tensorflow"],
+                             entry["keras"], entry["summary"].strip(),
+                             tuple(entry["evidence"]), entry["first_seen"]))
+    ids = [d.id for d in out]
+    if len(ids) != len(set(ids)):
+        raise ValueError(f"{path.name}: duplicate deviation ids")
+    return out

@@ -1,0 +1,1 @@
+"""Engines: processes that run TensorFlow under one strategy spec (see docs/architecture.md)."""

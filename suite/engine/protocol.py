@@ -1,0 +1,28 @@
+"""Messages between the pytest process and engine processes (no TensorFlow here).
+
+Each side holds a ``multiprocessing.connection.Connection`` over an OS pipe. Requests and
+replies are tuples of plain data (numbers, strings, numpy arrays, nested dicts/lists):
+
+    parent -> engine   ("call", probe_name, kwargs) | ("exit",)
+    engine -> parent   ("ready", info) | ("ok", result) | ("error", type_name, message, traceback)
+                       | ("fatal", message)   # the engine cannot start (e.g. no TensorFlow)
+"""
+
+from __future__ import annotations
+
+from multiprocessing.connection import Connection
+
+CALL = "call"
+EXIT = "exit"
+READY = "ready"
+OK = "ok"
+ERROR = "error"
+FATAL = "fatal"
+
+
+def reader(fd: int) -> Connection:
+    return Connection(fd, readable=True, writable=False)
+
+
+def writer(fd: int) -> Connection:
+    return Connection(fd, readable=False, writable=True)

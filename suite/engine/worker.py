@@ -1,0 +1,74 @@
+"""Engine process main: build one strategy, then answer probe calls until told to exit.
+
+Run as ``python -m suite.engine.worker --spec S --fd-in A --fd-out B [--worker-index I]``
+by the pool (suite/engine/pool.py). TensorFlow is imported here and only here (and in the
+probe modules this imports), never in the pytest process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+
+from suite.engine import protocol
+from suite.specs import parse_spec
+
+
+def _parse_args(argv):
+    p = argparse.ArgumentParser(prog="suite.engine.worker")
+    p.add_argument("--spec", required=True)
+    p.add_argument("--fd-in", type=int, required=True)
+    p.add_argument("--fd-out", type=int, required=True)
+    p.add_argument("--worker-index", type=int, default=0)
+    p.add_argument("--collective-timeout", type=float, default=60.0)
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = _parse_args(argv)
+    conn_in = protocol.reader(args.fd_in)
+    conn_out = protocol.writer(args.fd_out)
+    spec = parse_spec(args.spec)
+    try:
+        import tensorflow  # noqa: F401
+    except ImportError as exc:
+        conn_out.send((protocol.FATAL, f"TensorFlow is not installed for {sys.executable} ({exc}); "
+                                       "install the project with its TensorFlow extra (see README)"))
+        return 3
+    from suite.engine.context import EngineUnavailableHere, build_context
+    from suite.probes import registry
+
+    try:
+        ctx = build_context(spec, args.worker_index, args.collective_timeout)
+    except EngineUnavailableHere as exc:
+        conn_out.send((protocol.FATAL, f"unavailable: {exc}"))
+        return 4
+    except Exception as exc:  # any TF error while creating the strategy
+        conn_out.send((protocol.FATAL, f"could not create the strategy: {type(exc).__name__}: {exc}"))
+        return 4
+    conn_out.send((protocol.READY, ctx.info()))
+    while True:
+        try:
+            msg = conn_in.recv()
+        except (EOFError, OSError):
+            return 0  # the parent went away
+        if msg[0] == protocol.EXIT:
+            return 0
+        _, name, kwargs = msg
+        try:
+            result = registry.run(ctx, name, kwargs)
+        except Exception as exc:
+            conn_out.send((protocol.ERROR, type(exc).__name__, str(exc), traceback.format_exc()))
+        else:
+            conn_out.send((protocol.OK, result))
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # TensorFlow's atexit handlers can block on collective executors; the parent owns
+    # the lifetime, so leave without them.
+    os._exit(code)

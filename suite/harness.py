@@ -1,0 +1,39 @@
+"""The pytest side's handle on the engines: calls that turn "no such hardware" into skips."""
+
+from __future__ import annotations
+
+import pytest
+
+from suite.engine.pool import EnginePool, EngineUnavailable
+from suite.specs import Spec
+
+
+class Engines:
+    """Session-wide access to engines by spec (wraps an EnginePool)."""
+
+    def __init__(self, pool: EnginePool):
+        self.pool = pool
+
+    def call(self, spec: Spec, probe: str, **kwargs) -> list:
+        """Run a probe under ``spec``; one result per worker (a list of length 1 for
+        single-process specs). Skips the test where the spec's hardware is missing."""
+        try:
+            return self.pool.call(spec, probe, **kwargs)
+        except EngineUnavailable as exc:
+            pytest.skip(str(exc))
+
+    def call_one(self, spec: Spec, probe: str, **kwargs):
+        """Like ``call`` for probes whose result must be the same on every worker: returns
+        the list of per-worker results (tests check each)."""
+        return self.call(spec, probe, **kwargs)
+
+    def info(self, spec: Spec) -> dict:
+        return self.call(spec, "engine.info")[0]
+
+
+def all_local(results: list) -> list:
+    """Concatenate every worker's local per-replica values into global replica order."""
+    out = []
+    for r in results:
+        out.extend(r["local"])
+    return out

@@ -1,0 +1,41 @@
+"""Find a probe by name (``"<area>.<name>"``) and convert its result to plain data."""
+
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+
+_PROBES: dict = {}
+
+
+def probe(fn):
+    """Register ``fn(ctx, **kwargs)`` under ``"<module area>.<function name>"``."""
+    area = fn.__module__.rsplit(".", 1)[-1]
+    _PROBES[f"{area}.{fn.__name__}"] = fn
+    return fn
+
+
+def to_plain(x):
+    """Tensors and numpy scalars become numpy arrays/Python numbers; tuples become lists."""
+    if isinstance(x, dict):
+        return {k: to_plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [to_plain(v) for v in x]
+    if hasattr(x, "numpy"):
+        x = x.numpy()
+    if isinstance(x, np.generic):
+        return x.item()
+    return x
+
+
+def run(ctx, name: str, kwargs: dict):
+    if name not in _PROBES:
+        area = name.split(".", 1)[0]
+        try:
+            importlib.import_module(f"suite.probes.{area}")
+        except ModuleNotFoundError as exc:
+            raise KeyError(f"no probe area {area!r} (probe {name!r})") from exc
+    if name not in _PROBES:
+        raise KeyError(f"unknown probe {name!r}; known: {sorted(_PROBES)}")
+    return to_plain(_PROBES[name](ctx, **kwargs))

@@ -1,0 +1,52 @@
+"""Installed TensorFlow/Keras versions of the engine interpreter, read without importing
+TensorFlow (package metadata only), for the report header and the known-deviations file."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+_SCRIPT = r"""
+import importlib.metadata as m, json, os
+def v(*names):
+    for n in names:
+        try:
+            return m.version(n)
+        except m.PackageNotFoundError:
+            pass
+    return None
+legacy = os.environ.get("TF_USE_LEGACY_KERAS") == "1"
+tf = v("tensorflow-cpu", "tensorflow", "tensorflow-macos", "tf-nightly", "tensorflow-intel")
+keras = v("tf-keras", "tf_keras") if legacy else None
+if keras is None:
+    keras = v("keras")
+print(json.dumps({"tensorflow": tf, "keras": keras}))
+"""
+
+
+def engine_versions(python: str | None = None) -> dict:
+    """``{"tensorflow": "2.21.0", "keras": "3.15.1"}`` (None where not installed)."""
+    python = python or sys.executable
+    try:
+        out = subprocess.run([python, "-c", _SCRIPT], capture_output=True, text=True, timeout=60,
+                             env=dict(os.environ), check=True).stdout
+        return json.loads(out)
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return {"tensorflow": None, "keras": None}
+
+
+def as_tuple(version: str | None) -> tuple:
+    """'3.15.1' -> (3, 15, 1); pre-release tails are dropped."""
+    if not version:
+        return ()
+    parts = []
+    for piece in version.split("."):
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        if not digits:
+            break
+        parts.append(int(digits))
+        if not piece.isdigit():
+            break
+    return tuple(parts)

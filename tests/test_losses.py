@@ -1,0 +1,202 @@
+"""Loss reduction in a custom loop: tf.nn.compute_average_loss, scale_regularization_loss,
+multi-dimensional labels and Keras loss objects inside strategy.run, against reference/."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, note
+from hypothesis import strategies as st
+
+from reference import distribute as ref
+from reference import losses as ref_losses
+from suite import cases, repro
+from suite.profiles import examples
+from suite.assertions import assert_close, assert_per_replica, assert_raises_as, assert_same_on_workers
+
+DTYPES = pytest.mark.parametrize("dtype", cases.DTYPES)
+
+
+def _avg_loss_repro(spec, losses, sizes, weights, weight_kind, gbs):
+    w = {"none": "None", "scalar": "weights", "per_example": "my_slice(weights)[0]"}[weight_kind]
+    return repro.snippet(spec, {"losses": losses, "sizes": sizes, "weights": weights},
+                         "def fn():\n"
+                         "    (mine,) = my_slice(losses)\n"
+                         f"    return tf.nn.compute_average_loss(mine, sample_weight={w}, "
+                         f"global_batch_size={gbs})\n"
+                         "per_replica = tf.function(lambda: strategy.run(fn))()\n"
+                         "print(strategy.experimental_local_results(per_replica))\n"
+                         "print(strategy.reduce('SUM', per_replica, axis=None))\n")
+
+
+@DTYPES
+@pytest.mark.parametrize("weight_kind", ["none", "scalar", "per_example"])
+@given(data=st.data())
+def test_compute_average_loss_matches_reference(engines, spec, dtype, weight_kind, data):
+    """Per replica: sum(loss * weight) / global batch (explicit, or replicas x local batch by
+    default); SUM over replicas of the results: their total."""
+    sizes = data.draw(cases.splits(spec.replicas), label="sizes")
+    n = sum(sizes)
+    losses = data.draw(cases.floats(dtype, n, 0.0, 8.0), label="per-example losses")
+    weights = None
+    if weight_kind == "scalar":
+        weights = data.draw(cases.floats(dtype, (), 0.0, 4.0), label="weight")
+    elif weight_kind == "per_example":
+        weights = data.draw(cases.floats(dtype, n, 0.0, 4.0), label="weights")
+    gbs = data.draw(st.none() | st.integers(max(n, 1), 3 * max(n, 1)), label="global_batch_size")
+    results = engines.call(spec, "losses.compute_average_loss", losses=losses, sizes=sizes,
+                           weight_kind=weight_kind, weights=weights, global_batch_size=gbs)
+    per_loss = ref.split(losses, sizes)
+    per_w = ref.split(weights, sizes) if weight_kind == "per_example" else [weights] * len(sizes)
+    expected = [ref.compute_average_loss(l, w, gbs, spec.replicas) for l, w in zip(per_loss, per_w)]
+    case = {"sizes": sizes, "losses": losses, "weights": weights, "global_batch_size": gbs}
+    snippet = _avg_loss_repro(spec, losses, sizes, weights, weight_kind, gbs)
+    assert_per_replica(results, expected, what="compute_average_loss", spec=spec, dtype=dtype,
+                       case=case, n_terms=max(sizes + [1]), replicas=spec.replicas, repro=snippet)
+    assert_same_on_workers(results, "total", sum(expected), what="SUM of compute_average_loss",
+                           spec=spec, dtype=dtype, case=case, n_terms=n + spec.replicas,
+                           replicas=spec.replicas, repro=snippet)
+
+
+@DTYPES
+@given(data=st.data())
+def test_summed_scaled_loss_equals_the_global_mean_on_even_splits(engines, spec, dtype, findings, data):
+    """Equivalence: with the default denominator, SUM over replicas of compute_average_loss is
+    the single-device mean over the global batch when replicas get equal batches. On uneven
+    splits it is sum_r sum(loss_r) / (replicas * b_r); the factor against the mean is recorded."""
+    sizes = data.draw(cases.splits(spec.replicas, min_total=1), label="sizes")
+    n = sum(sizes)
+    losses = data.draw(cases.floats(dtype, n, 0.0, 8.0), label="per-example losses")
+    results = engines.call(spec, "losses.compute_average_loss", losses=losses, sizes=sizes)
+    global_mean = float(np.mean(losses.astype(np.float64)))
+    case = {"sizes": sizes, "losses": losses}
+    if len(set(sizes)) == 1:
+        assert_same_on_workers(results, "total", global_mean, spec=spec, dtype=dtype, case=case,
+                               what="SUM of compute_average_loss vs single-device mean",
+                               n_terms=n, replicas=spec.replicas)
+        return
+    documented = sum(ref.compute_average_loss(l, None, None, spec.replicas)
+                     for l in ref.split(losses, sizes))
+    assert_same_on_workers(results, "total", documented, spec=spec, dtype=dtype, case=case,
+                           what="SUM of compute_average_loss on an uneven split", n_terms=n,
+                           replicas=spec.replicas)
+    if global_mean:
+        factor = documented / global_mean
+        note(f"uneven split {sizes}: summed scaled loss = {factor:.4f} x global mean")
+        findings.record("uneven split: summed compute_average_loss / global mean", spec, factor)
+
+
+@given(data=st.data())
+def test_mean_metric_of_scaled_losses_reports_loss_over_replicas(engines, spec, data):
+    """Pitfall: a Mean metric fed each replica's scaled loss reports loss / replicas."""
+    dtype = "float64"
+    sizes = data.draw(cases.splits(spec.replicas, min_total=1), label="sizes")
+    losses = data.draw(cases.floats(dtype, sum(sizes), 0.0, 8.0), label="per-example losses")
+    gbs = sum(sizes)
+    results = engines.call(spec, "losses.compute_average_loss", losses=losses, sizes=sizes,
+                           global_batch_size=gbs)
+    loss = float(np.mean(losses))
+    assert_same_on_workers(results, "total", loss, what="summed scaled loss", spec=spec, dtype=dtype,
+                           n_terms=gbs)
+    assert_same_on_workers(results, "tracked_mean", loss / spec.replicas, spec=spec, dtype=dtype,
+                           what="Mean metric of the scaled losses (loss / replicas)", n_terms=gbs)
+
+
+@pytest.mark.specs(lambda s: s.replicas == 2)
+def test_documented_loss_tracking_pitfall_example(engines, spec):
+    """The guide's numbers: per-replica losses [2, 3] and [4, 5], global batch 4: the loss is
+    3.5 and a Mean of the scaled losses gives 1.75."""
+    results = engines.call(spec, "losses.compute_average_loss", losses=np.array([2.0, 3, 4, 5]),
+                           sizes=[2, 2], global_batch_size=4)
+    assert_same_on_workers(results, "total", 3.5, what="summed scaled loss", spec=spec, dtype="float64")
+    assert_same_on_workers(results, "tracked_mean", 1.75, what="Mean of scaled losses", spec=spec,
+                           dtype="float64")
+
+
+@DTYPES
+@given(data=st.data())
+def test_scale_regularization_loss_divides_by_replicas(engines, spec, dtype, data):
+    """Every replica adds sum(reg) / replicas, so the SUM over replicas counts it once."""
+    reg = data.draw(cases.floats(dtype, st.integers(0, 4), 0.0, 8.0), label="regularization losses")
+    results = engines.call(spec, "losses.scale_regularization_loss", reg_losses=reg)
+    each = ref.scale_regularization_loss(reg, spec.replicas)
+    assert_per_replica(results, [each] * spec.replicas, what="scale_regularization_loss", spec=spec,
+                       dtype=dtype, n_terms=len(reg) + 1, replicas=spec.replicas)
+    assert_same_on_workers(results, "total", float(np.sum(reg, dtype=np.float64)), spec=spec,
+                           what="SUM of scale_regularization_loss", dtype=dtype,
+                           n_terms=len(reg) + spec.replicas, replicas=spec.replicas)
+
+
+@DTYPES
+@pytest.mark.parametrize("normalise", [True, False], ids=["normalised", "unnormalised"])
+@given(data=st.data())
+def test_multi_dimensional_labels(engines, spec, dtype, normalise, data):
+    """Labels [B, T] or [B, H, W]: per-element losses divided by the elements per example, then
+    compute_average_loss with the global batch, give the single-device per-element mean; the
+    unnormalised sum is that mean times the elements per example (the documented factor)."""
+    tail = data.draw(st.sampled_from([(3,), (2, 3), (1, 4)]), label="label dims")
+    classes = 3  # fixed: each distinct trailing shape is one more trace
+    sizes = data.draw(cases.splits(spec.replicas, min_total=1), label="sizes")
+    n = sum(sizes)
+    labels = data.draw(cases.hnp.arrays(np.int32, (n, *tail), elements=st.integers(0, classes - 1)),
+                       label="labels")
+    logits = data.draw(cases.floats(dtype, (n, *tail, classes)), label="logits")
+    elements = int(np.prod(tail))
+    results = engines.call(spec, "losses.multi_dim_loss", labels=labels, logits=logits, sizes=sizes,
+                           normalise=normalise, global_batch_size=n)
+    per_element = ref_losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
+    mean = float(per_element.mean())
+    expected = mean if normalise else mean * elements
+    assert_same_on_workers(results, "total", expected, spec=spec, dtype=dtype, n_terms=per_element.size,
+                           what="SUM of compute_average_loss (%s)" % ("per-element mean" if normalise
+                                                                       else "elements x mean"),
+                           elements=elements, case={"sizes": sizes, "label dims": tail})
+
+
+KERAS_LOSSES = sorted(ref_losses.PER_EXAMPLE)
+REDUCTIONS = ["none", "sum", "sum_over_batch_size", "auto"]
+
+
+def _keras_loss_inputs(data, kind, dtype, n):
+    classes, width = 3, 2
+    if kind in ("mse", "mae"):
+        return (data.draw(cases.floats(dtype, (n, width)), label="y_true"),
+                data.draw(cases.floats(dtype, (n, width)), label="y_pred"))
+    if kind == "bce_logits":
+        y = data.draw(cases.hnp.arrays(np.dtype(dtype), (n, width), elements=st.sampled_from([0.0, 1.0])))
+        return y, data.draw(cases.floats(dtype, (n, width)), label="logits")
+    logits = data.draw(cases.floats(dtype, (n, classes)), label="logits")
+    pred = logits if kind.endswith("logits") else ref_losses.softmax(logits).astype(dtype)
+    labels = data.draw(cases.hnp.arrays(np.int32, n, elements=st.integers(0, classes - 1)), label="labels")
+    if kind.startswith("sparse"):
+        return labels, pred
+    return np.eye(classes, dtype=dtype)[labels], pred
+
+
+@DTYPES
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+@pytest.mark.parametrize("kind", KERAS_LOSSES)
+@examples(0.5)
+@given(data=st.data())
+def test_keras_loss_reduction_inside_strategy_run(engines, spec, engine_versions, kind, reduction,
+                                                  dtype, data):
+    """Keras loss objects called on each replica's batch inside strategy.run: the value, or the
+    error, that reference.losses.keras_loss_in_replica states for the installed Keras."""
+    sizes = data.draw(cases.splits(spec.replicas, max_per_replica=4), label="sizes")
+    y_true, y_pred = _keras_loss_inputs(data, kind, dtype, sum(sizes))
+    results = engines.call(spec, "losses.keras_loss", kind=kind, reduction=reduction,
+                           y_true=y_true, y_pred=y_pred, sizes=sizes)
+    per_example = ref_losses.PER_EXAMPLE[kind](y_true, y_pred)
+    expected = [ref_losses.keras_loss_in_replica(v, reduction, engine_versions["keras"], spec.replicas,
+                                                 has_strategy=spec.kind != "default")
+                for v in ref.split(per_example, sizes)]
+    case = {"kind": kind, "reduction": reduction, "sizes": sizes, "dtype": dtype}
+    if isinstance(expected[0], ref_losses.Raises):
+        for r in results:
+            assert_raises_as(r, expected[0], what=f"{kind} loss with reduction {reduction!r}",
+                             spec=spec, case=case)
+        return
+    for r in results:
+        assert "raised" not in r, f"[{spec}] {kind}/{reduction} raised {r.get('raised')}: {r.get('message')}"
+    assert_per_replica(results, expected, what=f"{kind} loss, reduction {reduction!r}", spec=spec,
+                       dtype=dtype, case=case, n_terms=8, replicas=spec.replicas)
