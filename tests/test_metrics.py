@@ -1,0 +1,70 @@
+"""Keras metrics updated inside strategy.run: the cross-replica result() is the metric of the
+global data; result() read inside replica context behaves as documented per Keras generation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from reference import distribute as ref
+from reference import metrics as ref_metrics
+from suite import cases
+from suite.assertions import PropertyFailure, assert_per_replica, assert_same_on_workers
+
+
+def _batch(data, kind, dtype, n):
+    classes = 3
+    if kind in ("mean", "sum"):
+        return np.zeros(n, dtype), data.draw(cases.floats(dtype, n), label="values")
+    if kind == "accuracy":
+        y = data.draw(cases.hnp.arrays(np.dtype(dtype), n, elements=st.sampled_from([0.0, 1.0, 2.0])))
+        p = data.draw(cases.hnp.arrays(np.dtype(dtype), n, elements=st.sampled_from([0.0, 1.0, 2.0, 2.5])))
+        return y, p
+    if kind == "binary_accuracy":
+        y = data.draw(cases.hnp.arrays(np.dtype(dtype), n, elements=st.sampled_from([0.0, 1.0])))
+        p = data.draw(cases.hnp.arrays(np.dtype(dtype), n, elements=st.sampled_from(
+            [0.0, 0.25, 0.5, 0.75, 1.0, 0.5 + 2.0 ** -20])), label="predictions")
+        return y, p
+    p = data.draw(cases.floats(dtype, (n, classes), 0.0, 1.0), label="predictions")
+    assume(cases.distinct_rows(p))  # argmax ties are unspecified in tf.argmax's documentation
+    labels = data.draw(cases.hnp.arrays(np.int32, n, elements=st.integers(0, classes - 1)), label="labels")
+    if kind == "sparse_categorical_accuracy":
+        return labels.astype(dtype), p
+    return np.eye(classes, dtype=dtype)[labels], p
+
+
+@pytest.mark.parametrize("kind", ref_metrics.METRICS)
+@given(data=st.data())
+def test_metric_result_is_the_metric_of_the_global_data(engines, spec, engine_versions, kind, data):
+    """After 1-3 batches updated on every replica's slice, result() in cross-replica context
+    equals the metric over all examples; read inside replica context it is the global value
+    (Keras 2: result_wrapper merge_calls) or the local replica's value (Keras 3)."""
+    dtype = data.draw(cases.dtypes(), label="dtype")
+    steps = data.draw(st.integers(1, 3), label="batches")
+    batches, states = [], [(0.0, 0.0)] * spec.replicas
+    in_replica_expected = []
+    for _ in range(steps):
+        sizes = data.draw(cases.splits(spec.replicas, max_per_replica=4), label="sizes")
+        y, p = _batch(data, kind, dtype, sum(sizes))
+        batches.append((y, p, sizes))
+        states = [(t + s[0], c + s[1]) for (t, c), s in zip(
+            states, [ref_metrics.state(kind, [(yy, pp)]) for yy, pp in zip(ref.split(y, sizes), ref.split(p, sizes))])]
+        in_replica_expected.append([ref_metrics.replica_context_result(kind, states, r, engine_versions["keras"])
+                                    for r in range(spec.replicas)])
+    results = engines.call(spec, "metrics.update", kind=kind, batches=batches, dtype=dtype)
+    n = sum(sum(b[2]) for b in batches)
+    common = dict(spec=spec, dtype=dtype, n_terms=n + 1, replicas=spec.replicas,
+                  case={"kind": kind, "sizes": [b[2] for b in batches]})
+    assert_same_on_workers(results, "result", ref_metrics.cross_replica_result(kind, states),
+                           what=f"{kind}.result() in cross-replica context", **common)
+    for w, r in enumerate(results):
+        if spec.kind in ("default", "one_device", "central_storage"):
+            break  # plain variables, or CentralStorage's single aggregating copy
+        if len(set(r["variables"])) != 1 or "SyncOnRead" not in r["variables"][0]:
+            raise PropertyFailure(f"[{spec}] {kind} state variables are {r['variables']}, but should be "
+                                  f"sync-on-read (SyncOnReadVariable) on worker {w}")
+    for step, expected in enumerate(in_replica_expected):
+        assert_per_replica([{"local": r["in_replica"][step]} for r in results], expected,
+                           what=f"{kind}.result() inside strategy.run after batch {step + 1}", **common)

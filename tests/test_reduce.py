@@ -1,0 +1,51 @@
+"""strategy.reduce (SUM/MEAN, axis=None and axis=0, uneven and empty replicas) and
+experimental_local_results ordering, against reference.distribute."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from reference import distribute as ref
+from suite import cases
+from suite.assertions import PropertyFailure, assert_per_replica, assert_same_on_workers
+
+
+@pytest.mark.parametrize("dtype", cases.DTYPES)
+@given(data=st.data())
+def test_reduce_sum_and_mean_over_uneven_replicas(engines, spec, dtype, data):
+    """axis=0 reduces over every replica's rows (MEAN divides by the total row count);
+    axis=None reduces element-wise across replicas (MEAN divides by the replica count)."""
+    sizes = data.draw(cases.splits(spec.replicas, min_total=1), label="sizes")
+    width = data.draw(st.integers(1, 3), label="width")
+    rows = data.draw(cases.floats(dtype, (sum(sizes), width)), label="rows")
+    results = engines.call(spec, "reduce.reduce", rows=rows, sizes=sizes)
+    per_replica = ref.split(rows, sizes)
+    row_sums = [r.astype(np.float64).sum(axis=0) if len(r) else np.zeros(width) for r in per_replica]
+    n = sum(sizes)
+    common = dict(spec=spec, dtype=dtype, n_terms=n, replicas=spec.replicas, case={"sizes": sizes})
+    assert_same_on_workers(results, "sum_axis0", ref.reduce(per_replica, "SUM", axis=0),
+                           what="reduce(SUM, axis=0)", **common)
+    assert_same_on_workers(results, "mean_axis0", ref.reduce(per_replica, "MEAN", axis=0),
+                           what="reduce(MEAN, axis=0)", **common)
+    assert_same_on_workers(results, "sum_none", ref.reduce(row_sums, "SUM"),
+                           what="reduce(SUM, axis=None)", **common)
+    assert_same_on_workers(results, "mean_none", ref.reduce(row_sums, "MEAN"),
+                           what="reduce(MEAN, axis=None)", **common)
+    assert_per_replica(results, row_sums, what="local row sums", **common)
+
+
+@given(data=st.data())
+def test_experimental_local_results_are_in_replica_order(engines, spec, data):
+    """Each worker's local results list its own replicas, in replica-id order."""
+    sizes = data.draw(cases.splits(spec.replicas), label="sizes")
+    results = engines.call(spec, "reduce.reduce", rows=np.ones((sum(sizes), 1)), sizes=sizes)
+    for w, r in enumerate(results):
+        expected = ref.local_results(list(range(spec.replicas)), w, len(results))
+        if r["replica_ids"] != expected:
+            raise PropertyFailure(f"[{spec}] worker {w}: local results come from replicas "
+                                  f"{r['replica_ids']}, but should be {expected}")
+    assert_per_replica(results, [[float(s)] for s in sizes], what="local row count", spec=spec,
+                       dtype="float64")
