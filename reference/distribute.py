@@ -83,6 +83,7 @@ def replica_weights(sizes, global_batch_size=None) -> np.ndarray:
     r = len(sizes)
     out = []
     for s in sizes:
-        denom = global_batch_size if global_batch_size is not None else s * r
-        out.extend([1.0 / denom] * s)
+        if s:  # an empty replica has no examples to weigh
+            denom = global_batch_size if global_batch_size is not None else s * r
+            out.extend([1.0 / denom] * s)
     return np.asarray(out, dtype=np.float64)

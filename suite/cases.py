@@ -45,3 +45,34 @@ def distinct_rows(array: np.ndarray) -> bool:
         return True
     top = np.sort(array, axis=-1)
     return bool(np.all(top[..., -1] > top[..., -2])) if array.shape[-1] > 1 else True
+
+
+# Margins below which float rounding could flip a relu or make an adaptive optimizer's
+# update ill-conditioned (its sensitivity to the gradient is ~eps/|g|^2): cases closer
+# than this are discarded, not compared with a wider tolerance.
+RELU_MARGIN = {"float32": 1e-4, "float64": 1e-9}
+ADAPTIVE_GRAD_FLOOR = {"float32": 1e-3, "float64": 1e-6}
+
+
+def well_conditioned(history, dtype: str, adaptive: bool) -> bool:
+    """True when a reference training run stays away from the kinks where float32/float64
+    rounding can legitimately change the result (relu at 0, saturated softmax, adaptive
+    updates of near-zero gradients)."""
+    for step in history:
+        trace = step["trace"]
+        for pre in trace.preactivations:
+            nonzero = np.abs(pre[pre != 0])
+            if nonzero.size and nonzero.min() < RELU_MARGIN[dtype]:
+                return False
+            if np.any(pre == 0):
+                return False
+        head = trace.head_output
+        if head.size and head.min() >= 0 and np.allclose(head.sum(axis=-1), 1.0):
+            if head.min() < 1e-6 or head.max() > 1 - 1e-6:
+                return False
+        if adaptive:
+            for g in step["grads"]:
+                a = np.abs(g)
+                if np.any((a > 0) & (a < ADAPTIVE_GRAD_FLOOR[dtype])):
+                    return False
+    return True

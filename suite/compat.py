@@ -90,3 +90,21 @@ def builtin_optimizer_names() -> list[str]:
                 and issubclass(obj, keras.optimizers.Optimizer)):
             names.append(name)
     return sorted(names)
+
+
+def build_model(arch: dict, dtype: str):
+    """The model family of reference/model.py as a Keras Sequential model of ``dtype``."""
+    reg = keras.regularizers.L2(arch["l2"]) if arch["l2"] else None
+    layers = [keras.Input(shape=(arch["input_dim"],), dtype=dtype)]
+    for width in arch["hidden"]:
+        layers.append(keras.layers.Dense(width, activation="relu", kernel_regularizer=reg, dtype=dtype))
+    layers.append(keras.layers.Dense(arch["outputs"], kernel_regularizer=reg, dtype=dtype,
+                                     activation="softmax" if arch["head"] == "softmax" else None))
+    return keras.Sequential(layers)
+
+
+def per_example_loss(head: str, y, out):
+    """MSE for a linear head, sparse categorical crossentropy of probabilities for softmax."""
+    if head == "linear":
+        return keras.losses.mse(y, out)
+    return keras.losses.sparse_categorical_crossentropy(y, out)

@@ -1,7 +1,7 @@
 """The known-deviations file: every place where installed TF/Keras differs from the reference.
 
-``known_deviations.toml`` holds ``[[deviation]]`` tables with ``id``, ``tests`` (test id glob
-patterns), ``tensorflow`` and ``keras`` version ranges (PEP 440 specifier sets), ``summary``,
+``known_deviations.toml`` holds ``[[deviation]]`` tables with ``id``, ``tests`` (test id
+patterns: ``*`` and ``{a,b}``), ``tensorflow`` and ``keras`` version ranges (PEP 440 specifier sets), ``summary``,
 ``evidence`` (links and/or repro files in the repo) and ``first_seen``. conftest turns the tests
 they match into strict xfails for the versions in range, so a fix in TF shows up as an XPASS.
 """
@@ -41,9 +41,17 @@ class Deviation:
 
 
 def _glob(pattern: str) -> re.Pattern:
-    """Only ``*`` is a wildcard (test ids contain ``[`` and ``]``, which fnmatch would treat
-    as character classes)."""
-    return re.compile(".*".join(re.escape(part) for part in pattern.split("*")))
+    """``*`` matches anything and ``{a,b}`` either alternative; everything else is literal
+    (test ids contain ``[`` and ``]``, which fnmatch would treat as character classes)."""
+    out = []
+    for token in re.split(r"(\*|\{[^{}]*\})", pattern):
+        if token == "*":
+            out.append(".*")
+        elif token.startswith("{") and token.endswith("}"):
+            out.append("(?:" + "|".join(re.escape(alt) for alt in token[1:-1].split(",")) + ")")
+        else:
+            out.append(re.escape(token))
+    return re.compile("".join(out))
 
 
 def load(path: Path = PATH) -> list[Deviation]:

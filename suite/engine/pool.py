@@ -207,7 +207,10 @@ class Engine:
                 raise EngineUnavailable(f"{self._where(i)}: {text[len('unavailable: '):]}")
             raise EngineStartError(f"{self._where(i)} could not start: {text}")
         _, type_name, message, tb = msg
-        first = message.strip().splitlines()[0] if message.strip() else ""
+        lines = [ln.strip() for ln in message.strip().splitlines() if ln.strip()]
+        # tf.function errors open with "in user code:" and a traceback; the cause is last
+        first = (lines[-1] if lines and lines[0].startswith("in user code") else
+                 lines[0] if lines else "")
         raise ProbeError(f"{self._where(i)}: probe {probe!r} raised {type_name}: {first}",
                          type_name, message, tb)
 
