@@ -32,8 +32,8 @@ def _gpus_present() -> bool:
 def pytest_addoption(parser):
     group = parser.getgroup("tf-distribute-suite")
     group.addoption("--strategies", default=None,
-                    help="comma-separated strategy specs (default: %s; mirrored:gpus joins "
-                         "where GPUs exist)" % ",".join(DEFAULT_SPECS))
+                    help=f"comma-separated strategy specs (default: {','.join(DEFAULT_SPECS)}; "
+                         "mirrored:gpus joins where GPUs exist)")
     group.addoption("--engine-python", default=None,
                     help="Python interpreter (with TensorFlow) that runs the engines "
                          "(default: this one)")

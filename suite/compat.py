@@ -16,7 +16,17 @@ if os.environ.get("TF_USE_LEGACY_KERAS") == "1":
 else:
     keras = tf.keras
 
-KERAS_VERSION: str = getattr(keras, "__version__", None) or keras.version()
+def _keras_version() -> str:
+    for attr in ("__version__", "version"):
+        value = getattr(keras, attr, None)
+        if value:
+            return value() if callable(value) else value
+    import importlib.metadata  # TF 2.15's tf.keras has no __version__: ask the package
+
+    return importlib.metadata.version("keras")
+
+
+KERAS_VERSION: str = _keras_version()
 KERAS_GENERATION: int = int(KERAS_VERSION.split(".")[0])
 
 

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from reference import distribute as ref
 from reference import losses as ref_losses
 from suite import cases, repro
+from suite.assertions import assert_per_replica, assert_raises_as, assert_same_on_workers
 from suite.profiles import examples
-from suite.assertions import assert_close, assert_per_replica, assert_raises_as, assert_same_on_workers
 
 DTYPES = pytest.mark.parametrize("dtype", cases.DTYPES)
 
@@ -48,7 +48,7 @@ def test_compute_average_loss_matches_reference(engines, spec, dtype, weight_kin
                            weight_kind=weight_kind, weights=weights, global_batch_size=gbs)
     per_loss = ref.split(losses, sizes)
     per_w = ref.split(weights, sizes) if weight_kind == "per_example" else [weights] * len(sizes)
-    expected = [ref.compute_average_loss(l, w, gbs, spec.replicas) for l, w in zip(per_loss, per_w)]
+    expected = [ref.compute_average_loss(part, w, gbs, spec.replicas) for part, w in zip(per_loss, per_w)]
     case = {"sizes": sizes, "losses": losses, "weights": weights, "global_batch_size": gbs}
     snippet = _avg_loss_repro(spec, losses, sizes, weights, weight_kind, gbs)
     assert_per_replica(results, expected, what="compute_average_loss", spec=spec, dtype=dtype,
@@ -75,8 +75,8 @@ def test_summed_scaled_loss_equals_the_global_mean_on_even_splits(engines, spec,
                                what="SUM of compute_average_loss vs single-device mean",
                                n_terms=n, replicas=spec.replicas)
         return
-    documented = sum(ref.compute_average_loss(l, None, None, spec.replicas)
-                     for l in ref.split(losses, sizes))
+    documented = sum(ref.compute_average_loss(part, None, None, spec.replicas)
+                     for part in ref.split(losses, sizes))
     assert_same_on_workers(results, "total", documented, spec=spec, dtype=dtype, case=case,
                            what="SUM of compute_average_loss on an uneven split", n_terms=n,
                            replicas=spec.replicas)

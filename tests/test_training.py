@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from reference import model as ref_model
 from reference.optimizers import ADAPTIVE, CONFIGS
 from suite import cases
-from suite.assertions import PropertyFailure, assert_close, assert_same_on_workers
+from suite.assertions import PropertyFailure, assert_close
 from suite.profiles import examples
 
 ARCHS = {

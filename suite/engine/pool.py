@@ -136,6 +136,9 @@ class Engine:
                       for i, env in enumerate(envs)]
         try:
             replies = self._gather("start", start_timeout)
+        except (EngineDied, EngineTimeout) as exc:  # a start that fails will fail again
+            self.close()
+            raise EngineStartError(f"{exc} (while starting)") from None
         except EngineError:
             self.close()
             raise

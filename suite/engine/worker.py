@@ -37,9 +37,12 @@ def main(argv=None) -> int:
         conn_out.send((protocol.FATAL, f"TensorFlow is not installed for {sys.executable} ({exc}); "
                                        "install the project with its TensorFlow extra (see README)"))
         return 3
-    from suite.engine.context import EngineUnavailableHere, build_context
-    from suite.probes import registry
-
+    try:
+        from suite.engine.context import EngineUnavailableHere, build_context
+        from suite.probes import registry
+    except Exception as exc:  # a suite/TF incompatibility: fail once, clearly
+        conn_out.send((protocol.FATAL, f"engine set-up failed: {type(exc).__name__}: {exc}"))
+        return 4
     try:
         ctx = build_context(spec, args.worker_index, args.collective_timeout)
     except EngineUnavailableHere as exc:

@@ -7,6 +7,7 @@ import numpy as np
 import tensorflow as tf
 
 from suite import compat
+from suite.probes import mutants
 from suite.probes.common import counted, local, replica_slice, spec_of
 from suite.probes.registry import probe
 
@@ -43,6 +44,9 @@ def compute_average_loss(ctx, losses, sizes, weight_kind="none", weights=None,
                     (w,) = replica_slice(sizes, weights)
                 scaled = tf.nn.compute_average_loss(
                     mine, sample_weight=w, global_batch_size=None if use_default else gbs)
+                if mutants.on("local_batch_denominator"):
+                    scaled = tf.math.divide_no_nan(tf.reduce_sum(mine * (1 if w is None else w)),
+                                                   tf.cast(tf.size(mine), mine.dtype))
                 tracker.update_state(scaled)
                 return scaled
 
@@ -70,7 +74,10 @@ def scale_regularization_loss(ctx, reg_losses):
         @tf.function(input_signature=[spec_of(reg_losses)])
         def fn(reg):
             counted(ctx, "losses.scale_regularization_loss")
-            per_replica = strategy.run(lambda: tf.nn.scale_regularization_loss(reg))
+            if mutants.on("scale_reg_not_divided"):
+                per_replica = strategy.run(lambda: tf.reduce_sum(reg))
+            else:
+                per_replica = strategy.run(lambda: tf.nn.scale_regularization_loss(reg))
             return per_replica, strategy.reduce(SUM, per_replica, axis=None)
         return fn
 
@@ -96,7 +103,7 @@ def multi_dim_loss(ctx, labels, logits, sizes, normalise, global_batch_size=None
             def replica_fn():
                 y, z = replica_slice(sizes, labels, logits)
                 per_element = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=z)
-                if normalise:
+                if normalise and not mutants.on("unnormalised_multi_dim"):
                     per_element /= tf.cast(tf.reduce_prod(tf.shape(y)[1:]), per_element.dtype)
                 return tf.nn.compute_average_loss(
                     per_element, global_batch_size=None if use_default else gbs)
@@ -127,7 +134,10 @@ def keras_loss(ctx, kind, reduction, y_true, y_pred, sizes):
 
             def replica_fn():
                 y, p = replica_slice(sizes, y_true, y_pred)
-                return loss_obj(y, p)
+                value = loss_obj(y, p)
+                if mutants.on("keras_loss_times_replicas"):
+                    value = value * strategy.num_replicas_in_sync
+                return value
 
             return strategy.run(replica_fn)
         return fn

@@ -6,6 +6,7 @@ import numpy as np
 import tensorflow as tf
 
 from suite import compat
+from suite.probes import mutants
 from suite.probes.common import counted, local, replica_slice, spec_of
 from suite.probes.registry import probe
 
@@ -41,5 +42,8 @@ def update(ctx, kind, batches, dtype):
     in_replica = []
     for y_true, y_pred, sizes in batches:
         in_replica.append(local(strategy, step(y_true, y_pred, np.asarray(sizes, np.int32))))
-    return {"in_replica": in_replica, "result": metric.result(),
+    result = metric.result()
+    if mutants.on("metric_first_replica") and ctx.num_replicas > 1:
+        result = in_replica[-1][0]
+    return {"in_replica": in_replica, "result": result,
             "variables": [type(compat.tf_variable(v)).__name__ for v in metric.variables]}

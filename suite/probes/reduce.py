@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
+from suite.probes import mutants
 from suite.probes.common import counted, local, replica_slice, spec_of
 from suite.probes.registry import probe
 
@@ -30,14 +31,22 @@ def reduce(ctx, rows, sizes):
                 return mine, tf.reduce_sum(mine, axis=0), tf.constant(1, tf.int32) * rid
 
             mine, row_sum, rid = strategy.run(replica_fn)
+            mean_axis0 = strategy.reduce(MEAN, mine, axis=0)
+            if mutants.on("reduce_mean_of_means"):
+                means = strategy.run(lambda m: tf.math.divide_no_nan(
+                    tf.reduce_sum(m, 0), tf.cast(tf.shape(m)[0], m.dtype)), args=(mine,))
+                mean_axis0 = strategy.reduce(MEAN, means, axis=None)
             return {"sum_axis0": strategy.reduce(SUM, mine, axis=0),
-                    "mean_axis0": strategy.reduce(MEAN, mine, axis=0),
+                    "mean_axis0": mean_axis0,
                     "sum_none": strategy.reduce(SUM, row_sum, axis=None),
                     "mean_none": strategy.reduce(MEAN, row_sum, axis=None),
                     "row_sum": row_sum, "rid": rid}
         return fn
 
     out = ctx.cached(key, build)(rows, np.asarray(sizes, np.int32))
-    return {"sum_axis0": out["sum_axis0"], "mean_axis0": out["mean_axis0"],
+    result = {"sum_axis0": out["sum_axis0"], "mean_axis0": out["mean_axis0"],
             "sum_none": out["sum_none"], "mean_none": out["mean_none"],
             "local": local(strategy, out["row_sum"]), "replica_ids": local(strategy, out["rid"])}
+    if mutants.on("reversed_local_results"):
+        result["local"], result["replica_ids"] = result["local"][::-1], result["replica_ids"][::-1]
+    return result

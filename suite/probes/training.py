@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from reference.optimizers import CONFIGS
 from suite import compat
+from suite.probes import mutants
 from suite.probes.common import counted, local, replica_slice
 from suite.probes.registry import probe
 
@@ -43,6 +44,8 @@ def _trainer(ctx, arch, optimizer, dtype, default_denominator):
                 if model.losses:
                     loss += tf.nn.scale_regularization_loss(tf.add_n(model.losses))
             grads = tape.gradient(loss, model.trainable_variables)
+            if mutants.on("double_gradient_aggregation"):
+                grads = tf.distribute.get_replica_context().all_reduce(SUM, grads)
             opt.apply_gradients(zip(grads, model.trainable_variables))
             return loss
 

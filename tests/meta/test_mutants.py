@@ -1,0 +1,61 @@
+"""Each property can fail: run it against an engine with a deliberately wrong probe
+(suite/probes/mutants.py) and require a failure that names the problem."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from suite.probes.mutants import MUTANTS
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# mutant -> (property test id, with spec mirrored:2; a phrase the failure must contain)
+CASES = {
+    "local_batch_denominator": (
+        "tests/test_losses.py::test_compute_average_loss_matches_reference[mirrored:2-none-float64]",
+        "compute_average_loss"),
+    "unnormalised_multi_dim": (
+        "tests/test_losses.py::test_multi_dimensional_labels[mirrored:2-normalised-float64]",
+        "elements per example"),
+    "scale_reg_not_divided": (
+        "tests/test_losses.py::test_scale_regularization_loss_divides_by_replicas[mirrored:2-float64]",
+        "= replicas"),
+    "double_gradient_aggregation": (
+        "tests/test_training.py::test_training_steps_match_reference_on_the_global_batch[mirrored:2-sgd-float64]",
+        "after step 1"),
+    "metric_first_replica": (
+        "tests/test_metrics.py::test_metric_result_is_the_metric_of_the_global_data[mirrored:2-sum]",
+        "in cross-replica context"),
+    "reduce_mean_of_means": (
+        "tests/test_reduce.py::test_reduce_sum_and_mean_over_uneven_replicas[mirrored:2-float64]",
+        "reduce(MEAN, axis=0)"),
+    "reversed_local_results": (
+        "tests/test_reduce.py::test_experimental_local_results_are_in_replica_order[mirrored:2]",
+        "local results come from replicas [1, 0]"),
+    "keras_loss_times_replicas": (
+        "tests/test_losses.py::test_keras_loss_reduction_inside_strategy_run[mirrored:2-mse-sum-float64]",
+        "= replicas"),
+}
+
+
+def test_every_mutant_has_a_case():
+    assert sorted(CASES) == sorted(MUTANTS)
+
+
+@pytest.mark.parametrize("mutant", sorted(CASES))
+def test_property_catches_mutant(mutant):
+    test_id, phrase = CASES[mutant]
+    env = dict(os.environ, TFDS_MUTANT=mutant, HYPOTHESIS_PROFILE="ci")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", test_id, "--strategies", "mirrored:2", "-x", "-q",
+         "-p", "no:cacheprovider", "--no-header"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, f"mutant {mutant!r} was not caught by {test_id} (exit {proc.returncode}):\n{out[-3000:]}"
+    assert "PropertyFailure" in out and phrase in out, (
+        f"mutant {mutant!r} failed {test_id} without naming the problem ({phrase!r}):\n{out[-3000:]}")

@@ -1,0 +1,45 @@
+"""The spec grammar (pure Python) and its command-line errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from suite.specs import DEFAULT_SPECS, SpecError, parse_spec, parse_specs
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("text, kind, replicas, workers", [
+    ("default", "default", 1, 1), ("one_device", "one_device", 1, 1), ("mirrored:3", "mirrored", 3, 1),
+    ("mirrored:4:reduce_to_one", "mirrored", 4, 1), ("central_storage:2", "central_storage", 2, 1),
+    ("multi_worker:2x1", "multi_worker", 2, 2), ("multi_worker:3x1:ring", "multi_worker", 3, 3),
+])
+def test_valid_specs_parse(text, kind, replicas, workers):
+    spec = parse_spec(text)
+    assert (spec.kind, spec.replicas, spec.workers) == (kind, replicas, workers)
+
+
+@pytest.mark.parametrize("text", ["mirrored", "mirrored:0", "mirrored:9", "mirrored:2:nccl", "bogus",
+                                  "multi_worker:2", "central_storage:x", "parameter_server:2w1ps",
+                                  "multi_worker:2x2"])
+def test_invalid_specs_raise_with_the_grammar(text):
+    with pytest.raises(SpecError, match="grammar|not supported yet|not implemented"):
+        parse_spec(text)
+
+
+def test_default_specs_parse_and_are_distinct():
+    assert [s.text for s in parse_specs(",".join(DEFAULT_SPECS))] == list(DEFAULT_SPECS)
+    with pytest.raises(SpecError, match="twice"):
+        parse_specs("default,default")
+
+
+def test_unknown_spec_is_a_usage_error_before_any_engine_starts():
+    proc = subprocess.run([sys.executable, "-m", "pytest", "tests/meta/test_specs.py", "--strategies",
+                           "mirrored:2,warp_drive", "-q", "-p", "no:cacheprovider"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 4, proc.stdout + proc.stderr  # pytest's usage-error exit code
+    assert "unknown strategy spec 'warp_drive'" in proc.stderr and "mirrored:N" in proc.stderr
