@@ -11,6 +11,8 @@ import os
 
 import tensorflow as tf
 
+from suite.catalog import LOSS_CLASSES, METRIC_CLASSES
+
 if os.environ.get("TF_USE_LEGACY_KERAS") == "1":
     import tf_keras as keras  # Keras 2 on TF >= 2.16
 else:
@@ -54,17 +56,6 @@ def cross_device_ops_name(strategy) -> str | None:
     return type(ops).__name__ if ops is not None else None
 
 
-LOSS_CLASSES = {
-    "mse": ("MeanSquaredError", {}),
-    "mae": ("MeanAbsoluteError", {}),
-    "sparse_cce_logits": ("SparseCategoricalCrossentropy", {"from_logits": True}),
-    "sparse_cce_probs": ("SparseCategoricalCrossentropy", {"from_logits": False}),
-    "cce_logits": ("CategoricalCrossentropy", {"from_logits": True}),
-    "cce_probs": ("CategoricalCrossentropy", {"from_logits": False}),
-    "bce_logits": ("BinaryCrossentropy", {"from_logits": True}),
-}
-
-
 def make_loss(kind: str, reduction: str, dtype: str):
     """A Keras loss object. Keras 3 losses compute in their own dtype (floatx unless given),
     so the case dtype is passed; Keras 2 losses keep the input dtype and take no dtype."""
@@ -73,13 +64,6 @@ def make_loss(kind: str, reduction: str, dtype: str):
     if KERAS_GENERATION >= 3:
         kwargs["dtype"] = dtype
     return getattr(keras.losses, cls)(**kwargs)
-
-
-METRIC_CLASSES = {
-    "mean": "Mean", "sum": "Sum", "accuracy": "Accuracy", "binary_accuracy": "BinaryAccuracy",
-    "sparse_categorical_accuracy": "SparseCategoricalAccuracy",
-    "categorical_accuracy": "CategoricalAccuracy",
-}
 
 
 def make_metric(kind: str, dtype: str):

@@ -34,13 +34,59 @@ def array(name: str, value) -> str:
 
 
 SLICE = """\
-def my_slice(*tensors):
+def my_slice(*tensors):  # this replica's consecutive rows, sizes[i] rows for replica i
     rid = tf.distribute.get_replica_context().replica_id_in_sync_group
-    offsets = np.concatenate([[0], np.cumsum(sizes)])
-    return [t[offsets[rid]:offsets[rid + 1]] for t in tensors]
+    offsets = tf.constant(np.concatenate([[0], np.cumsum(sizes)]), tf.int64)
+    return [tf.convert_to_tensor(t)[offsets[rid]:offsets[rid + 1]] for t in tensors]
 """
 
 
 def snippet(spec: Spec, arrays: dict, body: str) -> str:
     """Strategy set-up, the case's arrays, the slicing helper and a body using them."""
     return strategy_lines(spec) + "".join(array(k, v) for k, v in arrays.items()) + SLICE + body
+
+
+def replica_run(spec: Spec, arrays: dict, replica_body: str, after: str = "") -> str:
+    """A snippet that runs ``replica_body`` (the body of ``def fn():``, using ``my_slice``)
+    on every replica inside a tf.function and prints each replica's result."""
+    body = "def fn():\n" + "".join(f"    {line}\n" for line in replica_body.strip().splitlines())
+    body += ("per_replica = tf.function(lambda: strategy.run(fn))()\n"
+             "print([v.numpy() for v in strategy.experimental_local_results(per_replica)])\n")
+    return snippet(spec, arrays, body + after)
+
+
+def training(spec: Spec, arch: dict, optimizer: tuple, dtype: str, params, steps) -> str:
+    """A snippet of the custom loop the training property runs (first step's batch)."""
+    cls, cfg = optimizer
+    x, y, sizes = steps[0]
+    reg = f"tf.keras.regularizers.L2({arch['l2']!r})" if arch["l2"] else "None"
+    layers = "".join(f"        tf.keras.layers.Dense({w}, activation='relu', kernel_regularizer=reg, dtype='{dtype}'),\n"
+                     for w in arch["hidden"])
+    head = "'softmax'" if arch["head"] == "softmax" else "None"
+    loss = ("tf.keras.losses.sparse_categorical_crossentropy(ys, out)" if arch["head"] == "softmax"
+            else "tf.keras.losses.mse(ys, out)")
+    body = (f"reg = {reg}\n"
+            "with strategy.scope():\n"
+            "    model = tf.keras.Sequential([\n"
+            f"        tf.keras.Input(({arch['input_dim']},), dtype='{dtype}'),\n{layers}"
+            f"        tf.keras.layers.Dense({arch['outputs']}, activation={head}, kernel_regularizer=reg,\n"
+            f"                              dtype='{dtype}')])\n"
+            f"    opt = tf.keras.optimizers.{cls}(**{cfg!r})\n"
+            "    opt.build(model.trainable_variables)\n"
+            "for v, p in zip(model.trainable_variables, params):\n"
+            "    v.assign(p)\n"
+            "def fn():\n"
+            "    xs, ys = my_slice(x, y)\n"
+            "    with tf.GradientTape() as tape:\n"
+            "        out = model(xs, training=True)\n"
+            f"        loss = tf.nn.compute_average_loss({loss}, global_batch_size=len(x))\n"
+            "        if model.losses:\n"
+            "            loss += tf.nn.scale_regularization_loss(tf.add_n(model.losses))\n"
+            "    grads = tape.gradient(loss, model.trainable_variables)\n"
+            "    opt.apply_gradients(zip(grads, model.trainable_variables))\n"
+            "    return loss\n"
+            "tf.function(lambda: strategy.run(fn))()\n"
+            "for v in model.trainable_variables:\n"
+            "    print([c.numpy() for c in strategy.experimental_local_results(v)])\n")
+    arrays = {"x": x, "y": y, "sizes": sizes}
+    return snippet(spec, arrays, f"params = {[np.asarray(p).tolist() for p in params]!r}\n" + body)

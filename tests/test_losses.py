@@ -12,6 +12,7 @@ from reference import distribute as ref
 from reference import losses as ref_losses
 from suite import cases, repro
 from suite.assertions import assert_per_replica, assert_raises_as, assert_same_on_workers
+from suite.catalog import LOSS_CLASSES
 from suite.profiles import examples
 
 DTYPES = pytest.mark.parametrize("dtype", cases.DTYPES)
@@ -147,7 +148,13 @@ def test_multi_dimensional_labels(engines, spec, dtype, normalise, data):
     per_element = ref_losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
     mean = float(per_element.mean())
     expected = mean if normalise else mean * elements
-    assert_same_on_workers(results, "total", expected, spec=spec, dtype=dtype, n_terms=per_element.size,
+    snippet = repro.replica_run(
+        spec, {"labels": labels, "logits": logits, "sizes": sizes},
+        "y, z = my_slice(labels, logits)\n"
+        "per_element = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=z)\n"
+        + ("per_element /= tf.cast(tf.reduce_prod(tf.shape(y)[1:]), per_element.dtype)\n" if normalise else "")
+        + f"return tf.nn.compute_average_loss(per_element, global_batch_size={n})")
+    assert_same_on_workers(results, "total", expected, spec=spec, dtype=dtype, n_terms=per_element.size, repro=snippet,
                            what="SUM of compute_average_loss (%s)" % ("per-element mean" if normalise
                                                                        else "elements x mean"),
                            elements=elements, case={"sizes": sizes, "label dims": tail})
@@ -191,12 +198,16 @@ def test_keras_loss_reduction_inside_strategy_run(engines, spec, engine_versions
                                                  has_strategy=spec.kind != "default")
                 for v in ref.split(per_example, sizes)]
     case = {"kind": kind, "reduction": reduction, "sizes": sizes, "dtype": dtype}
+    cls, kwargs = LOSS_CLASSES[kind]
+    snippet = repro.replica_run(spec, {"y_true": y_true, "y_pred": y_pred, "sizes": sizes},
+                                f"loss = tf.keras.losses.{cls}(reduction={reduction!r}, **{kwargs!r})\n"
+                                "return loss(*my_slice(y_true, y_pred))")
     if isinstance(expected[0], ref_losses.Raises):
         for r in results:
             assert_raises_as(r, expected[0], what=f"{kind} loss with reduction {reduction!r}",
-                             spec=spec, case=case)
+                             spec=spec, case=case, repro=snippet)
         return
     for r in results:
         assert "raised" not in r, f"[{spec}] {kind}/{reduction} raised {r.get('raised')}: {r.get('message')}"
     assert_per_replica(results, expected, what=f"{kind} loss, reduction {reduction!r}", spec=spec,
-                       dtype=dtype, case=case, n_terms=8, replicas=spec.replicas)
+                       dtype=dtype, case=case, n_terms=8, replicas=spec.replicas, repro=snippet)

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from reference import distribute as ref
 from reference import metrics as ref_metrics
-from suite import cases
+from suite import cases, repro
+from suite.catalog import METRIC_CLASSES
 from suite.assertions import PropertyFailure, assert_per_replica, assert_same_on_workers
 
 
@@ -55,7 +56,16 @@ def test_metric_result_is_the_metric_of_the_global_data(engines, spec, engine_ve
                                     for r in range(spec.replicas)])
     results = engines.call(spec, "metrics.update", kind=kind, batches=batches, dtype=dtype)
     n = sum(sum(b[2]) for b in batches)
-    common = dict(spec=spec, dtype=dtype, n_terms=n + 1, replicas=spec.replicas,
+    y, p, sizes = batches[-1]
+    update = "metric.update_state(p)" if kind in ("mean", "sum") else "metric.update_state(y, p)"
+    snippet = repro.snippet(spec, {"y": y, "p": p, "sizes": sizes},
+                            f"with strategy.scope():\n    metric = tf.keras.metrics.{METRIC_CLASSES[kind]}(dtype='{dtype}')\n"
+                            "def fn():\n    y, p = my_slice(globals()['y'], globals()['p'])\n"
+                            f"    {update}\n    return metric.result()\n"
+                            "in_replica = tf.function(lambda: strategy.run(fn))()\n"
+                            "print('in replica context:', strategy.experimental_local_results(in_replica))\n"
+                            "print('cross-replica result():', metric.result().numpy())\n")
+    common = dict(spec=spec, dtype=dtype, n_terms=n + 1, replicas=spec.replicas, repro=snippet,
                   case={"kind": kind, "sizes": [b[2] for b in batches]})
     assert_same_on_workers(results, "result", ref_metrics.cross_replica_result(kind, states),
                            what=f"{kind}.result() in cross-replica context", **common)

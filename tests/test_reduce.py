@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from reference import distribute as ref
-from suite import cases
+from suite import cases, repro
 from suite.assertions import PropertyFailure, assert_per_replica, assert_same_on_workers
 
 
@@ -25,7 +25,11 @@ def test_reduce_sum_and_mean_over_uneven_replicas(engines, spec, dtype, data):
     per_replica = ref.split(rows, sizes)
     row_sums = [r.astype(np.float64).sum(axis=0) if len(r) else np.zeros(width) for r in per_replica]
     n = sum(sizes)
-    common = dict(spec=spec, dtype=dtype, n_terms=n, replicas=spec.replicas, case={"sizes": sizes})
+    snippet = repro.snippet(spec, {"rows": rows, "sizes": sizes},
+                            "mine = tf.function(lambda: strategy.run(lambda: my_slice(rows)[0]))()\n"
+                            "for op in ('SUM', 'MEAN'):\n"
+                            "    print(op, strategy.reduce(op, mine, axis=0).numpy())\n")
+    common = dict(spec=spec, dtype=dtype, n_terms=n, replicas=spec.replicas, case={"sizes": sizes}, repro=snippet)
     assert_same_on_workers(results, "sum_axis0", ref.reduce(per_replica, "SUM", axis=0),
                            what="reduce(SUM, axis=0)", **common)
     assert_same_on_workers(results, "mean_axis0", ref.reduce(per_replica, "MEAN", axis=0),

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from reference import model as ref_model
 from reference.optimizers import ADAPTIVE, CONFIGS
-from suite import cases
+from suite import cases, repro
 from suite.assertions import PropertyFailure, assert_close
 from suite.profiles import examples
 
@@ -46,9 +46,9 @@ def _arch_dict(arch):
             "head": arch.head, "l2": arch.l2}
 
 
-def _check_history(results, history, spec, dtype, case):
+def _check_history(results, history, spec, dtype, case, snippet=None):
     __tracebackhide__ = True
-    common = dict(spec=spec, dtype=dtype, kind="trained", replicas=spec.replicas, case=case)
+    common = dict(spec=spec, dtype=dtype, kind="trained", replicas=spec.replicas, case=case, repro=snippet)
     for w, result in enumerate(results):
         who = f" (worker {w})" if len(results) > 1 else ""
         for s, (got, want) in enumerate(zip(result["history"], history)):
@@ -77,7 +77,8 @@ def test_training_steps_match_reference_on_the_global_batch(engines, spec, optim
     results = engines.call(spec, "training.train", arch=_arch_dict(arch), optimizer=optimizer,
                            dtype=dtype, params=params, steps=steps)
     _check_history(results, history, spec, dtype,
-                   {"arch": arch_name, "optimizer": optimizer, "sizes": [s[2] for s in steps]})
+                   {"arch": arch_name, "optimizer": optimizer, "sizes": [s[2] for s in steps]},
+                   repro.training(spec, _arch_dict(arch), CONFIGS[optimizer], dtype, params, steps))
 
 
 @examples(0.5)

@@ -142,10 +142,16 @@ def keras_loss(ctx, kind, reduction, y_true, y_pred, sizes):
             return strategy.run(replica_fn)
         return fn
 
+    raised_key = ("keras_loss raised",) + key
+    if raised_key in ctx.cache:  # it raised while tracing: it raises for every input of this key
+        return ctx.cache[raised_key]
     try:
         fn = ctx.cached(key, build)
         per_replica = fn(y_true, y_pred, np.asarray(sizes, np.int32))
     except Exception as exc:  # the documented outcome may be an exception
-        return {"raised": type(exc).__name__, "message": str(exc).strip().splitlines()[0]}
+        ctx.cache.pop(key, None)
+        ctx.cache[raised_key] = {"raised": type(exc).__name__,
+                                 "message": str(exc).strip().splitlines()[0]}
+        return ctx.cache[raised_key]
     return {"local": local(strategy, per_replica), "keras_version": compat.KERAS_VERSION,
             "has_strategy": bool(tf.distribute.has_strategy()) or ctx.spec.kind != "default"}
