@@ -72,10 +72,6 @@ def local_results(per_replica: list, worker_index: int, num_workers: int) -> lis
     return list(per_replica[worker_index * per_worker:(worker_index + 1) * per_worker])
 
 
-def even_split(global_batch: int, replicas: int) -> bool:
-    return global_batch % replicas == 0
-
-
 def replica_weights(sizes, global_batch_size=None) -> np.ndarray:
     """The weight each example's loss gets in the sum over replicas of
     ``compute_average_loss``: 1/denominator of its replica (per example)."""

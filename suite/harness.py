@@ -22,18 +22,4 @@ class Engines:
         except EngineUnavailable as exc:
             pytest.skip(str(exc))
 
-    def call_one(self, spec: Spec, probe: str, **kwargs):
-        """Like ``call`` for probes whose result must be the same on every worker: returns
-        the list of per-worker results (tests check each)."""
-        return self.call(spec, probe, **kwargs)
 
-    def info(self, spec: Spec) -> dict:
-        return self.call(spec, "engine.info")[0]
-
-
-def all_local(results: list) -> list:
-    """Concatenate every worker's local per-replica values into global replica order."""
-    out = []
-    for r in results:
-        out.extend(r["local"])
-    return out
