@@ -44,6 +44,7 @@ def update(ctx, kind, batches, dtype):
         in_replica.append(local(strategy, step(y_true, y_pred, np.asarray(sizes, np.int32))))
     result = metric.result()
     if mutants.on("metric_first_replica") and ctx.num_replicas > 1:
-        result = in_replica[-1][0]
+        first = [local(strategy, compat.tf_variable(v))[0] for v in metric.variables]  # (total, count)
+        result = first[0] if kind == "sum" else (first[0] / first[1] if first[1] else 0.0)
     return {"in_replica": in_replica, "result": result,
             "variables": [type(compat.tf_variable(v)).__name__ for v in metric.variables]}

@@ -23,8 +23,7 @@ def _trainer(ctx, arch, optimizer, dtype, default_denominator):
         cls, cfg = CONFIGS[optimizer]
         opt = compat.make_optimizer(cls, cfg)
         opt.build(model.trainable_variables)
-    initial = [compat.tf_variable(v).read_value().numpy() if hasattr(compat.tf_variable(v), "read_value")
-               else np.asarray(v) for v in compat.optimizer_variables(opt)]
+    initial = [np.array(v.numpy()) for v in compat.optimizer_variables(opt)]  # restored per call
     y_dtype = tf.int32 if arch["head"] == "softmax" else tf.as_dtype(dtype)
     y_shape = [None] if arch["head"] == "softmax" else [None, arch["outputs"]]
 
