@@ -18,6 +18,8 @@ MUTANTS = {
     "reduce_mean_of_means": "MEAN over axis 0 as the mean of per-replica means",
     "reversed_local_results": "local results returned in reverse replica order",
     "keras_loss_times_replicas": "Keras loss values multiplied by the replica count",
+    "input_rows_to_first_replica": "every step's rows handed to the first local replica",
+    "input_dropped_element": "the first row of the first step lost",
 }
 
 ACTIVE = os.environ.get("TFDS_MUTANT") or None

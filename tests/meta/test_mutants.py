@@ -37,6 +37,12 @@ CASES = {
     "reversed_local_results": (
         "tests/test_reduce.py::test_experimental_local_results_are_in_replica_order[mirrored:2]",
         "local results come from replicas [1, 0]"),
+    "input_rows_to_first_replica": (
+        "tests/test_input.py::test_replica_batches_follow_the_split_rule[mirrored:2-for]",
+        "replica 0: got"),
+    "input_dropped_element": (
+        "tests/test_input.py::test_every_element_is_delivered_exactly_once[mirrored:2]",
+        "elements missing [0]"),
     "keras_loss_times_replicas": (
         "tests/test_losses.py::test_keras_loss_reduction_inside_strategy_run[mirrored:2-mse-sum-float64]",
         "= replicas"),

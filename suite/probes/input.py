@@ -1,0 +1,114 @@
+"""Input-distribution probes: a batched ``Dataset.range`` distributed with
+``experimental_distribute_dataset`` and read in one of four iteration styles."""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from suite.probes import mutants
+from suite.probes.registry import probe
+
+STYLES = ("for", "iter_next", "get_next_as_optional", "tf_function_for")
+
+
+def _dataset(length, batch, drop_remainder, batch_size_known, policy, feature_shape, dtype):
+    """Element i is ``i`` broadcast to ``feature_shape`` (so every row names its element)."""
+    ds = tf.data.Dataset.range(length).map(lambda i: tf.fill(feature_shape, tf.cast(i, dtype)))
+    ds = ds.batch(batch, drop_remainder=drop_remainder)
+    if not batch_size_known:
+        ds = ds.map(lambda x: x)  # Map hides the batch node from compute_batch_size (unless static)
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = getattr(tf.data.experimental.AutoShardPolicy, policy)
+    return ds.with_options(options)
+
+
+def _local(strategy, value):
+    return [np.asarray(v) for v in strategy.experimental_local_results(value)]
+
+
+@probe
+def distribute(ctx, length, batch, drop_remainder, policy, style, batch_size_known=True,
+               feature_shape=(), dtype="float32"):
+    """Every step's local replica batches, read with ``style``, and what the iterator does
+    once exhausted."""
+    strategy = ctx.strategy
+    ds = _dataset(length, batch, drop_remainder, batch_size_known, policy, list(feature_shape), dtype)
+    dist = strategy.experimental_distribute_dataset(ds)
+    steps, after_end = [], None
+    if style == "for":
+        for x in dist:
+            steps.append(_local(strategy, x))
+    elif style == "iter_next":
+        it = iter(dist)
+        while True:
+            try:
+                x = next(it)
+            except StopIteration:
+                break
+            steps.append(_local(strategy, x))
+        try:
+            next(it)
+            after_end = "returned"
+        except StopIteration:
+            after_end = "StopIteration"
+    elif style == "get_next_as_optional":
+        it = iter(dist)
+        while True:
+            opt = it.get_next_as_optional()
+            if not opt.has_value():
+                break
+            steps.append(_local(strategy, opt.get_value()))
+        after_end = "has_value=False" if not bool(it.get_next_as_optional().has_value()) else "has_value=True"
+    elif style == "tf_function_for":
+        steps = _collect_in_tf_function(ctx, dist, dtype, list(feature_shape))
+    else:
+        raise ValueError(f"style must be one of {STYLES}")
+    if mutants.on("input_rows_to_first_replica"):
+        steps = [[np.concatenate(step)] + [p[:0] for p in step[1:]] for step in steps]
+    if mutants.on("input_dropped_element"):
+        for step in steps:
+            if len(step[0]):
+                step[0] = step[0][1:]
+                break
+    return {"steps": steps, "after_end": after_end}
+
+
+def _collect_in_tf_function(ctx, dist, dtype, feature_shape):
+    """A ``for`` loop over the distributed dataset inside a tf.function, writing each local
+    replica's batch of each step into TensorArrays; rebuilt into steps afterwards."""
+    strategy = ctx.strategy
+    n_local = len(ctx.local_replica_ids)
+    key = ("input.collect", dtype, tuple(feature_shape))
+    if key in ctx.cache:  # one tf.function per element spec: datasets of the same spec reuse its trace
+        return _rebuild(*ctx.cache[key](dist), n_local)
+
+    @tf.function
+    def collect(dist):
+        ctx.traces["input.distribute(tf_function_for)"] += 1
+        # loop state must be rebound names (autograph does not track item assignment)
+        values = tuple(tf.TensorArray(dtype, size=0, dynamic_size=True, infer_shape=False,
+                                      element_shape=tf.TensorShape([None] + feature_shape))
+                       for _ in range(n_local))
+        sizes = tuple(tf.TensorArray(tf.int32, size=0, dynamic_size=True, element_shape=[]) for _ in range(n_local))
+        n = tf.constant(0)
+        for x in dist:
+            parts = strategy.experimental_local_results(x)
+            values = tuple(v.write(n, p) for v, p in zip(values, parts))
+            sizes = tuple(s.write(n, tf.shape(p)[0]) for s, p in zip(sizes, parts))
+            n += 1
+        return [v.concat() for v in values], [s.stack() for s in sizes], n
+
+    ctx.cache[key] = collect
+    return _rebuild(*collect(dist), n_local)
+
+
+def _rebuild(values, sizes, n, n_local):
+    n = int(n)
+    steps = [[] for _ in range(n)]
+    for i in range(n_local):
+        flat = np.asarray(values[i]) if n else np.zeros((0,))
+        bounds = np.concatenate([[0], np.cumsum(np.asarray(sizes[i])[:n])]).astype(int)
+        for s in range(n):
+            steps[s].append(flat[bounds[s]:bounds[s + 1]])
+    return steps

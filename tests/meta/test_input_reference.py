@@ -1,0 +1,41 @@
+"""reference/input.py against the examples observed on TF 2.15.1 and 2.21.0
+(docs/research/input_distribution.md, section 1)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from reference import input as ref_input
+
+OBSERVED = [  # R, L, B, drop, policy, steps
+    (2, 10, 4, False, "AUTO", [[[0, 1], [2, 3]], [[4, 5], [6, 7]], [[8], [9]]]),
+    (2, 10, 4, False, "OFF", [[[0, 1], [2, 3]], [[4, 5], [6, 7]], [[8, 9], []]]),
+    (3, 8, 4, False, "DATA", [[[0, 1], [2, 3], []], [[4, 5], [6, 7], []]]),
+    (3, 8, 4, True, "OFF", [[[0, 1], [2], [3]], [[4, 5], [6], [7]]]),
+    (3, 7, 4, False, "AUTO", [[[0, 1], [2, 3], []], [[4], [5], [6]]]),
+    (3, 7, 4, False, "OFF", [[[0, 1], [2], [3]], [[4, 5], [6], []]]),
+    (3, 2, 4, True, "AUTO", []),
+    (4, 11, 5, False, "OFF", [[[0, 1], [2], [3], [4]], [[5, 6], [7], [8], [9]], [[10], [], [], []]]),
+    (4, 6, 6, False, "AUTO", [[[0, 1], [2, 3], [4, 5], []]]),
+]
+
+
+@pytest.mark.parametrize("replicas, length, batch, drop, policy, steps", OBSERVED)
+def test_reference_reproduces_observed_splits(replicas, length, batch, drop, policy, steps):
+    assert ref_input.distribute(length, batch, drop, replicas, policy) == steps
+
+
+def test_unknown_batch_size_uses_the_legacy_rule_under_every_policy():
+    legacy = ref_input.distribute(10, 4, False, 3, "AUTO")
+    assert ref_input.distribute(10, 4, False, 3, "OFF", batch_size_known=False) == legacy
+
+
+@given(st.integers(0, 30), st.integers(1, 7), st.booleans(), st.integers(1, 4), st.sampled_from(ref_input.POLICIES))
+def test_every_kept_element_is_delivered_once(length, batch, drop, replicas, policy):
+    steps = ref_input.distribute(length, batch, drop, replicas, policy)
+    delivered = [e for step in steps for part in step for e in part]
+    kept = length - (length % batch if drop else 0)
+    assert sorted(delivered) == list(range(kept))
+    assert all(len(step) == replicas and any(step) for step in steps)
