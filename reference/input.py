@@ -90,3 +90,35 @@ def distribute(length: int, batch: int, drop_remainder: bool, replicas: int, pol
         else:
             steps.append(_split_v2(rows, replicas, batch))
     return steps
+
+
+def per_replica_batch_size(global_batch: int, replicas: int) -> int:
+    """``InputContext.get_per_replica_batch_size``: global // replicas; a global batch that does
+    not divide raises ValueError ("The `global_batch_size` G is not divisible by
+    `num_replicas_in_sync` R", distribute_lib.py InputContext)."""
+    if global_batch % replicas:
+        raise ValueError(f"The `global_batch_size` {global_batch} is not divisible by "
+                         f"`num_replicas_in_sync` {replicas}")
+    return global_batch // replicas
+
+
+def datasets_from_function(length: int, global_batch: int, replicas: int, workers: int = 1):
+    """Steps of ``distribute_datasets_from_function`` for the guide's input function
+    ``range(length).shard(num_input_pipelines, input_pipeline_id).batch(per-replica batch)``.
+
+    One input pipeline per worker (``InputContext(workers, w, replicas)``); its dataset is
+    neither rebatched nor auto-sharded, and its elements go to the worker's replicas one
+    whole element each, round-robin (input_lib.py ``DistributedDatasetsFromFunction``). A step
+    exists while any replica in the cluster has data (workers agree on it), and replicas with
+    nothing in it get empty batches. Returns, per worker, the list of steps of that worker's
+    local replica batches (element ids)."""
+    local = replicas // workers
+    b = per_replica_batch_size(global_batch, replicas)
+    out = []
+    for w in range(workers):
+        ids = list(range(length))[w::workers]
+        elements = [ids[i:i + b] for i in range(0, len(ids), b)]
+        steps = [elements[i:i + local] for i in range(0, len(elements), local)]
+        out.append([step + [[]] * (local - len(step)) for step in steps])
+    n_steps = max(len(steps) for steps in out)
+    return [steps + [[[]] * local] * (n_steps - len(steps)) for steps in out]

@@ -98,3 +98,36 @@ def test_iteration_styles_deliver_the_same_stream(engines, spec, data):
     for style, stream in streams.items():
         if stream != first:
             raise PropertyFailure(f"[{spec}] {case}: iterating with {style!r} gives {stream}, but 'for' gives {first}")
+
+
+@given(length=st.integers(0, 20), global_batch=st.integers(1, 8))
+def test_distribute_datasets_from_function_follows_input_context(engines, spec, length, global_batch):
+    """The input function is called once per worker with InputContext(workers, worker, replicas);
+    get_per_replica_batch_size divides the global batch (or raises when it does not divide);
+    the per-worker dataset's elements reach the worker's replicas one whole element each."""
+    results = engines.call(spec, "input.from_function", length=length, global_batch=global_batch)
+    for w, r in enumerate(results):
+        where = f"[{spec}] length={length}, global_batch={global_batch}, worker {w}"
+        if r["contexts"] != [[spec.workers, w, spec.replicas]]:
+            raise PropertyFailure(f"{where}: input contexts {r['contexts']}, but should be "
+                                  f"{[[spec.workers, w, spec.replicas]]} (num_input_pipelines, id, replicas)")
+        try:
+            expected = ref_input.datasets_from_function(length, global_batch, spec.replicas, spec.workers)[w]
+        except ValueError as exc:
+            if r.get("raised") != "ValueError" or r["message"] != str(exc):
+                raise PropertyFailure(f"{where}: got {r.get('raised')}: {r.get('message')!r}, but should "
+                                      f"raise ValueError: {str(exc)!r}") from None
+            continue
+        got = [[_ids(p) for p in step] for step in r["steps"]]
+        if got != expected:
+            raise PropertyFailure(f"{where}: steps {got}, but should be {expected}")
+
+
+def test_values_from_function_sees_each_replica_context(engines, spec):
+    results = engines.call(spec, "input.values_from_function")
+    for w, r in enumerate(results):
+        expected = ref.local_results([[i, spec.replicas] for i in range(spec.replicas)], w, len(results))
+        got = [np.asarray(v).tolist() for v in r["local"]]
+        if got != expected:
+            raise PropertyFailure(f"[{spec}] worker {w}: ValueContexts (replica id, replicas) {got}, "
+                                  f"but should be {expected}")

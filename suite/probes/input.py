@@ -112,3 +112,36 @@ def _rebuild(values, sizes, n, n_local):
         for s in range(n):
             steps[s].append(flat[bounds[s]:bounds[s + 1]])
     return steps
+
+
+@probe
+def from_function(ctx, length, global_batch):
+    """``distribute_datasets_from_function`` with the guide's input function; returns the
+    InputContext(s) it was called with and every step's local replica batches (or the error
+    ``get_per_replica_batch_size`` raised)."""
+    strategy = ctx.strategy
+    contexts = []
+
+    def dataset_fn(input_context):
+        contexts.append([input_context.num_input_pipelines, input_context.input_pipeline_id,
+                         input_context.num_replicas_in_sync])
+        b = input_context.get_per_replica_batch_size(global_batch)
+        ds = tf.data.Dataset.range(length).shard(input_context.num_input_pipelines,
+                                                 input_context.input_pipeline_id)
+        return ds.batch(b)
+
+    try:
+        dist = strategy.distribute_datasets_from_function(dataset_fn)
+    except ValueError as exc:
+        return {"raised": "ValueError", "message": str(exc).strip(), "contexts": contexts}
+    steps = [_local(strategy, x) for x in dist]
+    return {"steps": steps, "contexts": contexts}
+
+
+@probe
+def values_from_function(ctx):
+    """``experimental_distribute_values_from_function``: each replica's ValueContext."""
+    strategy = ctx.strategy
+    value = strategy.experimental_distribute_values_from_function(
+        lambda c: tf.constant([c.replica_id_in_sync_group, c.num_replicas_in_sync]))
+    return {"local": _local(strategy, value)}
