@@ -101,7 +101,8 @@ def train(arch: Arch, params, optimizer: str, steps, denominator: str = "global"
 
     Each step is ``(x, y, sizes)``: the global batch and how it is split over replicas. Every
     replica computes ``compute_average_loss(per_example, global_batch_size=G)`` (denominator
-    ``"global"``: G = len(x); ``"default"``: each replica divides by its own batch x replicas)
+    ``"global"``: G = len(x); an int: that constant G, as the guide's GLOBAL_BATCH_SIZE, also
+    on a short last batch; ``"default"``: each replica divides by its own batch x replicas)
     plus ``scale_regularization_loss(model.losses)``; the gradients are summed over replicas
     and applied once. Returns, per step, the parameters after it, the summed loss, the
     applied (summed) gradients and the trace (for conditioning checks)."""
@@ -112,10 +113,11 @@ def train(arch: Arch, params, optimizer: str, steps, denominator: str = "global"
     opt = Optimizer(optimizer, params)
     history = []
     for x, y, sizes in steps:
-        gbs = len(x) if denominator == "global" else None
+        gbs = len(x) if denominator == "global" else None if denominator == "default" else int(denominator)
         w = distribute.replica_weights(sizes, gbs)
         trace = loss_and_grads(arch, params, x, y, w, reg_weight=1.0)
         loss = float(np.sum(w * trace.per_example_loss)) + regularization(arch, params)
         params = opt.step(params, trace.grads)
-        history.append({"params": params, "loss": loss, "grads": trace.grads, "trace": trace})
+        history.append({"params": params, "loss": loss, "grads": trace.grads, "trace": trace,
+                        "slots": opt.used_slots(), "iterations": opt.t})
     return history

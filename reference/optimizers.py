@@ -72,3 +72,10 @@ class Optimizer:
             self.slots[0][i], self.slots[1][i] = m, v
             out.append(w)
         return out
+
+    def used_slots(self) -> list[np.ndarray]:
+        """Copies of the slot variables this optimizer keeps (momentum m, Adam m and v,
+        RMSprop v, Adagrad accumulator); plain SGD keeps none."""
+        used = {"sgd": (), "sgd_momentum": (0,), "sgd_nesterov": (0,), "adam": (0, 1),
+                "rmsprop": (1,), "adagrad": (0,)}[self.name]
+        return [np.array(slot) for k in used for slot in self.slots[k]]

@@ -8,6 +8,8 @@ from hypothesis import assume
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from reference import model as ref_model
+
 DTYPES = ("float32", "float64")
 
 
@@ -76,3 +78,37 @@ def well_conditioned(history, dtype: str, adaptive: bool) -> bool:
                 if np.any((a > 0) & (a < ADAPTIVE_GRAD_FLOOR[dtype])):
                     return False
     return True
+
+
+# The model family the training and checkpoint properties draw from (reference/model.py).
+ARCHS = {
+    "mlp_linear_l2": ref_model.Arch(input_dim=3, hidden=(4,), outputs=2, head="linear", l2=1 / 64),
+    "mlp_softmax": ref_model.Arch(input_dim=3, hidden=(5, 3), outputs=3, head="softmax"),
+    "linear_l2": ref_model.Arch(input_dim=2, hidden=(), outputs=1, head="linear", l2=1 / 8),
+}
+
+
+@st.composite
+def training_cases(draw, replicas: int, dtype: str, max_steps: int = 4):
+    """(arch name, initial parameters, steps): each step a global batch (x, y) and its split."""
+    arch_name = draw(st.sampled_from(sorted(ARCHS)), label="arch")
+    arch = ARCHS[arch_name]
+    params = [draw(floats(dtype, shape, -1.0, 1.0), label=f"param {i}")
+              for i, shape in enumerate(arch.shapes())]
+    steps = []
+    for _ in range(draw(st.integers(1, max_steps), label="steps")):
+        sizes = draw(splits(replicas, max_per_replica=4, min_total=1), label="sizes")
+        n = sum(sizes)
+        x = draw(floats(dtype, (n, arch.input_dim), -2.0, 2.0), label="x")
+        if arch.head == "softmax":
+            y = draw(hnp.arrays(np.int32, n, elements=st.integers(0, arch.outputs - 1)), label="labels")
+        else:
+            y = draw(floats(dtype, (n, arch.outputs), -2.0, 2.0), label="y")
+        steps.append((x, y, sizes))
+    return arch_name, params, steps
+
+
+def arch_dict(arch) -> dict:
+    """An Arch as plain data for a probe."""
+    return {"input_dim": arch.input_dim, "hidden": list(arch.hidden), "outputs": arch.outputs,
+            "head": arch.head, "l2": arch.l2}

@@ -102,3 +102,13 @@ def per_example_loss(head: str, y, out):
     if head == "linear":
         return keras.losses.mse(y, out)
     return keras.losses.sparse_categorical_crossentropy(y, out)
+
+
+def export_saved_model(model, path: str, input_spec):
+    """Write a SavedModel with a ``serving_default`` signature (Keras 3 ``model.export``;
+    Keras 2 ``tf.saved_model.save`` with a traced signature)."""
+    if KERAS_GENERATION >= 3:
+        model.export(path, format="tf_saved_model", verbose=False)
+    else:
+        fn = tf.function(lambda x: model(x, training=False), input_signature=[input_spec])
+        tf.saved_model.save(model, path, signatures={"serving_default": fn})

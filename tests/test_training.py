@@ -9,41 +9,13 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from reference import distribute as ref
 from reference import model as ref_model
 from reference.optimizers import ADAPTIVE, CONFIGS
 from suite import cases, repro
 from suite.assertions import PropertyFailure, assert_close
+from suite.cases import ARCHS, arch_dict, training_cases
 from suite.profiles import examples
-
-ARCHS = {
-    "mlp_linear_l2": ref_model.Arch(input_dim=3, hidden=(4,), outputs=2, head="linear", l2=1 / 64),
-    "mlp_softmax": ref_model.Arch(input_dim=3, hidden=(5, 3), outputs=3, head="softmax"),
-    "linear_l2": ref_model.Arch(input_dim=2, hidden=(), outputs=1, head="linear", l2=1 / 8),
-}
-
-
-@st.composite
-def training_cases(draw, replicas: int, dtype: str, max_steps: int = 4):
-    arch_name = draw(st.sampled_from(sorted(ARCHS)), label="arch")
-    arch = ARCHS[arch_name]
-    params = [draw(cases.floats(dtype, shape, -1.0, 1.0), label=f"param {i}")
-              for i, shape in enumerate(arch.shapes())]
-    steps = []
-    for _ in range(draw(st.integers(1, max_steps), label="steps")):
-        sizes = draw(cases.splits(replicas, max_per_replica=4, min_total=1), label="sizes")
-        n = sum(sizes)
-        x = draw(cases.floats(dtype, (n, arch.input_dim), -2.0, 2.0), label="x")
-        if arch.head == "softmax":
-            y = draw(cases.hnp.arrays(np.int32, n, elements=st.integers(0, arch.outputs - 1)), label="labels")
-        else:
-            y = draw(cases.floats(dtype, (n, arch.outputs), -2.0, 2.0), label="y")
-        steps.append((x, y, sizes))
-    return arch_name, params, steps
-
-
-def _arch_dict(arch):
-    return {"input_dim": arch.input_dim, "hidden": list(arch.hidden), "outputs": arch.outputs,
-            "head": arch.head, "l2": arch.l2}
 
 
 def _check_history(results, history, spec, dtype, case, snippet=None):
@@ -74,11 +46,11 @@ def test_training_steps_match_reference_on_the_global_batch(engines, spec, optim
     arch = ARCHS[arch_name]
     history = ref_model.train(arch, params, optimizer, steps, "global")
     assume(cases.well_conditioned(history, dtype, optimizer in ADAPTIVE))
-    results = engines.call(spec, "training.train", arch=_arch_dict(arch), optimizer=optimizer,
+    results = engines.call(spec, "training.train", arch=arch_dict(arch), optimizer=optimizer,
                            dtype=dtype, params=params, steps=steps)
     _check_history(results, history, spec, dtype,
                    {"arch": arch_name, "optimizer": optimizer, "sizes": [s[2] for s in steps]},
-                   repro.training(spec, _arch_dict(arch), CONFIGS[optimizer], dtype, params, steps))
+                   repro.training(spec, arch_dict(arch), CONFIGS[optimizer], dtype, params, steps))
 
 
 @examples(0.5)
@@ -92,7 +64,7 @@ def test_default_denominator_weights_each_replica_by_its_own_batch(engines, spec
     arch = ARCHS[arch_name]
     history = ref_model.train(arch, params, "sgd", steps, "default")
     assume(cases.well_conditioned(history, dtype, False))
-    results = engines.call(spec, "training.train", arch=_arch_dict(arch), optimizer="sgd",
+    results = engines.call(spec, "training.train", arch=arch_dict(arch), optimizer="sgd",
                            dtype=dtype, params=params, steps=steps, denominator="default")
     _check_history(results, history, spec, dtype, {"arch": arch_name, "sizes": [s[2] for s in steps]})
     if all(len(set(s[2])) == 1 for s in steps):
@@ -132,3 +104,58 @@ def test_optimizer_variables_created_lazily_in_a_distributed_step(engines, spec,
                 ["MirroredVariable"], ["AggregatingVariable"]):
             raise PropertyFailure(f"{who}: optimizer variables are {r['distributed']}, but should be "
                                   f"distributed variables of the strategy")
+
+
+@examples(0.5)
+@pytest.mark.parametrize("denominator", ["constant", "default"])
+@given(data=st.data())
+def test_short_last_batch_training_matches_the_reference_split(engines, spec, denominator, data):
+    """Several epochs over a dataset whose length is not a multiple of the global batch G, from
+    experimental_distribute_dataset: equal to the reference loop that splits each batch by the
+    input rule (reference/input.py) and divides by G (the guide's constant) or by each replica's
+    batch x replicas (the default)."""
+    from reference import input as ref_input
+
+    dtype = "float64"
+    arch_name, params, _ = data.draw(training_cases(spec.replicas, dtype, max_steps=1), label="model")
+    arch = ARCHS[arch_name]
+    g = data.draw(st.integers(max(2, spec.replicas), 6), label="global batch")
+    length = data.draw(st.integers(g + 1, 3 * g).filter(lambda n: n % g), label="dataset length")
+    epochs = data.draw(st.integers(1, 3), label="epochs")
+    x = data.draw(cases.floats(dtype, (length, arch.input_dim), -2.0, 2.0), label="x")
+    if arch.head == "softmax":
+        y = data.draw(cases.hnp.arrays(np.int32, length, elements=st.integers(0, arch.outputs - 1)), label="y")
+    else:
+        y = data.draw(cases.floats(dtype, (length, arch.outputs), -2.0, 2.0), label="y")
+    split = ref_input.distribute(length, g, False, spec.replicas, "AUTO", True, spec.workers)
+    steps = [(x[[i for part in s for i in part]], y[[i for part in s for i in part]], [len(p) for p in s])
+             for s in split] * epochs
+    history = ref_model.train(arch, params, "sgd", steps, g if denominator == "constant" else "default")
+    assume(cases.well_conditioned(history, dtype, False))
+    results = engines.call(spec, "training.train_dataset", arch=arch_dict(arch), optimizer="sgd", dtype=dtype,
+                           params=params, x=x, y=y, global_batch=g, epochs=epochs, denominator=denominator)
+    per_epoch = len(split)
+    for w, r in enumerate(results):
+        for e, epoch in enumerate(r["epochs"]):
+            want_sizes = [ref.local_results([len(p) for p in s], w, len(results)) for s in split]
+            if epoch["sizes"] != want_sizes:
+                raise PropertyFailure(f"[{spec}] epoch {e + 1} (worker {w}): replica batch sizes {epoch['sizes']}, "
+                                      f"but the input rule gives {want_sizes}")
+            expected = history[(e + 1) * per_epoch - 1]["params"]
+            for v, (copies, want) in enumerate(zip(epoch["params"], expected)):
+                for c, copy in enumerate(copies):
+                    assert_close(copy, want, what=f"variable {v} on replica {c} after epoch {e + 1} (worker {w})",
+                                 spec=spec, dtype=dtype, kind="trained", n_terms=4, replicas=spec.replicas,
+                                 case={"G": g, "length": length, "denominator": denominator})
+
+
+def test_constant_global_batch_weighs_a_short_batch_by_its_share():
+    """Documented factor (reference level): with compute_average_loss(global_batch_size=G) a
+    short last batch of p examples contributes p/G times its single-device mean loss."""
+    from reference import distribute as ref_distribute
+
+    losses = np.array([0.5, 1.5, 2.0])
+    g = 8
+    summed = sum(ref_distribute.compute_average_loss(part, global_batch_size=g)
+                 for part in ref_distribute.split(losses, [2, 1]))
+    assert np.isclose(summed, len(losses) / g * losses.mean())

@@ -15,14 +15,20 @@ from suite.probes.registry import probe
 SUM = tf.distribute.ReduceOp.SUM
 
 
-def _trainer(ctx, arch, optimizer, dtype, default_denominator):
-    """Model, optimizer (built eagerly, its initial state snapshotted) and traced step."""
+def _trainer(ctx, arch, optimizer, dtype, default_denominator, metrics=None):
+    """Model, optimizer (built eagerly, its initial state snapshotted) and traced step.
+
+    With ``metrics`` (a dict to fill), the step also updates, on each replica, a Mean of the
+    per-example losses and an int64 Sum counting examples (sync-on-read state)."""
     strategy = ctx.strategy
     with strategy.scope():
         model = compat.build_model(arch, dtype)
         cls, cfg = CONFIGS[optimizer]
         opt = compat.make_optimizer(cls, cfg)
         opt.build(model.trainable_variables)
+        if metrics is not None:
+            metrics["loss"] = compat.make_metric("mean", dtype)
+            metrics["examples"] = compat.make_metric("sum", "int64")
     initial = [np.array(v.numpy()) for v in compat.optimizer_variables(opt)]  # restored per call
     y_dtype = tf.int32 if arch["head"] == "softmax" else tf.as_dtype(dtype)
     y_shape = [None] if arch["head"] == "softmax" else [None, arch["outputs"]]
@@ -42,6 +48,9 @@ def _trainer(ctx, arch, optimizer, dtype, default_denominator):
                     per_example, global_batch_size=None if default_denominator else gbs)
                 if model.losses:
                     loss += tf.nn.scale_regularization_loss(tf.add_n(model.losses))
+            if metrics is not None:
+                metrics["loss"].update_state(per_example)
+                metrics["examples"].update_state(tf.shape(xs, out_type=tf.int64)[:1])
             grads = tape.gradient(loss, model.trainable_variables)
             if mutants.on("double_gradient_aggregation"):
                 grads = tf.distribute.get_replica_context().all_reduce(SUM, grads)
@@ -119,3 +128,44 @@ def lazy_optimizer(ctx, name):
 @probe
 def optimizer_names(ctx):
     return compat.builtin_optimizer_names()
+
+
+@probe
+def train_dataset(ctx, arch, optimizer, dtype, params, x, y, global_batch, epochs, denominator):
+    """Train from ``experimental_distribute_dataset(from_tensor_slices((x, y)).batch(G))`` for
+    ``epochs`` epochs, with ``compute_average_loss(global_batch_size=G)`` (``denominator="constant"``,
+    the guide's GLOBAL_BATCH_SIZE) or its default; return every replica's copy of every
+    variable after each epoch, and each step's replica batch sizes."""
+    strategy = ctx.strategy
+    with strategy.scope():
+        model = compat.build_model(arch, dtype)
+        cls, cfg = CONFIGS[optimizer]
+        opt = compat.make_optimizer(cls, cfg)
+        opt.build(model.trainable_variables)
+    for var, value in zip(model.trainable_variables, params):
+        var.assign(np.asarray(value, dtype))
+    dist = strategy.experimental_distribute_dataset(
+        tf.data.Dataset.from_tensor_slices((x, y)).batch(global_batch))
+
+    def replica_fn(xs, ys):
+        with tf.GradientTape() as tape:
+            per_example = compat.per_example_loss(arch["head"], ys, model(xs, training=True))
+            loss = tf.nn.compute_average_loss(
+                per_example, global_batch_size=global_batch if denominator == "constant" else None)
+            if model.losses:
+                loss += tf.nn.scale_regularization_loss(tf.add_n(model.losses))
+        grads = tape.gradient(loss, model.trainable_variables)
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+        return tf.shape(xs)[0]
+
+    @tf.function
+    def step(batch):
+        counted(ctx, "training.train_dataset")
+        return strategy.run(replica_fn, args=batch)
+
+    epochs_out = []
+    for _ in range(epochs):
+        sizes = [[int(n) for n in local(strategy, step(batch))] for batch in dist]
+        epochs_out.append({"sizes": sizes,
+                           "params": [compat.local_values(strategy, v) for v in model.trainable_variables]})
+    return {"epochs": epochs_out}

@@ -1,0 +1,108 @@
+"""Checkpoint probes: train under one strategy and save a tf.train.Checkpoint (model, optimizer,
+metrics); restore it under another strategy (or none) and train one more step; export a
+SavedModel and reload it without a strategy."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from suite import compat
+from suite.probes.registry import probe
+from suite.probes.training import _trainer
+
+
+def _state(ctx, model, opt, metrics):
+    """Every variable's value: model (every local replica's copy), optimizer, metric states."""
+    return {
+        "params": [compat.local_values(ctx.strategy, v) for v in model.trainable_variables],
+        "optimizer": [np.asarray(v.numpy()) for v in compat.optimizer_variables(opt)],
+        "iterations": int(compat.tf_variable(opt.iterations).numpy()),
+        "metrics": {name: [np.asarray(v.numpy()) for v in m.variables] for name, m in metrics.items()},
+        "metric_results": {name: np.asarray(m.result()) for name, m in metrics.items()},
+    }
+
+
+def _run_steps(step, steps):
+    for x, y, sizes in steps:
+        step(x, y, np.asarray(sizes, np.int32), np.int64(len(x)))
+
+
+def _fresh(ctx, arch, optimizer, dtype):
+    metrics: dict = {}
+    model, opt, _, step = _trainer(ctx, arch, optimizer, dtype, False, metrics)
+    # Keras 3 metrics are not tf.train trackables: checkpoint their (sync-on-read) tf.Variables
+    states = {name: [compat.tf_variable(v) for v in m.variables] for name, m in metrics.items()}
+    return model, opt, metrics, step, tf.train.Checkpoint(model=model, optimizer=opt, **states)
+
+
+@probe
+def save(ctx, arch, optimizer, dtype, params, steps, directory):
+    """Set ``params``, train ``steps`` under this strategy, save a checkpoint (the chief to
+    ``directory``, other workers to their own folders, as the multi-worker guide does)."""
+    model, opt, metrics, step, ckpt = _fresh(ctx, arch, optimizer, dtype)
+    for var, value in zip(model.trainable_variables, params):
+        var.assign(np.asarray(value, dtype))
+    _run_steps(step, steps)
+    target = directory if ctx.worker_index == 0 else os.path.join(directory, f"worker{ctx.worker_index}")
+    path = ckpt.save(os.path.join(target, "ckpt"))
+    return dict(_state(ctx, model, opt, metrics), path=path if ctx.worker_index == 0 else None)
+
+
+@probe
+def restore(ctx, arch, optimizer, dtype, path, steps):
+    """Build the same objects fresh under this strategy, restore ``path``, then run ``steps``."""
+    model, opt, metrics, step, ckpt = _fresh(ctx, arch, optimizer, dtype)
+    ckpt.restore(path).assert_existing_objects_matched()
+    restored = _state(ctx, model, opt, metrics)
+    _run_steps(step, steps)
+    return {"restored": restored, "after": _state(ctx, model, opt, metrics)}
+
+
+@probe
+def export(ctx, arch, dtype, params, x, directory):
+    """Build the model under this strategy with ``params``, predict ``x``, export a SavedModel
+    (the chief to ``directory``, other workers to their own folders)."""
+    with ctx.strategy.scope():
+        model = compat.build_model(arch, dtype)
+    for var, value in zip(model.trainable_variables, params):
+        var.assign(np.asarray(value, dtype))
+    prediction = model(tf.constant(x), training=False)
+    target = directory if ctx.worker_index == 0 else os.path.join(directory, f"worker{ctx.worker_index}")
+    compat.export_saved_model(model, target, tf.TensorSpec([None, arch["input_dim"]], dtype))
+    return {"prediction": np.asarray(prediction)}
+
+
+@probe
+def reload_predict(ctx, directory, x):
+    """Load a SavedModel (under this engine's strategy, normally none) and run its
+    serving_default signature on ``x``."""
+    loaded = tf.saved_model.load(directory)
+    outputs = loaded.signatures["serving_default"](tf.constant(x))
+    return {"prediction": np.asarray(next(iter(outputs.values())))}
+
+
+@probe
+def counters_save(ctx, values, directory):
+    """Keras int64 Sum metrics (sync-on-read SUM state), one per value, updated once each under
+    this strategy and saved in one checkpoint."""
+    with ctx.strategy.scope():
+        counters = [compat.make_metric("sum", "int64") for _ in values]
+    for counter, value in zip(counters, values):
+        counter.update_state(np.int64(value))
+    states = {f"c{i}": [compat.tf_variable(v) for v in c.variables] for i, c in enumerate(counters)}
+    target = directory if ctx.worker_index == 0 else os.path.join(directory, f"worker{ctx.worker_index}")
+    return {"path": tf.train.Checkpoint(**states).save(os.path.join(target, "ckpt")),
+            "saved": [int(c.result()) for c in counters]}
+
+
+@probe
+def counters_restore(ctx, n, path):
+    """``n`` fresh int64 Sum metrics under this strategy, restored from ``path``: their results."""
+    with ctx.strategy.scope():
+        counters = [compat.make_metric("sum", "int64") for _ in range(n)]
+    states = {f"c{i}": [compat.tf_variable(v) for v in c.variables] for i, c in enumerate(counters)}
+    tf.train.Checkpoint(**states).restore(path).assert_existing_objects_matched()
+    return {"restored": [int(c.result()) for c in counters]}

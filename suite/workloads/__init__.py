@@ -1,0 +1,1 @@
+"""Built-in workloads (models and datasets), addressable as "module:factory"."""

@@ -1,0 +1,126 @@
+"""tf.train.Checkpoint across strategies: save under one spec, restore under another or with no
+strategy; every variable and the optimizer's slots and iteration count equal the reference, the
+metric states (float and int64 sync-on-read) equal what was saved, one more step equals the step
+of an uninterrupted run, and a SavedModel reloads without a strategy and predicts the same."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+
+import numpy as np
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from reference import model as ref_model
+from reference.optimizers import ADAPTIVE
+from suite import cases
+from suite.assertions import PropertyFailure, assert_close
+from suite.cases import ARCHS, arch_dict, training_cases
+from suite.profiles import examples
+from suite.specs import parse_spec
+
+OPTIMIZERS = ["sgd", "sgd_momentum", "adam", "rmsprop", "adagrad"]
+
+
+@pytest.fixture(scope="session")
+def restore_specs(request):
+    """Where a checkpoint may be restored: no strategy, and every selected spec."""
+    specs = {s.text: s for s in request.config._tfds_specs}
+    specs.setdefault("default", parse_spec("default"))
+    return [specs[k] for k in sorted(specs)]
+
+
+def _check_state(got, history, arch, steps, spec, dtype, what, metrics=None):
+    __tracebackhide__ = True
+    last = history[-1]
+    common = dict(spec=spec, dtype=dtype, kind="trained")
+    for v, (copies, expected) in enumerate(zip(got["params"], last["params"])):
+        for r, copy in enumerate(copies):
+            assert_close(copy, expected, what=f"{what}: variable {v} on replica {r}", n_terms=4, **common)
+    if got["iterations"] != last["iterations"]:
+        raise PropertyFailure(f"[{spec}] {what}: optimizer iterations {got['iterations']}, "
+                              f"but should be {last['iterations']}")
+    # slots matched by shape and value (optimizer variable names differ across Keras versions)
+    pool = [np.asarray(v) for v in got["optimizer"] if np.asarray(v).ndim > 0]
+    for i, slot in enumerate(last["slots"]):
+        if not any(p.shape == slot.shape and np.allclose(p, slot, rtol=1e-5, atol=1e-6) for p in pool):
+            raise PropertyFailure(f"[{spec}] {what}: no optimizer variable equals reference slot {i} "
+                                  f"{np.array2string(slot, precision=6)}")
+    if metrics is not None:  # metric state as saved (accumulation itself is test_metrics.py's property)
+        assert_close(got["metrics"]["loss"], metrics["metrics"]["loss"], n_terms=16,
+                     what=f"{what}: loss Mean state (total, count) vs the saved state", **common)
+
+
+@examples(0.3)
+@given(data=st.data())
+def test_checkpoint_restores_under_another_strategy(engines, spec, restore_specs, data):
+    target = data.draw(st.sampled_from(restore_specs), label="restore under")
+    optimizer = data.draw(st.sampled_from(OPTIMIZERS), label="optimizer")
+    dtype = "float64"
+    arch_name, params, steps = data.draw(training_cases(spec.replicas, dtype, max_steps=3), label="before")
+    _, _, more = data.draw(training_cases(target.replicas, dtype, max_steps=1), label="after")
+    arch = ARCHS[arch_name]
+    more = [(x[:, :arch.input_dim], y, sizes) for x, y, sizes in more]
+    assume(all(x.shape[1] == arch.input_dim for x, _, _ in more))
+    if arch.head == "softmax":
+        assume(all(y.ndim == 1 and (y < arch.outputs).all() for _, y, _ in more))
+    else:
+        assume(all(y.ndim == 2 and y.shape[1] == arch.outputs for _, y, _ in more))
+    before = ref_model.train(arch, params, optimizer, steps)
+    uninterrupted = ref_model.train(arch, params, optimizer, steps + more)
+    assume(cases.well_conditioned(uninterrupted, dtype, optimizer in ADAPTIVE))
+    directory = tempfile.mkdtemp(prefix="tfds-ckpt-")
+    try:
+        saved = engines.call(spec, "checkpoint.save", arch=arch_dict(arch), optimizer=optimizer, dtype=dtype,
+                             params=params, steps=steps, directory=directory)
+        for w, state in enumerate(saved):
+            _check_state(state, before, arch, steps, spec, dtype, f"saved state (worker {w})")
+        out = engines.call(target, "checkpoint.restore", arch=arch_dict(arch), optimizer=optimizer, dtype=dtype,
+                           path=saved[0]["path"], steps=more)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    where = f"saved under {spec}, restored under {target}"
+    for w, r in enumerate(out):
+        _check_state(r["restored"], before, arch, steps, target, dtype, f"{where}: restored (worker {w})",
+                     metrics=saved[0])
+        _check_state(r["after"], uninterrupted, arch, steps + more, target, dtype,
+                     f"{where}: one step after restore vs uninterrupted run (worker {w})")
+
+
+def test_integer_metric_state_survives_restore(engines, spec):
+    """int64 sync-on-read SUM metrics holding 1..9, saved with no strategy and restored under the
+    spec, read the same counts: a restore must keep the sum across the replicas' copies."""
+    values = list(range(1, 10))  # every remainder modulo replicas <= 8 occurs
+    directory = tempfile.mkdtemp(prefix="tfds-ckpt-")
+    try:
+        saved = engines.call(parse_spec("default"), "checkpoint.counters_save", values=values, directory=directory)[0]
+        out = engines.call(spec, "checkpoint.counters_restore", n=len(values), path=saved["path"])
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    for w, r in enumerate(out):
+        if r["restored"] != values:
+            raise PropertyFailure(f"[{spec}] int64 Sum metrics saved as {values} read {r['restored']} after a "
+                                  f"restore (worker {w})")
+
+
+@examples(0.3)
+@given(data=st.data())
+def test_saved_model_exported_under_a_strategy_predicts_identically_without_one(engines, spec, data):
+    arch_name, params, steps = data.draw(training_cases(spec.replicas, "float32", max_steps=1), label="model")
+    arch = ARCHS[arch_name]
+    x = steps[0][0]
+    directory = tempfile.mkdtemp(prefix="tfds-savedmodel-")
+    try:
+        under = engines.call(spec, "checkpoint.export", arch=arch_dict(arch), dtype="float32", params=params,
+                             x=x, directory=directory)
+        reloaded = engines.call(parse_spec("default"), "checkpoint.reload_predict", directory=directory, x=x)[0]
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    out, _, _ = ref_model.forward(arch, params, x)
+    expected = ref_model.losses.softmax(out) if arch.head == "softmax" else out
+    assert_close(under[0]["prediction"], expected, what="prediction under the strategy", spec=spec,
+                 dtype="float32", n_terms=8)
+    assert_close(reloaded["prediction"], under[0]["prediction"], spec=spec, dtype="float32",
+                 what="prediction of the reloaded SavedModel vs under the strategy", override={"float32": (0.0, 0.0)})
