@@ -15,18 +15,26 @@ from suite.probes.registry import probe
 SUM = tf.distribute.ReduceOp.SUM
 
 
+def _model_and_optimizer(ctx, arch, optimizer, dtype):
+    """The model family member and the optimizer of ``CONFIGS[optimizer]``, created under the
+    strategy's scope and built eagerly (see known deviation keras3-lazy-optimizer-slots-mirrored)."""
+    with ctx.strategy.scope():
+        model = compat.build_model(arch, dtype)
+        cls, cfg = CONFIGS[optimizer]
+        opt = compat.make_optimizer(cls, cfg)
+        opt.build(model.trainable_variables)
+    return model, opt
+
+
 def _trainer(ctx, arch, optimizer, dtype, default_denominator, metrics=None):
     """Model, optimizer (built eagerly, its initial state snapshotted) and traced step.
 
     With ``metrics`` (a dict to fill), the step also updates, on each replica, a Mean of the
     per-example losses and an int64 Sum counting examples (sync-on-read state)."""
     strategy = ctx.strategy
-    with strategy.scope():
-        model = compat.build_model(arch, dtype)
-        cls, cfg = CONFIGS[optimizer]
-        opt = compat.make_optimizer(cls, cfg)
-        opt.build(model.trainable_variables)
-        if metrics is not None:
+    model, opt = _model_and_optimizer(ctx, arch, optimizer, dtype)
+    if metrics is not None:
+        with strategy.scope():
             metrics["loss"] = compat.make_metric("mean", dtype)
             metrics["examples"] = compat.make_metric("sum", "int64")
     initial = [np.array(v.numpy()) for v in compat.optimizer_variables(opt)]  # restored per call
@@ -137,11 +145,7 @@ def train_dataset(ctx, arch, optimizer, dtype, params, x, y, global_batch, epoch
     the guide's GLOBAL_BATCH_SIZE) or its default; return every replica's copy of every
     variable after each epoch, and each step's replica batch sizes."""
     strategy = ctx.strategy
-    with strategy.scope():
-        model = compat.build_model(arch, dtype)
-        cls, cfg = CONFIGS[optimizer]
-        opt = compat.make_optimizer(cls, cfg)
-        opt.build(model.trainable_variables)
+    model, opt = _model_and_optimizer(ctx, arch, optimizer, dtype)
     for var, value in zip(model.trainable_variables, params):
         var.assign(np.asarray(value, dtype))
     dist = strategy.experimental_distribute_dataset(
