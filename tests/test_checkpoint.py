@@ -20,6 +20,7 @@ from suite.assertions import PropertyFailure, assert_close
 from suite.cases import ARCHS, arch_dict, training_cases
 from suite.profiles import examples
 from suite.specs import parse_spec
+from suite.tolerances import tolerance
 
 OPTIMIZERS = ["sgd", "sgd_momentum", "adam", "rmsprop", "adagrad"]
 
@@ -44,8 +45,9 @@ def _check_state(got, history, arch, steps, spec, dtype, what, metrics=None):
                               f"but should be {last['iterations']}")
     # slots matched by shape and value (optimizer variable names differ across Keras versions)
     pool = [np.asarray(v) for v in got["optimizer"] if np.asarray(v).ndim > 0]
+    tol = tolerance(dtype, "trained", n_terms=4)
     for i, slot in enumerate(last["slots"]):
-        if not any(p.shape == slot.shape and np.allclose(p, slot, rtol=1e-5, atol=1e-6) for p in pool):
+        if not any(p.shape == slot.shape and np.all(np.abs(p - slot) <= tol.bound(slot)) for p in pool):
             raise PropertyFailure(f"[{spec}] {what}: no optimizer variable equals reference slot {i} "
                                   f"{np.array2string(slot, precision=6)}")
     if metrics is not None:  # metric state as saved (accumulation itself is test_metrics.py's property)
