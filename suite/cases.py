@@ -41,14 +41,6 @@ def floats(dtype: str, shape, lo: float = -4.0, hi: float = 4.0):
                                          allow_subnormal=False))
 
 
-def distinct_rows(array: np.ndarray) -> bool:
-    """True when every row's maximum is unique (argmax has no tie)."""
-    if array.size == 0:
-        return True
-    top = np.sort(array, axis=-1)
-    return bool(np.all(top[..., -1] > top[..., -2])) if array.shape[-1] > 1 else True
-
-
 # Margins below which float rounding could flip a relu or make an adaptive optimizer's
 # update ill-conditioned (its sensitivity to the gradient is ~eps/|g|^2): cases closer
 # than this are discarded, not compared with a wider tolerance.

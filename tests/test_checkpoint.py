@@ -33,7 +33,7 @@ def restore_specs(request):
     return [specs[k] for k in sorted(specs)]
 
 
-def _check_state(got, history, arch, steps, spec, dtype, what, metrics=None):
+def _check_state(got, history, spec, dtype, what, metrics=None):
     __tracebackhide__ = True
     last = history[-1]
     common = dict(spec=spec, dtype=dtype, kind="trained")
@@ -78,16 +78,16 @@ def test_checkpoint_restores_under_another_strategy(engines, spec, restore_specs
         saved = engines.call(spec, "checkpoint.save", arch=arch_dict(arch), optimizer=optimizer, dtype=dtype,
                              params=params, steps=steps, directory=directory)
         for w, state in enumerate(saved):
-            _check_state(state, before, arch, steps, spec, dtype, f"saved state (worker {w})")
+            _check_state(state, before, spec, dtype, f"saved state (worker {w})")
         out = engines.call(target, "checkpoint.restore", arch=arch_dict(arch), optimizer=optimizer, dtype=dtype,
                            path=saved[0]["path"], steps=more)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
     where = f"saved under {spec}, restored under {target}"
     for w, r in enumerate(out):
-        _check_state(r["restored"], before, arch, steps, target, dtype, f"{where}: restored (worker {w})",
+        _check_state(r["restored"], before, target, dtype, f"{where}: restored (worker {w})",
                      metrics=saved[0])
-        _check_state(r["after"], uninterrupted, arch, steps + more, target, dtype,
+        _check_state(r["after"], uninterrupted, target, dtype,
                      f"{where}: one step after restore vs uninterrupted run (worker {w})")
 
 

@@ -7,6 +7,7 @@ import numpy as np
 import tensorflow as tf
 
 from suite.probes import mutants
+from suite.probes.common import local
 from suite.probes.registry import probe
 
 STYLES = ("for", "iter_next", "get_next_as_optional", "tf_function_for")
@@ -23,10 +24,6 @@ def _dataset(length, batch, drop_remainder, batch_size_known, policy, feature_sh
     return ds.with_options(options)
 
 
-def _local(strategy, value):
-    return [np.asarray(v) for v in strategy.experimental_local_results(value)]
-
-
 @probe
 def distribute(ctx, length, batch, drop_remainder, policy, style, batch_size_known=True,
                feature_shape=(), dtype="float32"):
@@ -38,7 +35,7 @@ def distribute(ctx, length, batch, drop_remainder, policy, style, batch_size_kno
     steps, after_end = [], None
     if style == "for":
         for x in dist:
-            steps.append(_local(strategy, x))
+            steps.append(local(strategy, x))
     elif style == "iter_next":
         it = iter(dist)
         while True:
@@ -46,7 +43,7 @@ def distribute(ctx, length, batch, drop_remainder, policy, style, batch_size_kno
                 x = next(it)
             except StopIteration:
                 break
-            steps.append(_local(strategy, x))
+            steps.append(local(strategy, x))
         try:
             next(it)
             after_end = "returned"
@@ -58,7 +55,7 @@ def distribute(ctx, length, batch, drop_remainder, policy, style, batch_size_kno
             opt = it.get_next_as_optional()
             if not opt.has_value():
                 break
-            steps.append(_local(strategy, opt.get_value()))
+            steps.append(local(strategy, opt.get_value()))
         after_end = "has_value=False" if not bool(it.get_next_as_optional().has_value()) else "has_value=True"
     elif style == "tf_function_for":
         steps = _collect_in_tf_function(ctx, dist, dtype, list(feature_shape))
@@ -134,7 +131,7 @@ def from_function(ctx, length, global_batch):
         dist = strategy.distribute_datasets_from_function(dataset_fn)
     except ValueError as exc:
         return {"raised": "ValueError", "message": str(exc).strip(), "contexts": contexts}
-    steps = [_local(strategy, x) for x in dist]
+    steps = [local(strategy, x) for x in dist]
     return {"steps": steps, "contexts": contexts}
 
 
@@ -144,4 +141,4 @@ def values_from_function(ctx):
     strategy = ctx.strategy
     value = strategy.experimental_distribute_values_from_function(
         lambda c: tf.constant([c.replica_id_in_sync_group, c.num_replicas_in_sync]))
-    return {"local": _local(strategy, value)}
+    return {"local": local(strategy, value)}
