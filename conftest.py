@@ -11,6 +11,7 @@ import subprocess
 import pytest
 
 from suite import deviations, profiles, versions
+from suite.engine import agent
 from suite.engine.pool import EnginePool
 from suite.findings import Findings
 from suite.harness import Engines
@@ -41,17 +42,24 @@ def pytest_addoption(parser):
                     help="seconds a probe call may take before its engine is killed (default 120)")
     group.addoption("--engine-start-timeout", type=float, default=180.0,
                     help="seconds an engine may take to start (default 180)")
+    group.addoption("--cluster-agents", default=os.environ.get("TFDS_CLUSTER_AGENTS"),
+                    help="HOST:PORT,... of the engine agents of a real cluster, for the 'cluster' spec "
+                         "(python -m suite.engine.agent on each host; see README)")
 
 
 def pytest_configure(config):
     text = config.getoption("--strategies")
+    agents = config.getoption("--cluster-agents")
+    resolve = (lambda: agent.resolve_cluster(agents.split(","))) if agents else None
     try:
         if text:
-            specs = parse_specs(text)
+            specs = parse_specs(text, resolve)
         else:
             specs = parse_specs(",".join(DEFAULT_SPECS + (("mirrored:gpus",) if _gpus_present() else ())))
     except SpecError as exc:
         raise pytest.UsageError(f"--strategies: {exc}") from None
+    except agent.AgentError as exc:
+        raise pytest.UsageError(f"--cluster-agents: {exc}") from None
     config._tfds_specs = specs
     python = config.getoption("--engine-python")
     if python and not shutil.which(python) and not os.path.exists(python):
@@ -70,13 +78,22 @@ def pytest_report_header(config):
             "strategy specs: " + ", ".join(s.text for s in config._tfds_specs)]
 
 
+# Which selected specs a test gets, by the name of its argument: ``spec`` the synchronous
+# strategies (the properties call strategy.run directly), ``ps_spec`` the parameter-server
+# ones (steps go through a ClusterCoordinator), ``any_spec`` every one (the harness tests).
+SPEC_ARGUMENTS = {"spec": lambda s: s.synchronous, "ps_spec": lambda s: not s.synchronous,
+                  "any_spec": lambda s: True}
+
+
 def pytest_generate_tests(metafunc):
-    if "spec" in metafunc.fixturenames:
-        specs = metafunc.config._tfds_specs
+    for name, wanted in SPEC_ARGUMENTS.items():
+        if name not in metafunc.fixturenames:
+            continue
+        specs = [s for s in metafunc.config._tfds_specs if wanted(s)]
         marker = metafunc.definition.get_closest_marker("specs")
         if marker:  # @pytest.mark.specs(lambda spec: ...) narrows the selected specs
             specs = [s for s in specs if marker.args[0](s)]
-        metafunc.parametrize("spec", specs, ids=[s.text for s in specs])
+        metafunc.parametrize(name, specs, ids=[s.text for s in specs])
 
 
 def pytest_collection_modifyitems(config, items):

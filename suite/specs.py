@@ -19,9 +19,13 @@ strategy spec grammar:
   mirrored:gpus                 MirroredStrategy over every local GPU (only where GPUs exist)
   central_storage:N             CentralStorageStrategy, N virtual CPUs compute, variables on /cpu:0
   multi_worker:WxR[:auto|:ring] MultiWorkerMirroredStrategy, W local worker processes on loopback
-                                (TF_CONFIG), R CPUs each (R>1 is not supported yet, issue #4)
+                                (TF_CONFIG), R virtual CPUs each, AUTO (default) or RING collectives
+  parameter_server:WwPps        ParameterServerStrategy: W worker and P ps servers on loopback,
+                                driven by a ClusterCoordinator in the chief process
+  cluster                       the cluster of the engine agents named by --cluster-agents, each
+                                with the TF_CONFIG its host gives it (see README, "A real cluster")
   tpu                           TPUStrategy (skipped where no TPU exists)
-N, W, R are whole numbers from 1 to 8."""
+N, W, R, P are whole numbers from 1 to 8."""
 
 DEFAULT_SPECS = (
     "default",
@@ -32,6 +36,7 @@ DEFAULT_SPECS = (
     "mirrored:4:reduce_to_one",
     "central_storage:2",
     "multi_worker:2x1",
+    "parameter_server:2w1ps",
 )
 
 MAX_DEVICES = 8
@@ -45,18 +50,36 @@ class SpecError(ValueError):
 class Spec:
     """One parsed strategy spec.
 
-    ``replicas`` is ``num_replicas_in_sync``; ``workers`` is the number of engine processes;
-    ``devices`` the number of logical CPUs each process configures.
+    ``replicas`` is ``num_replicas_in_sync``; ``workers`` is the number of workers that
+    compute (engine processes answering probes for synchronous strategies, worker servers for
+    parameter_server); ``devices`` the number of logical CPUs each computing process configures;
+    ``ps`` the number of parameter servers. ``cluster`` (kind ``cluster`` only) is the resolved
+    cluster of a real cluster: ``{"strategy": "multi_worker" | "parameter_server",
+    "agents": [[host, port], ...], "tasks": [[type, index], ...], "evaluators": n}``.
     """
 
     text: str
-    kind: str  # default | one_device | mirrored | central_storage | multi_worker | tpu
+    kind: str  # default | one_device | mirrored | central_storage | multi_worker | parameter_server | cluster | tpu
     replicas: int = 1
     workers: int = 1
     devices: int = 1
     cross_device_ops: str | None = None  # None (TF's default) | "reduce_to_one"
     communication: str = "auto"  # multi_worker only: auto | ring
     gpus: bool = False
+    ps: int = 0
+    cluster: dict | None = dataclasses.field(default=None, compare=False, hash=False)
+
+    @property
+    def strategy(self) -> str:
+        """The tf.distribute strategy family: the kind, or for a real cluster the one its
+        TF_CONFIG implies (parameter_server when it has ps tasks, else multi_worker)."""
+        return self.cluster["strategy"] if self.kind == "cluster" else self.kind
+
+    @property
+    def synchronous(self) -> bool:
+        """Properties that call ``strategy.run`` directly apply (everything but parameter
+        servers, whose steps are scheduled through a ClusterCoordinator)."""
+        return self.strategy != "parameter_server"
 
     @property
     def replicas_per_worker(self) -> int:
@@ -64,7 +87,7 @@ class Spec:
 
     @property
     def is_multi_worker(self) -> bool:
-        return self.workers > 1 or self.kind == "multi_worker"
+        return self.workers > 1 or self.strategy == "multi_worker"
 
     def __str__(self) -> str:
         return self.text
@@ -97,22 +120,26 @@ def parse_spec(text: str) -> Spec:
     if m:
         w = _count(m.group(1), "W", s)
         r = _count(m.group(2), "R", s)
-        if r > 1:
-            # MultiWorkerMirroredStrategy gives each worker a single CPU device
-            # (collective_all_reduce_strategy._initialize_local_devices).
-            raise SpecError(f"{s!r}: R>1 CPUs per worker is not supported yet (issue #4); "
-                            f"MultiWorkerMirroredStrategy uses one CPU per worker\n{GRAMMAR}")
         return Spec(s, "multi_worker", replicas=w * r, workers=w, devices=r,
                     communication=m.group(3) or "auto")
-    if re.fullmatch(r"parameter_server:\d+w\d+ps", s):
-        raise SpecError(f"{s!r}: parameter_server specs are not implemented yet "
-                        f"(tracked in issue #4)\n{GRAMMAR}")
+    m = re.fullmatch(r"parameter_server:(\d+)w(\d+)ps", s)
+    if m:
+        w = _count(m.group(1), "W", s)
+        p = _count(m.group(2), "P", s)
+        # num_replicas_in_sync is the replicas of one worker: 1 on a CPU worker
+        # (parameter_server_strategy_v2.py, _num_replicas_in_sync)
+        return Spec(s, "parameter_server", replicas=1, workers=w, ps=p)
+    if s == "cluster":
+        raise SpecError("the 'cluster' spec needs --cluster-agents HOST:PORT,... (see README, "
+                        "\"A real cluster\")")
     raise SpecError(f"unknown strategy spec {s!r}\n{GRAMMAR}")
 
 
-def parse_specs(text: str) -> list[Spec]:
-    """Parse a comma-separated list of specs, rejecting duplicates."""
-    specs = [parse_spec(part) for part in text.split(",") if part.strip()]
+def parse_specs(text: str, resolve_cluster=None) -> list[Spec]:
+    """Parse a comma-separated list of specs, rejecting duplicates; ``cluster`` becomes
+    ``resolve_cluster()`` (which asks the agents of a real cluster) when that is given."""
+    specs = [resolve_cluster() if part.strip() == "cluster" and resolve_cluster else parse_spec(part)
+             for part in text.split(",") if part.strip()]
     if not specs:
         raise SpecError(f"no strategy spec given\n{GRAMMAR}")
     seen = set()

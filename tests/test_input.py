@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from reference import distribute as ref
 from reference import input as ref_input
 from suite.assertions import PropertyFailure
+from suite.engine.pool import ProbeError
 
 STYLES = ("for", "iter_next", "get_next_as_optional", "tf_function_for")
 AFTER_END = {"iter_next": "StopIteration", "get_next_as_optional": "has_value=False"}
@@ -19,17 +20,47 @@ AFTER_END = {"iter_next": "StopIteration", "get_next_as_optional": "has_value=Fa
 
 @st.composite
 def input_cases(draw, spec):
+    """A batched dataset: ``Dataset.range(length)`` or, for a file reader, K text files of
+    ids 100*j + i (at least one file per worker, where FILE sharding would otherwise fail
+    on some workers and hang the others: that is its own test)."""
     case = {
-        "length": draw(st.integers(0, 20), label="dataset length"),
         "batch": draw(st.integers(1, 7), label="global batch"),
         "drop_remainder": draw(st.booleans(), label="drop_remainder"),
-        "policy": draw(st.sampled_from(ref_input.POLICIES), label="auto-shard policy"),
+        "policy": draw(st.sampled_from(ref_input.FILE_POLICIES), label="auto-shard policy"),
         "batch_size_known": draw(st.booleans(), label="no map after batch"),
         "feature_shape": draw(st.sampled_from([(), (2,), (2, 3)]), label="element shape"),
         "dtype": draw(st.sampled_from(["float32", "float64", "int32", "int64"]), label="dtype"),
+        "length": draw(st.integers(0, 20), label="dataset length"),
+        "files": None,
     }
-    assume(not (spec.workers > 1 and case["policy"] == "OFF"))  # multi-worker OFF: issue #4
+    if draw(st.booleans(), label="text files"):
+        k = draw(st.integers(spec.workers, spec.workers + 3), label="files")
+        lines = draw(st.lists(st.integers(0, 6), min_size=k, max_size=k), label="lines per file")
+        case["files"] = [[100 * j + i for i in range(n)] for j, n in enumerate(lines)]
+        case["length"] = 0
     return case
+
+
+def _source(case):
+    return case["files"] if case["files"] is not None else case["length"]
+
+
+def _expected(spec, case):
+    """Per worker, per step, per local replica: the reference's element ids, or InputError."""
+    known = ref_input.batch_size_known(not case["batch_size_known"], case["drop_remainder"])
+    return ref_input.distribute_workers(_source(case), case["batch"], case["drop_remainder"], spec.workers,
+                                        spec.replicas // spec.workers, case["policy"], known)
+
+
+def _check_raised(results, exc, spec, case, where):
+    """Where the reference says every worker raises while distributing (FILE on a source
+    without files), every worker must have raised that error."""
+    __tracebackhide__ = True
+    for w, r in enumerate(results):
+        want_type, want_prefix = exc.raised[w]
+        if r.get("raised") != want_type or want_prefix not in r.get("message", ""):
+            raise PropertyFailure(f"[{spec}] {case}, worker {w}: got {r.get('raised', 'no error')} "
+                                  f"{r.get('message', '')!r}, but should raise {want_type}: {want_prefix}")
 
 
 def _ids(part) -> list[int]:
@@ -54,16 +85,21 @@ def test_replica_batches_follow_the_split_rule(engines, spec, style, data):
     case = data.draw(input_cases(spec), label="case")
     results = engines.call(spec, "input.distribute", style=style, **case)
     known = ref_input.batch_size_known(not case["batch_size_known"], case["drop_remainder"])
-    expected = ref_input.distribute(case["length"], case["batch"], case["drop_remainder"], spec.replicas,
-                                    case["policy"], known, spec.workers)
-    rule = ref_input.split_rule(case["policy"], known)
+    rule = ref_input.split_rule(case["policy"], known, case["files"] is not None, spec.workers)
+    try:
+        per_worker = _expected(spec, case)
+    except ref_input.InputError as exc:
+        _check_raised(results, exc, spec, case, style)
+        return
     for w, result in enumerate(results):
+        expected = per_worker[w]
         where = f"[{spec}] {style}, rule {rule}, {case}" + (f", worker {w}" if len(results) > 1 else "")
+        if "raised" in result:
+            raise PropertyFailure(f"{where}: raised {result['raised']}: {result['message']}")
         if len(result["steps"]) != len(expected):
             raise PropertyFailure(f"{where}: {len(result['steps'])} steps, but should be {len(expected)} "
                                   f"(got {[[_ids(p) for p in s] for s in result['steps']]}, expected {expected})")
-        for s, (got, want) in enumerate(zip(result["steps"], expected)):
-            mine = ref.local_results(want, w, len(results))
+        for s, (got, mine) in enumerate(zip(result["steps"], expected)):
             if len(got) != len(mine):
                 raise PropertyFailure(f"{where}: step {s} has {len(got)} local replica batches, not {len(mine)}")
             for r, (part, ids) in enumerate(zip(got, mine)):
@@ -77,21 +113,30 @@ def test_replica_batches_follow_the_split_rule(engines, spec, style, data):
 @given(data=st.data())
 def test_every_element_is_delivered_exactly_once(engines, spec, data):
     """Conservation, measured on TensorFlow's output alone: over all steps, replicas and workers
-    each element arrives once; only drop_remainder's short global batch is missing."""
+    each element of a range arrives once (W times under OFF, where every worker reads
+    everything); only drop_remainder's short global batch is missing. (For files, whose
+    batches are cut per worker under FILE, the split property above covers what is kept.)"""
     case = data.draw(input_cases(spec), label="case")
+    assume(case["files"] is None and case["policy"] != "FILE" or spec.workers == 1)
     results = engines.call(spec, "input.distribute", style="for", **case)
+    if any("raised" in r for r in results):
+        raise PropertyFailure(f"[{spec}] {case}: raised {[r.get('raised') for r in results]}")
     delivered = sorted(i for r in results for step in r["steps"] for part in step for i in _ids(part))
-    kept = case["length"] - (case["length"] % case["batch"] if case["drop_remainder"] else 0)
-    if delivered != list(range(kept)):
-        missing = sorted(set(range(kept)) - set(delivered))
-        extra = sorted(i for i in set(delivered) if delivered.count(i) > 1 or i >= kept)
-        raise PropertyFailure(f"[{spec}] {case}: elements missing {missing}, duplicated or unexpected {extra}")
+    everything = sorted(i for f in case["files"] for i in f) if case["files"] is not None else list(range(case["length"]))
+    kept = everything[:len(everything) - (len(everything) % case["batch"] if case["drop_remainder"] else 0)]
+    copies = spec.workers if ref_input.shard_policy(case["policy"], case["files"] is not None,
+                                                     spec.workers) == "OFF" else 1
+    if delivered != sorted(kept * copies):
+        missing = sorted(set(kept) - set(delivered))
+        wrong = sorted(i for i in set(delivered) if delivered.count(i) != copies or i not in kept)
+        raise PropertyFailure(f"[{spec}] {case}: elements missing {missing}; delivered other than "
+                              f"{copies}x or unexpected: {wrong}")
 
 
 @given(data=st.data())
 def test_iteration_styles_deliver_the_same_stream(engines, spec, data):
     case = data.draw(input_cases(spec), label="case")
-    streams = {style: [[[_ids(p) for p in step] for step in r["steps"]]
+    streams = {style: [[[_ids(p) for p in step] for step in r["steps"]] if "steps" in r else r["raised"]
                        for r in engines.call(spec, "input.distribute", style=style, **case)]
                for style in STYLES}
     first = streams["for"]
@@ -131,3 +176,22 @@ def test_values_from_function_sees_each_replica_context(engines, spec):
         if got != expected:
             raise PropertyFailure(f"[{spec}] worker {w}: ValueContexts (replica id, replicas) {got}, "
                                   f"but should be {expected}")
+
+
+@pytest.mark.specs(lambda spec: spec.workers > 1)
+@pytest.mark.parametrize("policy", ["FILE", "AUTO"])
+def test_file_sharding_with_fewer_files_than_workers_fails(pool, spec, policy):
+    """FILE sharding (and AUTO, which picks FILE for a file reader) of fewer files than workers
+    does not fall back to DATA: the workers that have a file raise InvalidArgumentError at the
+    first step while the others wait in the cross-worker all-reduce; the call fails naming
+    that error, and the pool replaces the cluster."""
+    files = [[100 * j + i for i in range(3)] for j in range(spec.workers - 1)]
+    with pytest.raises(ref_input.InputError) as expected:
+        ref_input.distribute_workers(files, 2, False, spec.workers, spec.replicas // spec.workers, policy)
+    old = pool.get(spec).pids()
+    with pytest.raises(ProbeError) as info:
+        pool.call(spec, "input.distribute", length=0, files=files, batch=2, drop_remainder=False, policy=policy,
+                  style="for")
+    want_type, want_prefix = expected.value.raised[0]
+    assert info.value.type_name == want_type and want_prefix in str(info.value), str(info.value)
+    assert set(pool.get(spec).pids()).isdisjoint(old), "the cluster must be replaced"

@@ -41,7 +41,13 @@ def _build_strategy(spec: Spec, collective_timeout: float):
         devices = _configure_cpus(spec.devices)
         return tf.distribute.experimental.CentralStorageStrategy(
             compute_devices=devices, parameter_device="/cpu:0")
+    if spec.kind == "parameter_server":
+        resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+        return tf.distribute.ParameterServerStrategy(resolver)
     if spec.kind == "multi_worker":
+        if spec.devices > 1:
+            _configure_cpus(spec.devices)
+            _multi_worker_uses_cpus(spec.devices)
         impl = {"auto": tf.distribute.experimental.CommunicationImplementation.AUTO,
                 "ring": tf.distribute.experimental.CommunicationImplementation.RING}[spec.communication]
         options = tf.distribute.experimental.CommunicationOptions(
@@ -58,6 +64,41 @@ def _build_strategy(spec: Spec, collective_timeout: float):
     raise AssertionError(f"unhandled spec kind {spec.kind}")
 
 
+def _multi_worker_uses_cpus(n: int):
+    """Make MultiWorkerMirroredStrategy use ``n`` logical CPUs per worker.
+
+    A private hook: without GPUs ``CollectiveAllReduceExtended._initialize_local_devices``
+    always returns the one device ``<worker>/device:CPU:0`` (collective_all_reduce_strategy.py,
+    TF 2.15 and 2.21 alike). The wrapper returns CPU:0..n-1 instead; the collective group then
+    has workers*n members, and everything downstream (input workers, all-reduce) follows the
+    device list, as it does for GPUs."""
+    from tensorflow.python.distribute import collective_all_reduce_strategy as cars
+
+    original = cars.CollectiveAllReduceExtended._initialize_local_devices
+
+    def with_cpus(self, cluster_resolver, worker_device):
+        devices, device_type = original(self, cluster_resolver, worker_device)
+        if device_type == "CPU":
+            devices = tuple(f"{worker_device}/device:CPU:{i}" for i in range(n))
+        return devices, device_type
+
+    cars.CollectiveAllReduceExtended._initialize_local_devices = with_cpus
+
+
+_SERVERS: list = []  # keeps this process's tf.distribute.Server alive
+
+
+def start_server() -> dict:
+    """Start the tf.distribute.Server of this process's TF_CONFIG task (a parameter-server
+    cluster's worker or ps); it serves until the process exits."""
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    server = tf.distribute.Server(resolver.cluster_spec(), job_name=resolver.task_type,
+                                  task_index=resolver.task_id, protocol="grpc", start=True)
+    _SERVERS.append(server)
+    return {"task": f"{resolver.task_type} {resolver.task_id}", "pid": os.getpid(), "target": server.target,
+            "tf_version": tf.__version__}
+
+
 class EngineContext:
     """What a probe gets: the strategy, its spec, this worker's place, a cache that keeps
     models and traced functions alive across calls, and per-probe trace counters."""
@@ -66,11 +107,22 @@ class EngineContext:
         self.spec = spec
         self.worker_index = worker_index
         self.strategy = _build_strategy(spec, collective_timeout)
+        self.coordinator = None
+        if spec.strategy == "parameter_server":
+            self.coordinator = tf.distribute.coordinator.ClusterCoordinator(self.strategy)
         self.num_replicas = self.strategy.num_replicas_in_sync
-        local = self.num_replicas // max(spec.workers, 1)
+        local = self.num_replicas // max(spec.workers if spec.synchronous else 1, 1)
         self.local_replica_ids = list(range(worker_index * local, (worker_index + 1) * local))
         self.cache: dict = {}
         self.traces: collections.Counter = collections.Counter()
+        self.restart_requested = False
+
+    def request_restart(self):
+        """Ask the pool to replace this engine after the current call. A probe that caught a
+        TensorFlow runtime error calls this: in a multi-worker cluster a failed collective
+        aborts every later one ("Restart your program to reset"); elsewhere it is ignored."""
+        if self.spec.is_multi_worker:
+            self.restart_requested = True
 
     def cached(self, key, factory):
         """Return ``cache[key]``, building it with ``factory()`` on first use."""

@@ -12,15 +12,17 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from suite.engine import cluster, protocol
+from suite.engine import agent, cluster, protocol
 from suite.specs import Spec
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -74,18 +76,17 @@ def _set_pdeathsig():  # runs in the child between fork and exec
 
 
 class _Process:
-    """One engine process: its Popen, its two pipe ends and its log file."""
+    """One local engine process: its Popen, its two pipe ends and its log file."""
 
-    def __init__(self, spec: Spec, worker_index: int, python: str, env: dict, log_dir: Path,
-                 collective_timeout: float):
-        self.worker_index = worker_index
-        self.log_path = log_dir / f"{spec.text.replace(':', '_')}-w{worker_index}-{time.time_ns()}.log"
+    def __init__(self, spec: Spec, task: cluster.Task, worker_args: list[str], python: str, env: dict,
+                 log_dir: Path):
+        self.task = task
+        slug = spec.text.replace(":", "_") + (f"-{task.type}{task.index}" if task.type else "")
+        self.log_path = log_dir / f"{slug}-{time.time_ns()}.log"
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
-        cmd = [python, "-m", "suite.engine.worker", "--spec", spec.text,
-               "--fd-in", str(to_child_r), "--fd-out", str(from_child_w),
-               "--worker-index", str(worker_index),
-               "--collective-timeout", str(collective_timeout)]
+        cmd = [python, "-m", "suite.engine.worker", "--fd-in", str(to_child_r), "--fd-out", str(from_child_w),
+               *worker_args]
         with open(self.log_path, "wb") as log:
             self.popen = subprocess.Popen(
                 cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
@@ -93,8 +94,16 @@ class _Process:
                 preexec_fn=_set_pdeathsig if sys.platform.startswith("linux") else None)
         os.close(to_child_r)
         os.close(from_child_w)
+        self.pid = self.popen.pid
         self.send_conn = protocol.writer(to_child_w)
         self.recv_conn = protocol.reader(from_child_r)
+
+    def poll(self) -> int | None:
+        return self.popen.poll()
+
+    def wait(self, timeout: float):
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(timeout=timeout)
 
     def log_tail(self, lines: int = 6) -> str:
         try:
@@ -108,48 +117,160 @@ class _Process:
         if self.popen.poll() is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.popen.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.popen.wait(timeout=10)
+        self.wait(10)
         for conn in (self.send_conn, self.recv_conn):
             with contextlib.suppress(OSError):
                 conn.close()
 
 
+class _RemoteProcess:
+    """One engine process on a cluster host, started by that host's agent
+    (suite/engine/agent.py); the same interface as ``_Process`` over a socket."""
+
+    def __init__(self, address: tuple[str, int], task: cluster.Task, worker_args: list[str], timeout: float):
+        self.task = task
+        self.address = address
+        self._key = agent.agent_key()
+        try:
+            conn = agent.connect(address, self._key, timeout)
+            conn.send(("start", worker_args))
+            if not conn.poll(timeout):
+                raise agent.AgentError(f"agent {address[0]}:{address[1]} did not start an engine within {timeout:.0f}s")
+            reply = conn.recv()
+        except (EOFError, OSError) as exc:
+            raise agent.AgentError(f"agent {address[0]}:{address[1]} dropped the connection ({exc})") from None
+        self.pid = reply[1]
+        self.send_conn = self.recv_conn = conn
+        self._peek = socket.fromfd(conn.fileno(), socket.AF_INET, socket.SOCK_STREAM)
+        self._code = None
+
+    def _ask(self, kind: str, default=None):
+        try:
+            return agent.request(self.address, self._key, (kind, self.pid))
+        except agent.AgentError:
+            return default
+
+    def poll(self) -> int | None:
+        """The exit code once the engine's connection has closed (asked of the agent)."""
+        if self._code is None:
+            try:
+                readable = select.select([self._peek], [], [], 0)[0]
+                closed = bool(readable) and self._peek.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+            except OSError:
+                closed = True
+            if closed:
+                code = self._ask("status")
+                self._code = code if code is not None else -int(signal.SIGKILL)
+        return self._code
+
+    def wait(self, timeout: float):
+        deadline = time.monotonic() + timeout
+        while self.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def log_tail(self, lines: int = 6) -> str:
+        tail = self._ask("tail", "")
+        return f"(on {self.address[0]}) {tail}" if tail else ""
+
+    def kill(self):
+        if self._code is None:
+            self._code = self._ask("kill", -int(signal.SIGKILL))
+        for closable in (self.send_conn, self._peek):
+            with contextlib.suppress(OSError):
+                closable.close()
+
+
 class Engine:
-    """The processes of one spec; ``call`` returns one reply per worker, in worker order."""
+    """The processes of one spec; ``call`` returns one reply per probe-answering process
+    (the workers of a multi-worker spec, the coordinator of a parameter-server spec), in
+    worker order. Server-only processes (parameter-server workers and ps) are watched: one
+    that dies fails the running call."""
 
     def __init__(self, spec: Spec, *, python: str, log_dir: Path, start_timeout: float,
-                 call_timeout: float):
+                 call_timeout: float, start_attempts: int = 3):
         self.spec = spec
         self.call_timeout = call_timeout
-        self.alive = True
+        self.collective_timeout = max(call_timeout - 5.0, 1.0)
+        self.alive = False
+        self.start_seconds = None
+        self._restart = False
+        if spec.kind == "cluster":
+            start_attempts = 1  # the user chose those ports
+        for attempt in range(1, start_attempts + 1):
+            began = time.monotonic()
+            self._launch(python, log_dir)
+            self.alive = True
+            try:
+                replies = self._gather("start", start_timeout, range(len(self.procs)))
+            except (EngineDied, EngineTimeout) as exc:  # a start that fails will fail again...
+                self.close()
+                if attempt < start_attempts and _port_taken(str(exc)):
+                    continue  # ...unless another process took one of its ports: new ports
+                raise EngineStartError(f"{exc} (while starting)") from None
+            except EngineError as exc:
+                self.close()
+                if attempt < start_attempts and _port_taken(str(exc)):
+                    continue
+                raise
+            self.start_seconds = time.monotonic() - began
+            self.start_attempts = attempt
+            break
+        self.infos = [replies[i] for i in self.callees]
+        self.server_infos = [replies[i] for i in range(len(self.procs)) if i not in self.callees]
+
+    def _launch(self, python: str, log_dir: Path):
+        if self.spec.kind == "cluster":
+            return self._launch_on_agents()
         base_env = dict(os.environ)
         base_env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         base_env["PYTHONPATH"] = os.pathsep.join(
             [str(REPO_ROOT)] + [p for p in base_env.get("PYTHONPATH", "").split(os.pathsep) if p])
         base_env.pop("TF_CONFIG", None)
-        if not spec.gpus:
+        if not self.spec.gpus:
             base_env["CUDA_VISIBLE_DEVICES"] = ""  # CPU specs stay on (virtual) CPUs
-        envs = cluster.worker_envs(spec, base_env)
-        collective_timeout = max(call_timeout - 5.0, 1.0)
-        self.procs = [_Process(spec, i, python, env, log_dir, collective_timeout)
-                      for i, env in enumerate(envs)]
-        try:
-            replies = self._gather("start", start_timeout)
-        except (EngineDied, EngineTimeout) as exc:  # a start that fails will fail again
-            self.close()
-            raise EngineStartError(f"{exc} (while starting)") from None
-        except EngineError:
-            self.close()
-            raise
-        self.infos = replies
+        self.procs = []
+        for task, env in cluster.local_envs(self.spec, base_env):
+            args = ["--spec", self.spec.text, "--worker-index", str(task.index),
+                    "--collective-timeout", str(self.collective_timeout)]
+            if task.serves:
+                args.append("--serve")
+            self.procs.append(_Process(self.spec, task, args, python, env, log_dir))
+        self.callees = [i for i, p in enumerate(self.procs) if not p.task.serves]
+        self.evaluators = []
+
+    def _launch_on_agents(self):
+        """A real cluster: each agent starts the engine of its TF_CONFIG task. Workers of a
+        multi-worker cluster (chief first) answer probes; a parameter-server cluster's chief
+        is the coordinator and its workers and ps only serve; evaluators answer only calls
+        addressed to them (``call(..., evaluator=True)``)."""
+        info = self.spec.cluster
+        ps_cluster = info["strategy"] == "parameter_server"
+        n_chief = sum(1 for t, _ in info["tasks"] if t == "chief")
+        self.procs = []
+        for address, (task_type, index) in zip(info["agents"], info["tasks"]):
+            serves = ps_cluster and task_type in ("worker", "ps")
+            worker_index = 0 if task_type in ("chief", "evaluator") else index + (0 if ps_cluster else n_chief)
+            args = ["--spec", "default" if task_type == "evaluator" else info["engine_spec"],
+                    "--worker-index", str(worker_index), "--collective-timeout", str(self.collective_timeout)]
+            if serves:
+                args.append("--serve")
+            try:
+                self.procs.append(_RemoteProcess(tuple(address), cluster.Task(task_type, index, serves), args,
+                                                 timeout=20.0))
+            except agent.AgentError as exc:
+                self.alive = True
+                self.close()
+                raise EngineStartError(f"engine 'cluster' {task_type} {index}: {exc}") from None
+        self.callees = [i for i, p in enumerate(self.procs) if not p.task.serves and p.task.type != "evaluator"]
+        self.evaluators = [i for i, p in enumerate(self.procs) if p.task.type == "evaluator"]
 
     # -- waiting -----------------------------------------------------------------------
-    def _gather(self, probe: str, timeout: float) -> list:
-        """Wait for one message from every process; raise EngineError on death or deadline."""
+    def _gather(self, probe: str, timeout: float, indices) -> list:
+        """Wait for one message from each process in ``indices`` while watching all of them;
+        raise EngineError on a death, an error reply or the deadline."""
         deadline = time.monotonic() + timeout
         replies: list = [None] * len(self.procs)
-        pending = set(range(len(self.procs)))
+        pending = set(indices)
         first_error = None
         while pending:
             for i in sorted(pending):
@@ -163,6 +284,8 @@ class Engine:
                     if msg is not None:
                         replies[i] = msg
                         pending.discard(i)
+                        if msg[0] == protocol.OK and len(msg) > 2 and msg[2].get("restart"):
+                            self._restart = True
                         if msg[0] in (protocol.ERROR, protocol.FATAL) and first_error is None:
                             first_error = i
                             # peers of a failed worker may block in a collective: give them
@@ -170,15 +293,19 @@ class Engine:
                             deadline = min(deadline, time.monotonic() + 5.0)
                         continue
                 if eof:
-                    with contextlib.suppress(subprocess.TimeoutExpired):
-                        proc.popen.wait(timeout=5)
-                code = proc.popen.poll()
+                    proc.wait(5)
+                code = proc.poll()
                 if eof or (code is not None and not proc.recv_conn.poll(0)):
                     if first_error is not None:
                         pending.discard(i)
                         continue
                     self._fail(EngineDied, f"{self._where(i)} {_describe_exit(code)} "
                                            f"while running probe {probe!r}", i)
+            if first_error is None:
+                for i, proc in enumerate(self.procs):  # servers answer nothing: watch them
+                    if i not in pending and replies[i] is None and proc.poll() is not None:
+                        self._fail(EngineDied, f"{self._where(i)} {_describe_exit(proc.poll())} "
+                                               f"while the engine ran probe {probe!r}", i)
             if pending and time.monotonic() > deadline:
                 if first_error is not None:
                     break
@@ -187,14 +314,14 @@ class Engine:
                                           f"within {timeout:.0f}s (killed)", i)
         if first_error is not None:
             if len(self.procs) > 1:
-                self.close()  # a cluster with one failed worker is not reusable
+                self.close()  # a cluster with one failed process is not reusable
             self._raise_reply(replies[first_error], probe, first_error)
-        return [msg[1] for msg in replies]
+        return [msg[1] if msg is not None else None for msg in replies]
 
     def _where(self, i: int) -> str:
         who = f"engine {self.spec.text!r}"
         if len(self.procs) > 1:
-            who += f" worker {i}"
+            who += f" {self.procs[i].task.name}"
         return who
 
     def _fail(self, cls, message: str, i: int):
@@ -218,20 +345,30 @@ class Engine:
                          type_name, message, tb)
 
     # -- calls -------------------------------------------------------------------------
-    def call(self, probe: str, timeout: float | None = None, **kwargs) -> list:
-        """Run ``probe`` on every worker; return the per-worker results in worker order."""
+    def call(self, probe: str, timeout: float | None = None, evaluator: bool = False, **kwargs) -> list:
+        """Run ``probe`` on every probe-answering process; their results in worker order.
+        ``evaluator=True`` runs it on the cluster's evaluator tasks instead."""
         if not self.alive:
             raise EngineError(f"engine {self.spec.text!r} is closed")
-        for i, proc in enumerate(self.procs):
+        targets = self.evaluators if evaluator else self.callees
+        if not targets:
+            raise EngineError(f"engine {self.spec.text!r} has no {'evaluator' if evaluator else 'probe-answering'} task")
+        for i in targets:
+            proc = self.procs[i]
             try:
                 proc.send_conn.send((protocol.CALL, probe, kwargs))
             except OSError:
-                self._fail(EngineDied, f"{self._where(i)} {_describe_exit(proc.popen.poll())} "
+                self._fail(EngineDied, f"{self._where(i)} {_describe_exit(proc.poll())} "
                                        f"before probe {probe!r} could be sent", i)
-        return self._gather(probe, timeout or self.call_timeout)
+        self._restart = False
+        replies = self._gather(probe, timeout or self.call_timeout, targets)
+        if self._restart:
+            self.close()  # the pool starts a fresh one for the next call
+        return [replies[i] for i in targets]
 
     def pids(self) -> list[int]:
-        return [p.popen.pid for p in self.procs]
+        """Every process of the engine, servers included."""
+        return [p.pid for p in self.procs]
 
     def close(self):
         if not self.alive:
@@ -242,10 +379,18 @@ class Engine:
                 proc.send_conn.send((protocol.EXIT,))
         deadline = time.monotonic() + 3.0
         for proc in self.procs:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.popen.wait(timeout=max(deadline - time.monotonic(), 0.01))
+            proc.wait(max(deadline - time.monotonic(), 0.01))
         for proc in self.procs:
             proc.kill()
+
+
+_PORT_TAKEN = ("address already in use", "could not start grpc server", "failed to add port")
+
+
+def _port_taken(message: str) -> bool:
+    """Whether a failed start looks like a loopback port taken between choosing and binding it."""
+    low = message.lower()
+    return any(mark in low for mark in _PORT_TAKEN)
 
 
 class EnginePool:

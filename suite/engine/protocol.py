@@ -4,8 +4,10 @@ Each side holds a ``multiprocessing.connection.Connection`` over an OS pipe. Req
 replies are tuples of plain data (numbers, strings, numpy arrays, nested dicts/lists):
 
     parent -> engine   ("call", probe_name, kwargs) | ("exit",)
-    engine -> parent   ("ready", info) | ("ok", result) | ("error", type_name, message, traceback)
+    engine -> parent   ("ready", info) | ("ok", result, {"restart": bool}) | ("error", type_name, message, traceback)
                        | ("fatal", message)   # the engine cannot start (e.g. no TensorFlow)
+
+``restart`` asks the parent to replace the engine after this call (its cluster is unusable).
 """
 
 from __future__ import annotations

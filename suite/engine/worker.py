@@ -23,6 +23,8 @@ def _parse_args(argv):
     p.add_argument("--fd-out", type=int, required=True)
     p.add_argument("--worker-index", type=int, default=0)
     p.add_argument("--collective-timeout", type=float, default=60.0)
+    p.add_argument("--serve", action="store_true",
+                   help="only run this task's tf.distribute.Server (parameter-server workers and ps)")
     return p.parse_args(argv)
 
 
@@ -43,6 +45,8 @@ def main(argv=None) -> int:
     except Exception as exc:  # a suite/TF incompatibility: fail once, clearly
         conn_out.send((protocol.FATAL, f"engine set-up failed: {type(exc).__name__}: {exc}"))
         return 4
+    if args.serve:
+        return _serve(conn_in, conn_out)
     try:
         ctx = build_context(spec, args.worker_index, args.collective_timeout)
     except EngineUnavailableHere as exc:
@@ -65,7 +69,28 @@ def main(argv=None) -> int:
         except Exception as exc:
             conn_out.send((protocol.ERROR, type(exc).__name__, str(exc), traceback.format_exc()))
         else:
-            conn_out.send((protocol.OK, result))
+            conn_out.send((protocol.OK, result, {"restart": ctx.restart_requested}))
+
+
+def _serve(conn_in, conn_out) -> int:
+    """A parameter-server cluster's worker or ps task: start its server, report ready, then
+    wait for the parent to say exit (or go away); probes are not answered here."""
+    from suite.engine.context import start_server
+
+    try:
+        info = start_server()
+    except Exception as exc:  # a port taken since it was chosen, a bad TF_CONFIG
+        conn_out.send((protocol.FATAL, f"could not start the server: {type(exc).__name__}: {exc}"))
+        return 4
+    conn_out.send((protocol.READY, info))
+    while True:
+        try:
+            msg = conn_in.recv()
+        except (EOFError, OSError):
+            return 0
+        if msg[0] == protocol.EXIT:
+            return 0
+        conn_out.send((protocol.ERROR, "RuntimeError", f"the {info['task']} server answers no probes", ""))
 
 
 if __name__ == "__main__":

@@ -3,6 +3,10 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
+
 import numpy as np
 import tensorflow as tf
 
@@ -13,9 +17,27 @@ from suite.probes.registry import probe
 STYLES = ("for", "iter_next", "get_next_as_optional", "tf_function_for")
 
 
-def _dataset(length, batch, drop_remainder, batch_size_known, policy, feature_shape, dtype):
+def _source(length, files, feature_shape, dtype, folder):
+    """``Dataset.range(length)`` or, with ``files`` (lists of ids), a TextLineDataset over that
+    many text files written to ``folder`` on this engine's host (a reader, so FILE sharding
+    applies); element i becomes ``i`` broadcast to ``feature_shape``."""
+    if files is None:
+        ds = tf.data.Dataset.range(length)
+    else:
+        paths = []
+        for j, ids in enumerate(files):
+            path = os.path.join(folder, f"part-{j:02d}.txt")
+            with open(path, "w") as f:
+                f.write("".join(f"{i}\n" for i in ids))
+            paths.append(path)
+        ds = tf.data.TextLineDataset(paths).map(lambda line: tf.strings.to_number(line, tf.int64))
+    return ds.map(lambda i: tf.fill(feature_shape, tf.cast(i, dtype)))
+
+
+def _dataset(length, batch, drop_remainder, batch_size_known, policy, feature_shape, dtype, files=None,
+             folder=None):
     """Element i is ``i`` broadcast to ``feature_shape`` (so every row names its element)."""
-    ds = tf.data.Dataset.range(length).map(lambda i: tf.fill(feature_shape, tf.cast(i, dtype)))
+    ds = _source(length, files, feature_shape, dtype, folder)
     ds = ds.batch(batch, drop_remainder=drop_remainder)
     if not batch_size_known:
         ds = ds.map(lambda x: x)  # Map hides the batch node from compute_batch_size (unless static)
@@ -26,12 +48,25 @@ def _dataset(length, batch, drop_remainder, batch_size_known, policy, feature_sh
 
 @probe
 def distribute(ctx, length, batch, drop_remainder, policy, style, batch_size_known=True,
-               feature_shape=(), dtype="float32"):
+               feature_shape=(), dtype="float32", files=None):
     """Every step's local replica batches, read with ``style``, and what the iterator does
-    once exhausted."""
+    once exhausted; or the error ``experimental_distribute_dataset`` raised (FILE sharding
+    of a source without files). Errors while iterating propagate (in a cluster they leave
+    peers blocked in a collective, so the pool must replace it)."""
+    folder = tempfile.mkdtemp(prefix="tfds-input-")
+    try:
+        return _distribute(ctx, _dataset(length, batch, drop_remainder, batch_size_known, policy,
+                                         list(feature_shape), dtype, files, folder), style, dtype, feature_shape)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _distribute(ctx, ds, style, dtype, feature_shape):
     strategy = ctx.strategy
-    ds = _dataset(length, batch, drop_remainder, batch_size_known, policy, list(feature_shape), dtype)
-    dist = strategy.experimental_distribute_dataset(ds)
+    try:
+        dist = strategy.experimental_distribute_dataset(ds)
+    except tf.errors.OpError as exc:
+        return {"raised": type(exc).__name__, "message": " ".join(str(exc).split())[:300]}
     steps, after_end = [], None
     if style == "for":
         for x in dist:

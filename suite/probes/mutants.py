@@ -20,6 +20,10 @@ MUTANTS = {
     "keras_loss_times_replicas": "Keras loss values multiplied by the replica count",
     "input_rows_to_first_replica": "every step's rows handed to the first local replica",
     "input_dropped_element": "the first row of the first step lost",
+    "ps_step_scheduled_twice": "one parameter-server step scheduled once more than asked",
+    "ps_shards_reversed": "a partitioned variable reassembled with its shards in reverse order",
+    "ps_loss_times_two": "compute_average_loss doubled inside a scheduled step",
+    "ps_gradient_doubled": "parameter-server gradients doubled before apply_gradients",
 }
 
 ACTIVE = os.environ.get("TFDS_MUTANT") or None

@@ -120,6 +120,8 @@ def lazy_optimizer(ctx, name):
         step()
         step()
     except Exception as exc:
+        if isinstance(exc, tf.errors.OpError):
+            ctx.request_restart()  # a failed collective poisons a multi-worker cluster
         text = " ".join(str(exc).split())
         return {"raised": type(exc).__name__, "message": text if len(text) < 400 else text[:120] + " ... " + text[-280:]}
     variables = compat.optimizer_variables(opt)

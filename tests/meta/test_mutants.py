@@ -14,7 +14,8 @@ from suite.probes.mutants import MUTANTS
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# mutant -> (property test id, with spec mirrored:2; a phrase the failure must contain)
+# mutant -> (property test id, whose first parameter is the spec it runs under; a phrase the
+# failure must contain)
 CASES = {
     "local_batch_denominator": (
         "tests/test_losses.py::test_compute_average_loss_matches_reference[mirrored:2-none-float64]",
@@ -46,6 +47,19 @@ CASES = {
     "keras_loss_times_replicas": (
         "tests/test_losses.py::test_keras_loss_reduction_inside_strategy_run[mirrored:2-mse-sum-float64]",
         "= replicas"),
+    "ps_step_scheduled_twice": (
+        "tests/test_parameter_server.py::test_every_scheduled_step_is_applied_exactly_once[parameter_server:2w1ps-keras]",
+        "the step counter reads"),
+    "ps_shards_reversed": (
+        "tests/test_parameter_server.py::test_partitioned_variables_reassemble[parameter_server:2w1ps]",
+        "reassembled (whole)"),
+    "ps_loss_times_two": (
+        "tests/test_parameter_server.py::test_num_replicas_and_loss_scaling"
+        "[parameter_server:2w1ps-sum-none-float64]",
+        "compute_average_loss in a scheduled step"),
+    "ps_gradient_doubled": (
+        "tests/test_parameter_server.py::test_ordered_training_equals_the_reference[parameter_server:2w1ps-sgd]",
+        "after"),
 }
 
 
@@ -56,9 +70,10 @@ def test_every_mutant_has_a_case():
 @pytest.mark.parametrize("mutant", sorted(CASES))
 def test_property_catches_mutant(mutant):
     test_id, phrase = CASES[mutant]
+    spec = test_id.split("[", 1)[1].split("-", 1)[0].rstrip("]")
     env = dict(os.environ, TFDS_MUTANT=mutant, HYPOTHESIS_PROFILE="ci")
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", test_id, "--strategies", "mirrored:2", "-x", "-q",
+        [sys.executable, "-m", "pytest", test_id, "--strategies", spec, "-x", "-q",
          "-p", "no:cacheprovider", "--no-header"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     out = proc.stdout + proc.stderr

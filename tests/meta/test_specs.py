@@ -17,6 +17,8 @@ ROOT = Path(__file__).resolve().parents[2]
     ("default", "default", 1, 1), ("one_device", "one_device", 1, 1), ("mirrored:3", "mirrored", 3, 1),
     ("mirrored:4:reduce_to_one", "mirrored", 4, 1), ("central_storage:2", "central_storage", 2, 1),
     ("multi_worker:2x1", "multi_worker", 2, 2), ("multi_worker:3x1:ring", "multi_worker", 3, 3),
+    ("multi_worker:2x2", "multi_worker", 4, 2), ("multi_worker:3x2:auto", "multi_worker", 6, 3),
+    ("parameter_server:2w1ps", "parameter_server", 1, 2), ("parameter_server:1w2ps", "parameter_server", 1, 1),
 ])
 def test_valid_specs_parse(text, kind, replicas, workers):
     spec = parse_spec(text)
@@ -24,11 +26,22 @@ def test_valid_specs_parse(text, kind, replicas, workers):
 
 
 @pytest.mark.parametrize("text", ["mirrored", "mirrored:0", "mirrored:9", "mirrored:2:nccl", "bogus",
-                                  "multi_worker:2", "central_storage:x", "parameter_server:2w1ps",
-                                  "multi_worker:2x2"])
+                                  "multi_worker:2", "central_storage:x", "parameter_server:2w",
+                                  "parameter_server:0w1ps", "multi_worker:2x9", "multi_worker:2x1:nccl"])
 def test_invalid_specs_raise_with_the_grammar(text):
-    with pytest.raises(SpecError, match="grammar|not supported yet|not implemented"):
+    with pytest.raises(SpecError, match="grammar"):
         parse_spec(text)
+
+
+def test_parameter_server_specs_are_not_synchronous():
+    assert parse_spec("parameter_server:2w1ps").ps == 1
+    assert not parse_spec("parameter_server:2w1ps").synchronous
+    assert parse_spec("multi_worker:2x2").synchronous and parse_spec("multi_worker:2x2").devices == 2
+
+
+def test_cluster_spec_needs_agents():
+    with pytest.raises(SpecError, match="--cluster-agents"):
+        parse_spec("cluster")
 
 
 def test_default_specs_parse_and_are_distinct():

@@ -1,0 +1,249 @@
+"""Parameter-server probes: steps scheduled with a ClusterCoordinator onto the cluster's
+workers, reading their inputs from per-worker datasets; variables live on the ps tasks."""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from reference.optimizers import CONFIGS
+from suite import compat
+from suite.probes import mutants
+from suite.probes.common import counted
+from suite.probes.registry import probe
+
+
+def _coordinator(ctx):
+    if ctx.coordinator is None:
+        raise ValueError(f"{ctx.spec.text} is not a parameter-server spec")
+    return ctx.coordinator
+
+
+def _batches_dataset_fn(xs: list, ys: list):
+    """A dataset_fn whose dataset yields the given batches in order (sizes may differ): the
+    rows are one constant, cut by offsets."""
+    offsets = np.concatenate([[0], np.cumsum([len(x) for x in xs])]).astype(np.int64)
+    x_all = np.concatenate(xs) if xs else np.zeros((0,))
+    y_all = np.concatenate(ys) if ys else np.zeros((0,))
+
+    def dataset_fn():
+        x_t, y_t, o_t = tf.constant(x_all), tf.constant(y_all), tf.constant(offsets)
+        return tf.data.Dataset.range(len(xs)).map(lambda i: (x_t[o_t[i]:o_t[i + 1]], y_t[o_t[i]:o_t[i + 1]]))
+
+    return dataset_fn
+
+
+def _trainer(ctx, arch, optimizer, dtype, denominator):
+    """Model and optimizer on the ps tasks (the optimizer's initial state snapshotted), and a
+    worker step ``step(x, y)`` running ``strategy.run`` of one custom-loop step."""
+    strategy = ctx.strategy
+    with strategy.scope():
+        model = compat.build_model(arch, dtype)
+        cls, cfg = CONFIGS[optimizer]
+        opt = compat.make_optimizer(cls, cfg)
+        opt.build(model.trainable_variables)
+    initial = [np.array(v.numpy()) for v in compat.optimizer_variables(opt)]
+    gbs = None if denominator in ("global", "default") else int(denominator)
+
+    def replica_fn(x, y):
+        with tf.GradientTape() as tape:
+            per_example = compat.per_example_loss(arch["head"], y, model(x, training=True))
+            loss = tf.nn.compute_average_loss(per_example, global_batch_size=gbs)
+            if model.losses:
+                loss += tf.nn.scale_regularization_loss(tf.add_n(model.losses))
+        grads = tape.gradient(loss, model.trainable_variables)
+        if mutants.on("ps_gradient_doubled"):
+            grads = [2 * g for g in grads]
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    @tf.function
+    def from_iterator(iterator):
+        counted(ctx, "ps.train(per-worker dataset)")
+        return strategy.run(replica_fn, args=next(iterator))
+
+    y_spec = (tf.TensorSpec([None], tf.int32) if arch["head"] == "softmax"
+              else tf.TensorSpec([None, arch["outputs"]], dtype))
+
+    @tf.function(input_signature=[tf.TensorSpec([None, arch["input_dim"]], dtype), y_spec])
+    def from_arguments(x, y):
+        counted(ctx, "ps.train(arguments)")
+        return strategy.run(replica_fn, args=(x, y))
+
+    return model, opt, initial, from_iterator, from_arguments
+
+
+@probe
+def train(ctx, arch, optimizer, dtype, params, steps, denominator="global", mode="pipelined"):
+    """Custom-loop steps of the model family with variables on the ps tasks: parameters set,
+    optimizer reset, then one scheduled step per batch ``(x, y, sizes)``.
+
+    ``mode="pipelined"``: the batches come from a per-worker dataset, every step is scheduled
+    at once and ``join()`` waits for all (the closures run in order only with one worker).
+    ``mode="sequential"``: each step's batch is passed to ``schedule`` and joined before the
+    next is scheduled, so the steps are ordered whichever worker runs them.
+    Returns each step's fetched loss, the variables, the optimizer's iterations and the
+    variables' devices."""
+    coordinator = _coordinator(ctx)
+    key = ("ps.train", tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in arch.items())),
+           optimizer, dtype, denominator)
+    model, opt, initial, from_iterator, from_arguments = ctx.cached(
+        key, lambda: _trainer(ctx, arch, optimizer, dtype, denominator))
+    for var, value in zip(model.trainable_variables, params):
+        var.assign(np.asarray(value, dtype))
+    for var, value in zip(compat.optimizer_variables(opt), initial):
+        var.assign(value)
+    xs = [np.asarray(x, dtype) for x, _, _ in steps]
+    ys = [np.asarray(y, np.int32 if arch["head"] == "softmax" else dtype) for _, y, _ in steps]
+    if mode == "pipelined":
+        iterator = iter(coordinator.create_per_worker_dataset(_batches_dataset_fn(xs, ys)))
+        losses = [coordinator.schedule(from_iterator, args=(iterator,)) for _ in steps]
+        coordinator.join()
+    elif mode == "sequential":
+        losses = []
+        for x, y in zip(xs, ys):
+            losses.append(coordinator.schedule(from_arguments, args=(tf.constant(x), tf.constant(y))))
+            coordinator.join()
+    else:
+        raise ValueError(f"mode must be 'pipelined' or 'sequential', not {mode!r}")
+    return {"losses": [r.fetch() for r in losses],
+            "params": [v.numpy() for v in model.trainable_variables],
+            "iterations": int(compat.tf_variable(opt.iterations).numpy()),
+            "devices": sorted({compat.tf_variable(v).device for v in model.trainable_variables})}
+
+
+@probe
+def exactly_once(ctx, w0, c, lr, steps, optimizer="keras"):
+    """``steps`` closures scheduled over all workers, each taking one element of a per-worker
+    dataset of ``c`` and doing SGD on ``loss = sum(w * c)`` (gradient ``c`` whatever ``w``),
+    with a Keras SGD optimizer (``optimizer="keras"``) or ``assign_sub``; also counts the
+    steps in an int64 variable. Returns w, the count, and the fetched per-step values."""
+    strategy, coordinator = ctx.strategy, _coordinator(ctx)
+    dtype = np.asarray(w0).dtype.name
+    with strategy.scope():
+        w = tf.Variable(np.asarray(w0), name="w")
+        count = tf.Variable(0, dtype=tf.int64, name="count")
+        opt = compat.make_optimizer("SGD", {"learning_rate": lr}) if optimizer == "keras" else None
+        if opt is not None:
+            opt.build([w])
+    c_value = np.asarray(c, dtype)
+    iterator = iter(coordinator.create_per_worker_dataset(
+        lambda: tf.data.Dataset.from_tensors(tf.constant(c_value)).repeat()))
+
+    @tf.function
+    def worker_step(iterator):
+        counted(ctx, "ps.exactly_once")
+
+        def replica_fn(cv):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_sum(w * cv)
+            grad = tape.gradient(loss, w)
+            if opt is not None:
+                opt.apply_gradients([(grad, w)])
+            else:
+                w.assign_sub(tf.cast(lr, w.dtype) * grad)
+            count.assign_add(1)
+            return loss
+
+        return strategy.run(replica_fn, args=(next(iterator),))
+
+    n = steps + 1 if mutants.on("ps_step_scheduled_twice") else steps
+    results = [coordinator.schedule(worker_step, args=(iterator,)) for _ in range(n)]
+    coordinator.join()
+    return {"w": w.numpy(), "count": int(count.numpy()), "fetched": len([r.fetch() for r in results])}
+
+
+def _partitioner(kind, params):
+    parts = tf.distribute.experimental.partitioners
+    if kind == "fixed":
+        return parts.FixedShardsPartitioner(num_shards=params["num_shards"])
+    if kind == "min_size":
+        return parts.MinSizePartitioner(min_shard_bytes=params["min_shard_bytes"], max_shards=params["max_shards"])
+    raise ValueError(f"unknown partitioner {kind!r}")
+
+
+@probe
+def partition(ctx, value, kind, params):
+    """A variable created with ``value`` under the scope while the strategy's partitioner is
+    ``kind(params)`` (set on the strategy for this one creation: ParameterServerStrategy takes
+    it at construction only, and a second strategy in one coordinator would reconnect the
+    cluster). Returns each shard's rows, ps task and value, and the reassembled value."""
+    strategy = ctx.strategy
+    value = np.asarray(value)
+    extended = strategy.extended
+    saved = extended._variable_partitioner
+    extended._variable_partitioner = _partitioner(kind, params)
+    try:
+        with strategy.scope():
+            var = tf.Variable(value, name="partitioned")
+    finally:
+        extended._variable_partitioner = saved
+    shards = list(getattr(var, "variables", [var]))
+    whole = tf.convert_to_tensor(var).numpy()
+    if mutants.on("ps_shards_reversed"):
+        whole = np.concatenate([s.numpy() for s in reversed(shards)]) if len(shards) > 1 else whole
+    return {"type": type(var).__name__,
+            "rows": [int(s.shape[0]) for s in shards],
+            "ps_tasks": [tf.DeviceSpec.from_string(s.device).task for s in shards],
+            "shards": [s.numpy() for s in shards],
+            "whole": whole,
+            "concat": np.concatenate([s.numpy() for s in shards]) if shards else value[:0]}
+
+
+def _scaling_steps(ctx, dtype, weighted, with_gbs, reduction):
+    strategy = ctx.strategy
+    vec = tf.TensorSpec([None], dtype)
+
+    @tf.function(input_signature=[vec, vec, tf.TensorSpec([], tf.int64)])
+    def average(values, w, gbs):
+        counted(ctx, "ps.loss_scaling")
+
+        def replica_fn(v, w, gbs):
+            avg = tf.nn.compute_average_loss(v, sample_weight=w if weighted else None,
+                                             global_batch_size=gbs if with_gbs else None)
+            if mutants.on("ps_loss_times_two"):
+                avg *= 2
+            return avg, tf.distribute.get_replica_context().num_replicas_in_sync
+
+        return strategy.run(replica_fn, args=(values, w, gbs))
+
+    @tf.function(input_signature=[vec])
+    def keras_loss(values):
+        counted(ctx, "ps.loss_scaling(keras)")
+
+        def replica_fn(v):
+            loss = compat.make_loss("mae", reduction, dtype)(tf.zeros_like(v)[:, None], v[:, None])
+            return tf.cast(loss, v.dtype)
+
+        return strategy.run(replica_fn, args=(values,))
+
+    return average, keras_loss
+
+
+@probe
+def loss_scaling(ctx, per_example, weights=None, global_batch_size=None, reduction="sum_over_batch_size"):
+    """``num_replicas_in_sync`` outside and inside a scheduled ``strategy.run``; there,
+    ``compute_average_loss`` of ``per_example`` (optional sample weights and global batch
+    size), and a Keras mean absolute error with ``reduction`` of predictions ``per_example``
+    against zeros (per-example values ``|per_example|``), or the error it raised."""
+    strategy, coordinator = ctx.strategy, _coordinator(ctx)
+    per_example = np.asarray(per_example)
+    dtype = per_example.dtype.name
+    w = np.asarray(weights if weights is not None else np.ones_like(per_example), dtype)
+    average, keras_loss = ctx.cached(
+        ("ps.loss_scaling", dtype, weights is not None, global_batch_size is not None, reduction),
+        lambda: _scaling_steps(ctx, dtype, weights is not None, global_batch_size is not None, reduction))
+    remote = coordinator.schedule(average, args=(tf.constant(per_example), tf.constant(w),
+                                                 tf.constant(global_batch_size or 0, tf.int64)))
+    coordinator.join()
+    avg, replicas = remote.fetch()
+    out = {"num_replicas_in_sync": strategy.num_replicas_in_sync, "replica_context_replicas": int(replicas),
+           "compute_average_loss": avg}
+    try:
+        remote = coordinator.schedule(keras_loss, args=(tf.constant(per_example),))
+        coordinator.join()
+        out["keras_loss"] = remote.fetch()
+    except Exception as exc:  # Keras 2 refuses some reductions under a strategy
+        out["keras_raised"] = type(exc).__name__
+        out["keras_message"] = " ".join(str(exc).split())[:300]
+    return out

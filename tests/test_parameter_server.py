@@ -1,0 +1,157 @@
+"""ParameterServerStrategy with a ClusterCoordinator: training equals the reference when the
+steps are ordered, every scheduled step is applied exactly once when they are not, partitioned
+variables reassemble, and num_replicas_in_sync / loss scaling follow the documentation
+(reference/parameter_server.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from reference import distribute as ref
+from reference import losses as ref_losses
+from reference import model as ref_model
+from reference import parameter_server as ref_ps
+from reference.losses import Raises
+from reference.optimizers import ADAPTIVE
+from suite import cases
+from suite.assertions import PropertyFailure, assert_close
+from suite.cases import ARCHS, arch_dict, training_cases
+from suite.profiles import examples
+
+
+def _modes(spec):
+    """Pipelined (per-worker dataset, one join) equals the reference only with one worker."""
+    return ["pipelined", "sequential"] if spec.workers == 1 else ["sequential"]
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "sgd_momentum", "adam"])
+@examples(0.5)
+@given(data=st.data())
+def test_ordered_training_equals_the_reference(engines, ps_spec, optimizer, data):
+    """Variables on the ps tasks, steps run by the workers: with the steps in order (one
+    worker, or each step joined before the next) every step's loss and the final variables
+    equal the reference loop with one replica (num_replicas_in_sync is 1 on CPU workers)."""
+    spec, dtype = ps_spec, data.draw(cases.dtypes(), label="dtype")
+    arch_name, params, steps = data.draw(training_cases(1, dtype), label="case")
+    arch = ARCHS[arch_name]
+    history = ref_model.train(arch, params, optimizer, steps, "global")
+    assume(cases.well_conditioned(history, dtype, optimizer in ADAPTIVE))
+    for mode in _modes(spec):
+        result = engines.call(spec, "ps.train", arch=arch_dict(arch), optimizer=optimizer, dtype=dtype,
+                              params=params, steps=steps, mode=mode)[0]
+        common = dict(spec=spec, dtype=dtype, kind="trained", replicas=1,
+                      case={"arch": arch_name, "optimizer": optimizer, "mode": mode, "sizes": [s[2] for s in steps]})
+        for s, (got, want) in enumerate(zip(result["losses"], history)):
+            assert_close(got, want["loss"], what=f"loss of scheduled step {s + 1} ({mode})", **common)
+        for v, (got, want) in enumerate(zip(result["params"], history[-1]["params"])):
+            assert_close(got, want, n_terms=4, what=f"variable {v} after {len(steps)} steps ({mode})", **common)
+        if result["iterations"] != len(steps):
+            raise PropertyFailure(f"[{spec}] optimizer.iterations={result['iterations']} after {len(steps)} "
+                                  f"scheduled steps ({mode})")
+        if not all("/job:ps/" in d for d in result["devices"]):
+            raise PropertyFailure(f"[{spec}] model variables on {result['devices']}, not on the ps tasks")
+
+
+@pytest.mark.parametrize("optimizer", ["keras", "assign_sub"])
+@given(steps=st.integers(1, 40), dtype=cases.dtypes(), lr_exp=st.integers(2, 5),
+       c=st.lists(st.integers(-8, 8), min_size=1, max_size=4), data=st.data())
+def test_every_scheduled_step_is_applied_exactly_once(engines, ps_spec, optimizer, steps, dtype, lr_exp, c, data):
+    """Steps scheduled over all workers at once, in whatever order the coordinator runs them,
+    on a loss whose gradient does not depend on the weights: the weights end exactly at
+    w0 - steps * lr * c (dyadic numbers, so exact in float32 too), the step counter at
+    ``steps``, and every RemoteValue is fetched."""
+    w0 = np.asarray(data.draw(st.lists(st.integers(-16, 16), min_size=len(c), max_size=len(c)), label="w0"),
+                    dtype) / 4
+    c_arr = np.asarray(c, dtype) / 4
+    lr = 2.0 ** -lr_exp
+    r = engines.call(ps_spec, "ps.exactly_once", w0=w0, c=c_arr, lr=lr, steps=steps, optimizer=optimizer)[0]
+    expected = ref_ps.weight_independent_steps(w0, c_arr, lr, steps)
+    where = f"[{ps_spec}] {optimizer}, {steps} steps, lr={lr}, c={c_arr.tolist()}, w0={w0.tolist()}"
+    if r["count"] != steps or r["fetched"] != steps:
+        raise PropertyFailure(f"{where}: the step counter reads {r['count']} and {r['fetched']} results were "
+                              f"fetched, but {steps} steps were scheduled")
+    got = np.asarray(r["w"], np.float64)
+    if not np.array_equal(got, expected):
+        moved = (np.asarray(w0, np.float64) - got) / (lr * c_arr) if np.all(c_arr) else None
+        raise PropertyFailure(f"{where}: weights {got.tolist()}, but should be exactly {expected.tolist()}"
+                              + (f" (as if {np.round(moved, 3).tolist()} steps were applied)" if moved is not None else ""))
+
+
+@st.composite
+def partition_cases(draw):
+    rows = draw(st.integers(1, 12), label="rows")
+    cols = draw(st.integers(1, 3), label="cols")
+    dtype = draw(st.sampled_from(["float32", "float64", "int32"]), label="dtype")
+    if draw(st.booleans(), label="fixed"):
+        kind, params = "fixed", {"num_shards": draw(st.integers(1, 6), label="num_shards")}
+    else:
+        kind, params = "min_size", {"min_shard_bytes": 2 ** draw(st.integers(2, 9), label="log2 min_shard_bytes"),
+                                    "max_shards": draw(st.integers(1, 6), label="max_shards")}
+    value = (np.arange(rows * cols).reshape(rows, cols) * 3 - 7).astype(dtype)
+    return value, kind, params
+
+
+@given(case=partition_cases())
+def test_partitioned_variables_reassemble(engines, ps_spec, case):
+    """A variable created under a FixedShardsPartitioner or MinSizePartitioner is cut along
+    axis 0 into the reference's number of shards with the "div" row counts, shards go
+    round-robin over the ps tasks, and shards concatenated in order (and the variable read
+    as one tensor) give back the unpartitioned value."""
+    value, kind, params = case
+    r = engines.call(ps_spec, "ps.partition", value=value, kind=kind, params=params)[0]
+    if kind == "fixed":
+        n = ref_ps.fixed_shards(value.shape[0], params["num_shards"])
+    else:
+        n = ref_ps.min_size_shards(value.shape, value.dtype.itemsize, params["min_shard_bytes"], params["max_shards"])
+    where = f"[{ps_spec}] {kind}{params} of a {value.dtype.name}{list(value.shape)} variable"
+    rows = ref_ps.shard_rows(value.shape[0], n)
+    if r["rows"] != rows:
+        raise PropertyFailure(f"{where}: shards of {r['rows']} rows, but should be {rows}")
+    first = r["ps_tasks"][0]
+    expected_tasks = [(first + i) % ps_spec.ps for i in range(len(rows))]
+    if r["ps_tasks"] != expected_tasks:
+        raise PropertyFailure(f"{where}: shards on ps tasks {r['ps_tasks']}, but round-robin gives {expected_tasks}")
+    for i, (got, want) in enumerate(zip(r["shards"], ref_ps.shards(value, n))):
+        if not np.array_equal(got, want):
+            raise PropertyFailure(f"{where}: shard {i} holds {np.asarray(got).tolist()}, not {want.tolist()}")
+    for name in ("whole", "concat"):
+        if not np.array_equal(r[name], value):
+            raise PropertyFailure(f"{where}: reassembled ({name}) {np.asarray(r[name]).tolist()}, "
+                                  f"but the variable is {value.tolist()}")
+
+
+@pytest.mark.parametrize("dtype", cases.DTYPES)
+@pytest.mark.parametrize("weighting", ["none", "per_example"])
+@pytest.mark.parametrize("reduction", ["sum", "sum_over_batch_size"])
+@given(data=st.data())
+def test_num_replicas_and_loss_scaling(engines, ps_spec, engine_versions, reduction, weighting, dtype, data):
+    """num_replicas_in_sync is 1 on CPU workers (outside and inside the step), so
+    compute_average_loss divides by the step's own batch (or the given global batch size),
+    and a Keras loss reduces as it does for one replica in the installed generation."""
+    n = data.draw(st.integers(1, 6), label="batch")
+    per_example = data.draw(cases.floats(dtype, (n,), 0.0, 4.0), label="per-example losses")
+    weights = data.draw(cases.floats(dtype, (n,), 0.0, 2.0), label="weights") if weighting == "per_example" else None
+    gbs = data.draw(st.none() | st.integers(1, 12), label="global_batch_size")
+    r = engines.call(ps_spec, "ps.loss_scaling", per_example=per_example, weights=weights,
+                     global_batch_size=gbs, reduction=reduction)[0]
+    if (r["num_replicas_in_sync"], r["replica_context_replicas"]) != (ref_ps.NUM_REPLICAS_IN_SYNC_CPU,) * 2:
+        raise PropertyFailure(f"[{ps_spec}] num_replicas_in_sync {r['num_replicas_in_sync']} (strategy), "
+                              f"{r['replica_context_replicas']} (replica context), but CPU workers make it 1")
+    case = {"per_example": per_example.tolist(), "weights": None if weights is None else weights.tolist(), "gbs": gbs}
+    assert_close(r["compute_average_loss"],
+                 ref.compute_average_loss(per_example, weights, gbs, num_replicas=ref_ps.NUM_REPLICAS_IN_SYNC_CPU),
+                 what="compute_average_loss in a scheduled step", spec=ps_spec, dtype=dtype, case=case, n_terms=n)
+    expected = ref_losses.keras_loss_in_replica(per_example, reduction, engine_versions["keras"],
+                                                ref_ps.NUM_REPLICAS_IN_SYNC_CPU, has_strategy=True)
+    if isinstance(expected, Raises):
+        if r.get("keras_raised") != str(expected):
+            raise PropertyFailure(f"[{ps_spec}] Keras {reduction} loss in a scheduled step gave "
+                                  f"{r.get('keras_loss', r.get('keras_raised'))}, but should raise {expected}")
+        return
+    if "keras_raised" in r:
+        raise PropertyFailure(f"[{ps_spec}] Keras {reduction} loss raised {r['keras_raised']}: {r['keras_message']}")
+    assert_close(r["keras_loss"], expected, what=f"Keras MAE with reduction={reduction} in a scheduled step",
+                 spec=ps_spec, dtype=dtype, case=case, n_terms=n)
