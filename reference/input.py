@@ -122,7 +122,6 @@ def distribute_workers(source, batch: int, drop_remainder: bool, workers: int, r
     if policy not in FILE_POLICIES:
         raise ValueError(f"policy must be one of {FILE_POLICIES}, got {policy!r}")
     w_, r_ = workers, replicas_per_worker
-    n = w_ * r_
     has_reader = not isinstance(source, int)
     everything = [e for f in source for e in f] if has_reader else list(range(source))
     shard = shard_policy(policy, has_reader, w_)
@@ -131,6 +130,31 @@ def distribute_workers(source, batch: int, drop_remainder: bool, workers: int, r
     if shard == "FILE" and len(source) < w_:
         raise InputError({w: ("InvalidArgumentError", "Could not apply FILE based sharding")
                           for w in range(len(source))}, list(range(len(source), w_)))
+    pieces = _pieces(source, everything, batch, drop_remainder, w_, r_, policy, batch_size_known)
+    n_steps = max([math.ceil(len(p) / r_) for p in pieces] + [0])
+    return [[[p[s * r_ + r] if s * r_ + r < len(p) else [] for r in range(r_)] for s in range(n_steps)]
+            for p in pieces]
+
+
+def needs_dummies(source, batch: int, drop_remainder: bool, workers: int, replicas_per_worker: int,
+                  policy: str = "AUTO", batch_size_known: bool = True) -> bool:
+    """Whether some worker's stream ends part-way through a step, so that the strategy must
+    hand the remaining replicas empty "dummy" batches (partial-batch handling,
+    ``input_lib.py`` ``_get_value_or_dummy``). The rebatch kernels' own empty pieces do not
+    count: they are real elements."""
+    w_, r_ = workers, replicas_per_worker
+    has_reader = not isinstance(source, int)
+    everything = [e for f in source for e in f] if has_reader else list(range(source))
+    pieces = _pieces(source, everything, batch, drop_remainder, w_, r_, policy, batch_size_known)
+    n_steps = max([math.ceil(len(p) / r_) for p in pieces] + [0])
+    return any(len(p) != n_steps * r_ for p in pieces)
+
+
+def _pieces(source, everything, batch, drop_remainder, w_, r_, policy, batch_size_known) -> list[list[list]]:
+    """Each worker's rebatched (and DATA-sharded) pieces, in order (rules A-D)."""
+    n = w_ * r_
+    has_reader = not isinstance(source, int)
+    shard = shard_policy(policy, has_reader, w_)
     rule = split_rule(policy, batch_size_known, has_reader, w_)
     pieces = []
     for w in range(w_):
@@ -143,9 +167,7 @@ def distribute_workers(source, batch: int, drop_remainder: bool, workers: int, r
         else:
             mine = _rebatch_v2(batches, batch_sizes_for_worker(batch, w_, r_, w))
         pieces.append(mine[w::w_] if shard == "DATA" else mine)
-    n_steps = max([math.ceil(len(p) / r_) for p in pieces] + [0])
-    return [[[p[s * r_ + r] if s * r_ + r < len(p) else [] for r in range(r_)] for s in range(n_steps)]
-            for p in pieces]
+    return pieces
 
 
 def distribute(length: int, batch: int, drop_remainder: bool, replicas: int, policy: str = "AUTO",

@@ -4,6 +4,8 @@
 patterns: ``*`` and ``{a,b}``), ``tensorflow`` and ``keras`` version ranges (PEP 440 specifier sets), ``summary``,
 ``evidence`` (links and/or repro files in the repo) and ``first_seen``. conftest turns the tests
 they match into strict xfails for the versions in range, so a fix in TF shows up as an XPASS.
+An entry with ``racy = true`` is a race that shows in most runs but not all (lost concurrent
+updates): its tests become non-strict xfails, and the summary must say so.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ class Deviation:
     summary: str
     evidence: tuple[str, ...]
     first_seen: str
+    racy: bool = False
 
     def applies_to(self, tf_version: str | None, keras_version: str | None) -> bool:
         if not tf_version or not keras_version:
@@ -66,7 +69,7 @@ def load(path: Path = PATH) -> list[Deviation]:
         SpecifierSet(entry["keras"])
         out.append(Deviation(entry["id"], tuple(entry["tests"]), entry["tensorflow"],
                              entry["keras"], entry["summary"].strip(),
-                             tuple(entry["evidence"]), entry["first_seen"]))
+                             tuple(entry["evidence"]), entry["first_seen"], bool(entry.get("racy", False))))
     ids = [d.id for d in out]
     if len(ids) != len(set(ids)):
         raise ValueError(f"{path.name}: duplicate deviation ids")

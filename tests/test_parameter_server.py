@@ -80,6 +80,18 @@ def test_every_scheduled_step_is_applied_exactly_once(engines, ps_spec, optimize
                               + (f" (as if {np.round(moved, 3).tolist()} steps were applied)" if moved is not None else ""))
 
 
+@given(steps=st.integers(20, 60))
+def test_optimizer_iterations_count_every_scheduled_step(engines, ps_spec, steps):
+    """A Keras optimizer's ``iterations`` counts its applied steps (learning-rate schedules and
+    Adam's bias correction read it): after ``steps`` steps scheduled over all workers at once
+    it reads ``steps``, as the step counter variable does."""
+    w0 = np.zeros(2, "float32")
+    r = engines.call(ps_spec, "ps.exactly_once", w0=w0, c=np.ones(2, "float32"), lr=0.25, steps=steps)[0]
+    if r["count"] != steps or r["iterations"] != steps:
+        raise PropertyFailure(f"[{ps_spec}] after {steps} scheduled steps optimizer.iterations reads {r['iterations']} "
+                              f"(the step counter {r['count']}, the weights moved {float(-r['w'][0]) / 0.25:g} steps)")
+
+
 @st.composite
 def partition_cases(draw):
     rows = draw(st.integers(1, 12), label="rows")

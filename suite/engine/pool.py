@@ -190,7 +190,8 @@ class Engine:
                  call_timeout: float, start_attempts: int = 3):
         self.spec = spec
         self.call_timeout = call_timeout
-        self.collective_timeout = max(call_timeout - 5.0, 1.0)
+        # TF's own collective timeout fires first, leaving the 5 s grace for silent peers
+        self.collective_timeout = max(call_timeout - 7.0, 1.0)
         self.alive = False
         self.start_seconds = None
         self._restart = False
@@ -299,8 +300,10 @@ class Engine:
                     if first_error is not None:
                         pending.discard(i)
                         continue
+                    others = pending - {i}
+                    waiting = f" (still waiting for {self._names(others)})" if others else ""
                     self._fail(EngineDied, f"{self._where(i)} {_describe_exit(code)} "
-                                           f"while running probe {probe!r}", i)
+                                           f"while running probe {probe!r}{waiting}", i)
             if first_error is None:
                 for i, proc in enumerate(self.procs):  # servers answer nothing: watch them
                     if i not in pending and replies[i] is None and proc.poll() is not None:
@@ -310,26 +313,34 @@ class Engine:
                 if first_error is not None:
                     break
                 i = min(pending)
-                self._fail(EngineTimeout, f"{self._where(i)} did not answer probe {probe!r} "
+                self._fail(EngineTimeout, f"{self._where(i, pending)} did not answer probe {probe!r} "
                                           f"within {timeout:.0f}s (killed)", i)
         if first_error is not None:
             if len(self.procs) > 1:
-                self.close()  # a cluster with one failed process is not reusable
-            self._raise_reply(replies[first_error], probe, first_error)
+                self.close(graceful=not pending)  # a cluster with one failed process is not reusable
+            silent = f"; {self._names(pending)} did not answer within 5s (killed)" if pending else ""
+            self._raise_reply(replies[first_error], probe, first_error, silent)
         return [msg[1] if msg is not None else None for msg in replies]
 
-    def _where(self, i: int) -> str:
+    def _where(self, i: int, pending=None) -> str:
         who = f"engine {self.spec.text!r}"
         if len(self.procs) > 1:
-            who += f" {self.procs[i].task.name}"
+            who += " " + (self._names(pending) if pending and len(pending) > 1 else self.procs[i].task.name)
         return who
+
+    def _names(self, indices) -> str:
+        """``worker 1`` or ``workers 0, 1`` (or ``chief, ps 0``) for these processes."""
+        tasks = [self.procs[i].task for i in sorted(indices)]
+        if len(tasks) > 1 and all(t.type == "worker" for t in tasks):
+            return "workers " + ", ".join(str(t.index) for t in tasks)
+        return ", ".join(t.name for t in tasks)
 
     def _fail(self, cls, message: str, i: int):
         tail = self.procs[i].log_tail()
-        self.close()
+        self.close(graceful=False)
         raise cls(message + (f"; last output: {tail}" if tail else ""))
 
-    def _raise_reply(self, msg, probe: str, i: int):
+    def _raise_reply(self, msg, probe: str, i: int, suffix: str = ""):
         kind = msg[0]
         if kind == protocol.FATAL:
             text = msg[1]
@@ -337,11 +348,7 @@ class Engine:
                 raise EngineUnavailable(f"{self._where(i)}: {text[len('unavailable: '):]}")
             raise EngineStartError(f"{self._where(i)} could not start: {text}")
         _, type_name, message, tb = msg
-        lines = [ln.strip() for ln in message.strip().splitlines() if ln.strip()]
-        # tf.function errors open with "in user code:" and a traceback; the cause is last
-        first = (lines[-1] if lines and lines[0].startswith("in user code") else
-                 lines[0] if lines else "")
-        raise ProbeError(f"{self._where(i)}: probe {probe!r} raised {type_name}: {first}",
+        raise ProbeError(f"{self._where(i)}: probe {probe!r} raised {type_name}: {_cause(message)}{suffix}",
                          type_name, message, tb)
 
     # -- calls -------------------------------------------------------------------------
@@ -370,18 +377,37 @@ class Engine:
         """Every process of the engine, servers included."""
         return [p.pid for p in self.procs]
 
-    def close(self):
+    def close(self, graceful: bool = True):
+        """End every process: ask them to exit (``graceful``, up to 3 s), then SIGKILL the rest."""
         if not self.alive:
             return
         self.alive = False
-        for proc in self.procs:
-            with contextlib.suppress(OSError):
-                proc.send_conn.send((protocol.EXIT,))
-        deadline = time.monotonic() + 3.0
-        for proc in self.procs:
-            proc.wait(max(deadline - time.monotonic(), 0.01))
+        if graceful:
+            for proc in self.procs:
+                with contextlib.suppress(OSError):
+                    proc.send_conn.send((protocol.EXIT,))
+            deadline = time.monotonic() + 3.0
+            for proc in self.procs:
+                proc.wait(max(deadline - time.monotonic(), 0.01))
         for proc in self.procs:
             proc.kill()
+
+
+def _cause(message: str) -> str:
+    """The line of a TensorFlow error message that says what went wrong: tf.function errors
+    open with "in user code:" or "Graph execution error:" and a traceback, and end with the
+    cause followed by "[[node ...]]" and "[Op:...]" decorations."""
+    lines = [ln.strip() for ln in message.strip().splitlines() if ln.strip()]
+    if not lines:
+        return ""
+    if not (lines[0].startswith("in user code") or lines[0].startswith("Graph execution error")):
+        return lines[0]
+    noise = ("File ", "[[", "[Op:", "Detected at node", "in user code", "Graph execution error", "Traceback")
+    tallies = ("successful operations", "derived errors ignored", "root error(s) found")
+    useful = [ln for ln in lines if not ln.startswith(noise) and not ln.endswith(":")
+              and not any(t in ln for t in tallies)]
+    cause = useful[-1] if useful else lines[-1]
+    return cause if len(cause) <= 300 else cause[:300] + " ..."
 
 
 _PORT_TAKEN = ("address already in use", "could not start grpc server", "failed to add port")

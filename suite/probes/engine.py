@@ -6,6 +6,9 @@ import os
 import signal
 import time
 
+import numpy as np
+import tensorflow as tf
+
 from suite.probes.registry import probe
 
 
@@ -44,3 +47,51 @@ def sleep(ctx, seconds=1.0):
 @probe
 def fail(ctx, message="boom"):
     raise ValueError(message)
+
+
+@probe
+def collective_fault(ctx, victim=1, how="kill", seconds=3600.0):
+    """One step of two all-reduces on every replica; between them, worker ``victim`` kills
+    itself (``how="kill"``: a worker dying mid-step) or sleeps ``seconds`` (``how="hang"``: its
+    peers wait in the second all-reduce, a collective that never completes)."""
+    strategy = ctx.strategy
+
+    def act():
+        if ctx.worker_index == victim:
+            if how == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            time.sleep(seconds)
+        return np.float32(0.0)
+
+    @tf.function
+    def step():
+        def replica_fn():
+            rc = tf.distribute.get_replica_context()
+            x = rc.all_reduce(tf.distribute.ReduceOp.SUM, tf.constant(1.0))
+            y = tf.numpy_function(act, [], tf.float32, stateful=True)
+            return rc.all_reduce(tf.distribute.ReduceOp.SUM, x + y)
+
+        return strategy.run(replica_fn)
+
+    return [float(v) for v in strategy.experimental_local_results(step())]
+
+
+@probe
+def endless_steps(ctx, steps=4):
+    """Parameter servers: schedule ``steps`` closures that count to 2**31 - 1 on their worker
+    (a step that does not end by itself) and join: the call ends only by a fault or its
+    deadline."""
+    coordinator = ctx.coordinator
+    with ctx.strategy.scope():
+        total = tf.Variable(0, dtype=tf.int32)
+
+    @tf.function
+    def spin():
+        (n,) = tf.while_loop(lambda i: i < 2**31 - 1, lambda i: (i + 1,), [tf.constant(0)])
+        total.assign_add(n)
+        return n
+
+    for _ in range(steps):
+        coordinator.schedule(spin)
+    coordinator.join()
+    return int(total.numpy())

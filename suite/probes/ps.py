@@ -150,7 +150,10 @@ def exactly_once(ctx, w0, c, lr, steps, optimizer="keras"):
     n = steps + 1 if mutants.on("ps_step_scheduled_twice") else steps
     results = [coordinator.schedule(worker_step, args=(iterator,)) for _ in range(n)]
     coordinator.join()
-    return {"w": w.numpy(), "count": int(count.numpy()), "fetched": len([r.fetch() for r in results])}
+    out = {"w": w.numpy(), "count": int(count.numpy()), "fetched": len([r.fetch() for r in results])}
+    if opt is not None:
+        out["iterations"] = int(compat.tf_variable(opt.iterations).numpy())
+    return out
 
 
 def _partitioner(kind, params):

@@ -39,3 +39,34 @@ def test_every_kept_element_is_delivered_once(length, batch, drop, replicas, pol
     kept = length - (length % batch if drop else 0)
     assert sorted(delivered) == list(range(kept))
     assert all(len(step) == replicas and any(step) for step in steps)
+
+
+FILES = [[100 * j + i for i in range(n)] for j, n in enumerate([5, 3, 6, 2, 4])]  # the research's files
+
+# observed on local MultiWorkerMirrored clusters (docs/research/multi_worker_input.md, section 2.2, and
+# docs/research/multi_worker_input_tables.md):
+# source, B, drop, W, R, policy, per worker: steps of local replica batches
+OBSERVED_MULTI_WORKER = [
+    (8, 4, False, 2, 2, "DATA", [[[[0], [2]], [[4], [6]]], [[[1], [3]], [[5], [7]]]]),
+    (6, 6, False, 2, 2, "DATA", [[[[0, 1], [4, 5]]], [[[2, 3], []]]]),
+    (1, 1, False, 2, 2, "OFF", [[[[0], []], [[], []], [[], []]], [[[], []], [[0], []], [[], []]]]),
+    (FILES[:2], 4, False, 2, 2, "FILE", [[[[0], [1]], [[2], [3]], [[4], []]], [[[100], [101]], [[102], []], [[], []]]]),
+    (FILES[:3], 4, True, 2, 1, "FILE", [[[[0, 1]], [[2, 3]], [[4, 200]], [[201, 202]]], [[[]], [[]], [[]], [[]]]]),
+    (FILES[:3], 4, True, 2, 1, "DATA", [[[[0, 1]], [[4, 100]], [[200, 201]]], [[[2, 3]], [[101, 102]], [[202, 203]]]]),
+]
+
+
+@pytest.mark.parametrize("source, batch, drop, workers, per_worker, policy, steps", OBSERVED_MULTI_WORKER)
+def test_reference_reproduces_observed_multi_worker_splits(source, batch, drop, workers, per_worker, policy, steps):
+    assert ref_input.distribute_workers(source, batch, drop, workers, per_worker, policy) == steps
+
+
+def test_file_sharding_errors_follow_the_observations():
+    with pytest.raises(ref_input.InputError) as info:
+        ref_input.distribute_workers(FILES[:1], 4, False, 3, 1, "AUTO")  # AUTO picks FILE: no fallback
+    assert info.value.raised == {0: ("InvalidArgumentError", "Could not apply FILE based sharding")}
+    assert info.value.blocked == [1, 2]
+    with pytest.raises(ref_input.InputError) as info:
+        ref_input.distribute_workers(5, 2, False, 2, 1, "FILE")
+    assert set(info.value.raised) == {0, 1} and info.value.raised[0][0] == "NotFoundError"
+    assert ref_input.distribute_workers(5, 2, False, 1, 2, "FILE") == ref_input.distribute_workers(5, 2, False, 1, 2, "OFF")

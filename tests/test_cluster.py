@@ -1,0 +1,173 @@
+"""The real-cluster mode: engine agents (``python -m suite.engine.agent``), each given its task's
+TF_CONFIG, run the engines of the ``cluster`` spec. Here the "hosts" are local agent processes
+on loopback with TF_CONFIGs naming chief, worker, ps and evaluator tasks, and the suite runs
+against them in a child pytest, as a user would run it against their own machines."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from suite.assertions import PropertyFailure
+from suite.engine.cluster import free_ports
+
+ROOT = Path(__file__).resolve().parents[1]
+KEY = "tfds-test-key"
+
+
+class Agents:
+    """Agent processes for one TF_CONFIG cluster, killed at teardown."""
+
+    def __init__(self):
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self, tasks: dict[str, int], **options) -> tuple[dict, list[str]]:
+        """One agent per task of a cluster with ``tasks`` = {"chief": 1, "worker": 2, ...};
+        returns the cluster and the agents' addresses."""
+        names = [(t, i) for t, n in tasks.items() for i in range(n)]
+        ports = iter(free_ports(len(names)))
+        cluster = {t: [f"127.0.0.1:{next(ports)}" for _ in range(n)] for t, n in tasks.items()}
+        return cluster, [self.agent(cluster, t, i, **options) for t, i in names]
+
+    def agent(self, cluster, task_type, index, key=KEY, extra=()) -> str:
+        env = dict(os.environ, TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": task_type, "index": index}}),
+                   TFDS_AGENT_KEY=key)
+        proc = subprocess.Popen([sys.executable, "-m", "suite.engine.agent", "--listen", "127.0.0.1:0", *extra],
+                                cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+        self.procs.append(proc)
+        if not select.select([proc.stdout], [], [], 30)[0]:
+            raise AssertionError(f"agent for {task_type} {index} printed nothing in 30 s")
+        line = proc.stdout.readline()
+        m = re.search(r"listening on (\S+)", line)
+        assert m, f"agent for {task_type} {index}: {line!r}"
+        return m.group(1)
+
+    def stop(self):
+        for proc in self.procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)  # the agent kills its engines, then exits
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+
+
+@pytest.fixture
+def agents():
+    a = Agents()
+    try:
+        yield a
+    finally:
+        a.stop()
+
+
+def _pytest(args: list[str], agents: list[str], key: str = KEY, timeout: float = 900) -> subprocess.CompletedProcess:
+    env = dict(os.environ, TFDS_AGENT_KEY=key, HYPOTHESIS_PROFILE="ci")
+    return subprocess.run([sys.executable, "-m", "pytest", *args, "--strategies", "cluster", "--cluster-agents",
+                           ",".join(agents), "-q", "-p", "no:cacheprovider"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def test_multi_worker_properties_run_on_a_tf_config_cluster(agents):
+    """A chief, a worker and an evaluator: the cluster spec resolves to MultiWorkerMirrored
+    over chief + worker (2 replicas), the reduce and loss properties pass on both tasks, the
+    evaluator restores the chief's checkpoint, and the engines end with the run."""
+    _, addresses = agents.start({"chief": 1, "worker": 1, "evaluator": 1})
+    proc = _pytest(["tests/test_reduce.py", "tests/test_losses.py::test_compute_average_loss_matches_reference",
+                    "tests/test_cluster.py::test_evaluator_restores_the_chiefs_checkpoint"], addresses)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    assert "cluster: started 1x" in out and re.search(r"\b\d+ passed", out), out[-2000:]
+    assert "skipped" not in out.strip().splitlines()[-1], out[-2000:]
+
+
+def test_parameter_server_properties_run_on_a_tf_config_cluster(agents):
+    """A chief (the coordinator), two workers and a ps: the cluster spec resolves to
+    ParameterServerStrategy and the exactly-once and partitioning properties pass."""
+    _, addresses = agents.start({"chief": 1, "worker": 2, "ps": 1})
+    proc = _pytest(["tests/test_parameter_server.py::test_every_scheduled_step_is_applied_exactly_once",
+                    "tests/test_parameter_server.py::test_partitioned_variables_reassemble"], addresses)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    assert re.search(r"\b3 passed", out), out[-2000:]
+
+
+@pytest.mark.specs(lambda spec: spec.kind == "cluster" and spec.cluster["evaluators"] > 0)
+def test_evaluator_restores_the_chiefs_checkpoint(pool, spec, tmp_path):
+    """The side-car evaluator of the TF_CONFIG (a local strategy, one replica) restores the
+    checkpoint the chief saved after a training step and sees the chief's variables."""
+    arch = {"input_dim": 2, "hidden": [], "outputs": 1, "head": "linear", "l2": 0.0}
+    params = [np.array([[0.5], [-0.25]], np.float32), np.array([0.125], np.float32)]
+    g = spec.replicas
+    x = np.arange(2 * g, dtype=np.float32).reshape(g, 2) / 4
+    y = np.ones((g, 1), np.float32)
+    saved = pool.call(spec, "checkpoint.save", arch=arch, optimizer="sgd", dtype="float32", params=params,
+                      steps=[(x, y, [1] * g)], directory=str(tmp_path))
+    engine = pool.get(spec)
+    info = engine.call("engine.info", evaluator=True)[0]
+    if info["num_replicas_in_sync"] != 1 or info["tf_config"]["task"]["type"] != "evaluator":
+        raise PropertyFailure(f"[{spec}] the evaluator runs {info['strategy']} with "
+                              f"{info['num_replicas_in_sync']} replicas as task {info['tf_config']['task']}")
+    restored = engine.call("checkpoint.restore", evaluator=True, arch=arch, optimizer="sgd", dtype="float32",
+                           path=saved[0]["path"], steps=[])[0]["restored"]
+    for v, (got, want) in enumerate(zip(restored["params"], saved[0]["params"])):
+        if not np.array_equal(got[0], want[0]):
+            raise PropertyFailure(f"[{spec}] evaluator restored variable {v} as {got[0].tolist()}, "
+                                  f"but the chief saved {want[0].tolist()}")
+
+
+def test_agent_and_cluster_errors_are_one_line(agents, tmp_path):
+    """A wrong key, an address where no agent listens, agents that leave a task uncovered, and
+    an agent without TF_CONFIG each give one clear line, before any engine starts."""
+    cluster, addresses = agents.start({"worker": 2})
+    wrong = _pytest(["tests/meta/test_specs.py"], addresses, key="not-the-key", timeout=120)
+    assert wrong.returncode == 4 and "refused the key" in wrong.stderr, wrong.stderr[-2000:]
+    dead = f"127.0.0.1:{free_ports(1)[0]}"
+    unreachable = _pytest(["tests/meta/test_specs.py"], [addresses[0], dead], timeout=120)
+    assert unreachable.returncode == 4 and f"agent {dead} could not be reached" in unreachable.stderr, \
+        unreachable.stderr[-2000:]
+    partial = _pytest(["tests/meta/test_specs.py"], addresses[:1], timeout=120)
+    assert partial.returncode == 4 and "no agent for task(s) worker 1" in partial.stderr, partial.stderr[-2000:]
+    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+    bare = subprocess.run([sys.executable, "-m", "suite.engine.agent", "--listen", "127.0.0.1:0"], cwd=ROOT,
+                          env=dict(env, TFDS_AGENT_KEY=KEY), capture_output=True, text=True, timeout=60)
+    assert bare.returncode == 2 and bare.stderr.strip().count("\n") == 0 and "TF_CONFIG is not set" in bare.stderr, \
+        bare.stderr
+
+
+def test_agent_engines_end_with_their_agent(agents):
+    """An agent's engines die with it: SIGTERM kills them, and a SIGKILLed agent takes them
+    along (PR_SET_PDEATHSIG), so a cluster host is left clean."""
+    from suite.engine import agent as agent_mod
+
+    _, addresses = agents.start({"worker": 1})
+    host, port = addresses[0].rsplit(":", 1)
+    os.environ["TFDS_AGENT_KEY"] = KEY
+    try:
+        conn = agent_mod.connect((host, int(port)), KEY.encode(), 20)
+        conn.send(("start", ["--spec", "default"]))
+        assert conn.poll(20)
+        pid = conn.recv()[1]
+        assert conn.poll(180) and conn.recv()[0] == "ready"
+        os.killpg(agents.procs[0].pid, signal.SIGKILL)
+        deadline = time.monotonic() + 15
+        while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        alive = Path(f"/proc/{pid}/stat").exists() and Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+        assert not alive, f"engine {pid} outlived its SIGKILLed agent"
+        conn.close()
+    finally:
+        os.environ.pop("TFDS_AGENT_KEY", None)

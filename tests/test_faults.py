@@ -1,0 +1,164 @@
+"""Faults in clusters: a worker killed mid-step and a collective that never completes fail the
+running call within a bounded, configurable time, naming the spec, the worker and what
+happened; the pool replaces the cluster; a taken port is retried; no process outlives the
+engines it belongs to."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from suite.engine import cluster
+from suite.engine.pool import EngineDied, EngineError, EnginePool, ProbeError
+from suite.specs import parse_spec
+
+# the bound the hung-collective test configures (what --engine-timeout sets for a session)
+HUNG_TIMEOUT = 20.0
+
+clusters = pytest.mark.specs(lambda spec: len(cluster.tasks(spec)) > 1 or spec.kind == "cluster")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _descendants(root: int) -> set[int]:
+    """Every live process below ``root`` (from /proc parent links)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z":
+                children.setdefault(int(fields[1]), []).append(int(entry.name))
+    out, todo = set(), [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.add(child)
+            todo.append(child)
+    return out
+
+
+def _replaced(pool, spec, old: list[int]):
+    __tracebackhide__ = True
+    assert not any(_alive(p) for p in old), f"processes of the failed cluster survive: {[p for p in old if _alive(p)]}"
+    new = pool.get(spec).pids()
+    assert set(new).isdisjoint(old), "the pool must start a new cluster for the next call"
+    assert pool.call(spec, "engine.ping")
+
+
+@clusters
+def test_worker_killed_mid_step_fails_the_call_naming_it(pool, any_spec):
+    """Multi-worker: the last worker SIGKILLs itself between the two all-reduces of a step
+    while its peers wait in the second. Parameter servers: worker 1's server is killed while
+    the coordinator's scheduled steps run. Either way the call fails at once (well inside
+    the engine timeout) with EngineDied naming the spec, the worker and the signal."""
+    spec = any_spec
+    engine = pool.get(spec)
+    old = engine.pids()
+    start = time.monotonic()
+    if spec.synchronous:
+        victim = spec.workers - 1
+        with pytest.raises(EngineDied) as info:
+            pool.call(spec, "engine.collective_fault", victim=victim, how="kill")
+        name = f"worker {victim}"
+    else:
+        name = "worker 0" if spec.workers == 1 else "worker 1"
+        target = next(p.pid for p in engine.procs if p.task.name == name)
+        killer = threading.Timer(3.0, os.kill, (target, signal.SIGKILL))
+        killer.start()
+        try:
+            with pytest.raises(EngineDied) as info:
+                pool.call(spec, "engine.endless_steps")
+        finally:
+            killer.cancel()
+    elapsed = time.monotonic() - start
+    message = str(info.value)
+    assert spec.text in message and name in message and "SIGKILL" in message, message
+    assert elapsed < pool.call_timeout / 2, f"the death was noticed after {elapsed:.1f}s, not at once"
+    _replaced(pool, spec, old)
+
+
+@pytest.mark.specs(lambda spec: spec.synchronous and spec.workers > 1)
+def test_hung_collective_fails_within_the_configured_time(spec):
+    """Worker 1 never reaches the step's second all-reduce. With the engine timeout set to
+    HUNG_TIMEOUT, the peers' collective times out inside TensorFlow (CommunicationOptions, a
+    little under the timeout) and the call fails within the bound, naming the spec, the error
+    and the worker that did not answer; the next call gets a fresh cluster."""
+    pool = EnginePool(start_timeout=180, call_timeout=HUNG_TIMEOUT)
+    try:
+        old = pool.get(spec).pids()
+        start = time.monotonic()
+        with pytest.raises(EngineError) as info:
+            pool.call(spec, "engine.collective_fault", victim=1, how="hang")
+        elapsed = time.monotonic() - start
+        message = str(info.value)
+        assert elapsed < HUNG_TIMEOUT + 15, f"a hung collective took {elapsed:.0f}s to fail"
+        assert spec.text in message and "worker 1" in message, message
+        if isinstance(info.value, ProbeError):  # TF's own collective timeout fired first
+            assert "worker 1 did not answer" in message and info.value.type_name == "DeadlineExceededError", message
+        elif isinstance(info.value, EngineDied):  # a peer crashed on that timeout (seen: SIGSEGV, 2x2)
+            assert "still waiting for" in message and "Collective" in message, message
+        else:
+            assert f"did not answer probe 'engine.collective_fault' within {HUNG_TIMEOUT:.0f}s" in message, message
+        _replaced(pool, spec, old)
+    finally:
+        pool.close()
+
+
+def test_a_taken_port_is_retried_with_fresh_ports(monkeypatch):
+    """Ports are chosen free on loopback, but another process may bind one before TensorFlow
+    does; the start fails on that port and is retried with new ones."""
+    held = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    held.bind(("127.0.0.1", 0))
+    held.listen()
+    taken = held.getsockname()[1]
+    real, calls = cluster.free_ports, []
+
+    def first_call_collides(n):
+        calls.append(n)
+        ports = real(n)
+        if len(calls) == 1:
+            ports[-1] = taken
+        return ports
+
+    monkeypatch.setattr(cluster, "free_ports", first_call_collides)
+    pool = EnginePool(start_timeout=180, call_timeout=60)
+    try:
+        spec = parse_spec("multi_worker:2x1")
+        engine = pool.get(spec)
+        assert engine.start_attempts == 2 and len(calls) == 2, (engine.start_attempts, calls)
+        assert len(pool.call(spec, "engine.ping")) == 2
+    finally:
+        pool.close()
+        held.close()
+
+
+def test_no_engine_process_outlives_its_engine(pool):
+    """After the faults above (run earlier in this module), every process below pytest is a
+    process of a live engine in the session pool, or a child of one: nothing was left behind
+    by a killed or replaced cluster or by the closed private pools."""
+    live = set(pool.live_pids())
+    mine = {os.getpid()}
+    allowed = set(live)
+    for pid in live:
+        allowed |= _descendants(pid)
+    strays = {p for p in _descendants(os.getpid()) if p not in allowed and p not in mine}
+    deadline = time.monotonic() + 10
+    while strays and time.monotonic() < deadline:  # a process being reaped right now
+        time.sleep(0.2)
+        strays = {p for p in strays if _alive(p)}
+    described = {p: Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ")[:120] for p in strays if _alive(p)}
+    assert not described, f"processes outlived their engines: {described}"
