@@ -133,7 +133,9 @@ def test_no_engine_outlives_its_pool_or_its_parent(tmp_path):
             os.kill(os.getpid(), signal.SIGKILL)
     """))
     for mode in ("close", "die"):
-        proc = subprocess.run([sys.executable, str(script), mode], capture_output=True, text=True, timeout=300)
+        # the killed parent cannot remove its log folder: keep it inside tmp_path
+        proc = subprocess.run([sys.executable, str(script), mode], capture_output=True, text=True, timeout=300,
+                              env=dict(os.environ, TMPDIR=str(tmp_path)))
         pids = [int(p) for p in proc.stdout.split()]
         assert len(pids) == 3, proc.stdout + proc.stderr[-2000:]
         deadline = time.monotonic() + 15

@@ -27,9 +27,11 @@ then the engine's own messages; ``("status", pid)`` -> ``("ok", exit code or Non
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -271,8 +273,10 @@ def main(argv=None) -> int:
         return 2
     log_dir = Path(args.log_dir or tempfile.mkdtemp(prefix="tfds-agent-"))
     log_dir.mkdir(parents=True, exist_ok=True)
+    if not args.log_dir:  # our own temporary folder: remove it when the agent ends
+        atexit.register(shutil.rmtree, log_dir, True)
     agent = Agent(cfg, args.python, log_dir, args.virtual_cpus)
-    signal.signal(signal.SIGTERM, lambda *_: (agent.kill_all(), os._exit(0)))
+    signal.signal(signal.SIGTERM, lambda *_: (agent.kill_all(), sys.exit(0)))
     with Listener((host, port), authkey=key) as listener:
         bound = listener.address
         print(f"agent for {cfg['task']['type']} {cfg['task']['index']} listening on {bound[0]}:{bound[1]}", flush=True)
