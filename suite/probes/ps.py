@@ -112,43 +112,58 @@ def train(ctx, arch, optimizer, dtype, params, steps, denominator="global", mode
             "devices": sorted({compat.tf_variable(v).device for v in model.trainable_variables})}
 
 
-@probe
-def exactly_once(ctx, w0, c, lr, steps, optimizer="keras"):
-    """``steps`` closures scheduled over all workers, each taking one element of a per-worker
-    dataset of ``c`` and doing SGD on ``loss = sum(w * c)`` (gradient ``c`` whatever ``w``),
-    with a Keras SGD optimizer (``optimizer="keras"``) or ``assign_sub``; also counts the
-    steps in an int64 variable. Returns w, the count, and the fetched per-step values."""
+def _exactly_once_state(ctx, dtype, n, optimizer):
+    """Variables (on the ps), a Keras SGD with learning rate 1 (or none: ``assign_sub``), a
+    per-worker dataset of ones, and the traced worker step, kept for every call of this shape."""
     strategy, coordinator = ctx.strategy, _coordinator(ctx)
-    dtype = np.asarray(w0).dtype.name
     with strategy.scope():
-        w = tf.Variable(np.asarray(w0), name="w")
+        w = tf.Variable(np.zeros(n, dtype), name="w")
         count = tf.Variable(0, dtype=tf.int64, name="count")
-        opt = compat.make_optimizer("SGD", {"learning_rate": lr}) if optimizer == "keras" else None
+        opt = compat.make_optimizer("SGD", {"learning_rate": 1.0}) if optimizer == "keras" else None
         if opt is not None:
             opt.build([w])
-    c_value = np.asarray(c, dtype)
     iterator = iter(coordinator.create_per_worker_dataset(
-        lambda: tf.data.Dataset.from_tensors(tf.constant(c_value)).repeat()))
+        lambda: tf.data.Dataset.from_tensors(tf.ones([n], dtype)).repeat()))
 
     @tf.function
-    def worker_step(iterator):
+    def worker_step(iterator, c, lr):
         counted(ctx, "ps.exactly_once")
 
-        def replica_fn(cv):
+        def replica_fn(ones, c, lr):
             with tf.GradientTape() as tape:
-                loss = tf.reduce_sum(w * cv)
+                loss = tf.reduce_sum(w * c * ones)  # one element of the per-worker dataset per step
             grad = tape.gradient(loss, w)
             if opt is not None:
-                opt.apply_gradients([(grad, w)])
+                opt.apply_gradients([(lr * grad, w)])  # learning rate 1: the update is lr * c
             else:
-                w.assign_sub(tf.cast(lr, w.dtype) * grad)
+                w.assign_sub(lr * grad)
             count.assign_add(1)
             return loss
 
-        return strategy.run(replica_fn, args=(next(iterator),))
+        return strategy.run(replica_fn, args=(next(iterator), c, lr))
 
+    return w, count, opt, iterator, worker_step
+
+
+@probe
+def exactly_once(ctx, w0, c, lr, steps, optimizer="keras"):
+    """``steps`` closures scheduled over all workers at once, each taking one element of a
+    per-worker dataset and doing SGD on ``loss = sum(w * c)`` (gradient ``c`` whatever ``w``)
+    with a Keras SGD optimizer (``optimizer="keras"``) or ``assign_sub``, and counting itself
+    in an int64 variable. Returns w, the count, the number of fetched results and the Keras
+    optimizer's iterations."""
+    coordinator = _coordinator(ctx)
+    w0 = np.asarray(w0)
+    dtype = w0.dtype.name
+    w, count, opt, iterator, worker_step = ctx.cached(
+        ("ps.exactly_once", dtype, len(w0), optimizer), lambda: _exactly_once_state(ctx, dtype, len(w0), optimizer))
+    w.assign(w0)
+    count.assign(0)
+    if opt is not None:
+        compat.tf_variable(opt.iterations).assign(0)
+    args = (iterator, tf.constant(np.asarray(c, dtype)), tf.constant(lr, dtype))
     n = steps + 1 if mutants.on("ps_step_scheduled_twice") else steps
-    results = [coordinator.schedule(worker_step, args=(iterator,)) for _ in range(n)]
+    results = [coordinator.schedule(worker_step, args=args) for _ in range(n)]
     coordinator.join()
     out = {"w": w.numpy(), "count": int(count.numpy()), "fetched": len([r.fetch() for r in results])}
     if opt is not None:
