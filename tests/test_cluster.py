@@ -28,8 +28,9 @@ KEY = "tfds-test-key"
 class Agents:
     """Agent processes for one TF_CONFIG cluster, killed at teardown."""
 
-    def __init__(self):
+    def __init__(self, log_dir: Path):
         self.procs: list[subprocess.Popen] = []
+        self.log_dir = log_dir  # engine logs; a SIGKILLed agent cannot remove a folder of its own
 
     def start(self, tasks: dict[str, int], **options) -> tuple[dict, list[str]]:
         """One agent per task of a cluster with ``tasks`` = {"chief": 1, "worker": 2, ...};
@@ -42,7 +43,9 @@ class Agents:
     def agent(self, cluster, task_type, index, key=KEY, extra=()) -> str:
         env = dict(os.environ, TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": task_type, "index": index}}),
                    TFDS_AGENT_KEY=key)
-        proc = subprocess.Popen([sys.executable, "-m", "suite.engine.agent", "--listen", "127.0.0.1:0", *extra],
+        log_dir = self.log_dir / f"{task_type}{index}-{len(self.procs)}"
+        proc = subprocess.Popen([sys.executable, "-m", "suite.engine.agent", "--listen", "127.0.0.1:0",
+                                 "--log-dir", str(log_dir), *extra],
                                 cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 start_new_session=True)
         self.procs.append(proc)
@@ -66,8 +69,8 @@ class Agents:
 
 
 @pytest.fixture
-def agents():
-    a = Agents()
+def agents(tmp_path):
+    a = Agents(tmp_path / "agent-logs")
     try:
         yield a
     finally:
