@@ -6,11 +6,10 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
-import subprocess
 
 import pytest
 
-from suite import deviations, profiles, versions
+from suite import deviations, machine, profiles, versions
 from suite.engine import agent
 from suite.engine.pool import EnginePool
 from suite.findings import Findings
@@ -18,16 +17,6 @@ from suite.harness import Engines
 from suite.specs import DEFAULT_SPECS, SpecError, parse_specs
 
 PROFILE = profiles.load()
-
-
-def _gpus_present() -> bool:
-    if not shutil.which("nvidia-smi"):
-        return False
-    try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return out.returncode == 0 and "GPU" in out.stdout
 
 
 def pytest_addoption(parser):
@@ -55,7 +44,7 @@ def pytest_configure(config):
         if text:
             specs = parse_specs(text, resolve)
         else:
-            specs = parse_specs(",".join(DEFAULT_SPECS + (("mirrored:gpus",) if _gpus_present() else ())))
+            specs = parse_specs(",".join(DEFAULT_SPECS + (("mirrored:gpus",) if machine.gpu_names() else ())))
     except SpecError as exc:
         raise pytest.UsageError(f"--strategies: {exc}") from None
     except agent.AgentError as exc:
@@ -151,5 +140,7 @@ def pytest_terminal_summary(terminalreporter, config):
     for key, n in sorted(pool.starts.items()):
         tr.write_line(f"{key}: started {n}x")
     for key, counts in sorted(pool.trace_report.items()):
+        if not counts:
+            continue
         shown = ", ".join(f"{k}={v}" for k, v in sorted(counts.items()))
         tr.write_line(f"traces under {key}: {shown}")

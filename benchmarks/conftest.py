@@ -1,0 +1,86 @@
+"""Benchmark options, parametrization and the machine-info hook (the strategy specs, engines
+and pool come from the top-level conftest). The pytest process never imports TensorFlow."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from suite import bench, machine
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("tf-distribute-suite benchmarks")
+    group.addoption("--bench-workloads", default=",".join(bench.WORKLOADS),
+                    help=f"comma-separated workloads to time (default: all of {', '.join(bench.WORKLOADS)})")
+    group.addoption("--bench-scaling", default="weak", choices=("weak", "strong", "both"),
+                    help="weak: fixed per-replica batch, the global batch grows with the replicas (default); "
+                         "strong: fixed global batch split over the replicas")
+    group.addoption("--bench-trace-rounds", type=int, default=3,
+                    help="how many fresh step functions the first-call (trace) benchmark traces (default 3)")
+
+
+def _workloads(config) -> list[bench.Workload]:
+    names = [n.strip() for n in config.getoption("--bench-workloads").split(",") if n.strip()]
+    unknown = [n for n in names if n not in bench.WORKLOADS]
+    if unknown:
+        raise pytest.UsageError(f"--bench-workloads: unknown {', '.join(unknown)}; known: {', '.join(bench.WORKLOADS)}")
+    return [bench.WORKLOADS[n] for n in names]
+
+
+def _scalings(config) -> list[str]:
+    chosen = config.getoption("--bench-scaling")
+    return list(bench.SCALINGS) if chosen == "both" else [chosen]
+
+
+def _batches(spec, workload, scaling) -> tuple[int, int] | None:
+    try:
+        return workload.batches(spec.replicas, scaling)
+    except ValueError:
+        return None  # a global batch that does not split over this many replicas
+
+
+def pytest_generate_tests(metafunc):
+    config = metafunc.config
+    if "workload" in metafunc.fixturenames:
+        workloads = _workloads(config)
+        metafunc.parametrize("workload", workloads, ids=[w.name for w in workloads])
+    if "scaling" in metafunc.fixturenames:
+        scalings = _scalings(config)
+        metafunc.parametrize("scaling", scalings, ids=scalings)
+    if "plain_batch" in metafunc.fixturenames:  # the plain controls: every batch a spec's step needs
+        needed = set()
+        for w in _workloads(config):
+            for scaling in _scalings(config):
+                for spec in config._tfds_specs:
+                    got = _batches(spec, w, scaling)
+                    if got:
+                        needed.add((w.name, got[0]))  # the same global batch: the overhead ratio
+                        needed.add((w.name, got[1] if spec.synchronous else got[0]))  # one replica's: efficiency
+        params = sorted(needed, key=lambda p: (list(bench.WORKLOADS).index(p[0]), p[1]))
+        metafunc.parametrize("plain_batch", params, ids=[f"{w}-B{b}" for w, b in params])
+
+
+@pytest.fixture(scope="session")
+def bencher(engines, request):
+    config = request.config
+    return bench.Bencher(engines, rounds=max(config.getoption("benchmark_min_rounds"), 1),
+                         trace_rounds=max(config.getoption("--bench-trace-rounds"), 1),
+                         smoke=bool(config.getoption("benchmark_disable")))
+
+
+@pytest.fixture(scope="session")
+def versions_info(request):
+    v = request.config._tfds_versions
+    return {"tensorflow": v["tensorflow"], "keras": v["keras"]}
+
+
+def pytest_benchmark_update_machine_info(config, machine_info):
+    v = getattr(config, "_tfds_versions", {}) or {}
+    machine_info["tensorflow"] = v.get("tensorflow")
+    machine_info["keras"] = v.get("keras")
+    machine_info["cpu_cores"] = os.cpu_count()
+    machine_info["cpu_cores_usable"] = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    machine_info["gpus"] = machine.gpu_names()
+    machine_info["strategy_specs"] = [s.text for s in getattr(config, "_tfds_specs", [])]

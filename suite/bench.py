@@ -1,0 +1,266 @@
+"""The benchmark method, pytest side (no TensorFlow): workloads, how many steps a round runs,
+what each result carries in ``extra_info``, and the fidelity check of the timings.
+
+A round is one engine call that runs K train steps and returns after fetching the last
+step's loss (which waits for every step before it); the engine also times those K steps with
+its own clock. pytest-benchmark times the call, so a round's time is K steps plus one engine
+round trip (the harness floor, measured by its own benchmark). K is calibrated so that a
+round lasts at least ``ROUND_SECONDS`` and at least ``1 / FLOOR_SHARE`` floors: the floor is
+then under 1% of a round and the per-step figure is the round's time divided by K.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+import time
+
+ROUND_SECONDS = 0.5  # a round lasts at least this long...
+FLOOR_SHARE = 0.01  # ...and the harness floor is at most this share of it
+MAX_STEPS = 2000  # a cap for steps that take microseconds
+FIDELITY = 0.05  # the harness's step time agrees with the engine's own timer within 5%
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    """A model and batch to time. ``per_replica_batch`` holds under weak scaling (the global
+    batch grows with the replicas, as in the guides); ``global_batch`` under strong scaling."""
+
+    name: str
+    description: str
+    per_replica_batch: int
+    global_batch: int  # strong scaling only
+
+    def batches(self, replicas: int, scaling: str) -> tuple[int, int]:
+        """(global batch, per-replica batch) of one step with ``replicas`` replicas in sync."""
+        if scaling == "weak":
+            return self.per_replica_batch * replicas, self.per_replica_batch
+        if self.global_batch % replicas:
+            raise ValueError(f"{self.name}: global batch {self.global_batch} does not split over {replicas} replicas")
+        return self.global_batch, self.global_batch // replicas
+
+
+WORKLOADS = {w.name: w for w in (
+    Workload("linear", "the distributed-training guide's linear model: Dense(1) on 1 feature with an L2(1e-4) "
+                       "kernel regularizer, MSE, SGD(0.001)", per_replica_batch=16, global_batch=48),
+    Workload("mlp", "an MLP: 64 features, Dense(256)-relu, Dense(256)-relu, softmax over 10 classes, "
+                    "L2(1e-4), sparse crossentropy, Adam", per_replica_batch=64, global_batch=192),
+    Workload("cnn", "the custom-training tutorial's Fashion-MNIST CNN (Conv32-Pool-Conv64-Pool-Dense64-Dense10 "
+                    "logits) on the generated stand-in data, sparse crossentropy, Adam",
+             per_replica_batch=32, global_batch=96),
+)}
+SCALINGS = ("weak", "strong")
+
+
+def steps_per_round(step_seconds: float, floor_seconds: float) -> int:
+    """K: enough steps for a round of ``ROUND_SECONDS`` and ``floor / FLOOR_SHARE``, at least 1."""
+    target = max(ROUND_SECONDS, floor_seconds / FLOOR_SHARE)
+    return max(1, min(MAX_STEPS, math.ceil(target / max(step_seconds, 1e-9))))
+
+
+def median(values) -> float:
+    return statistics.median(values)
+
+
+def fidelity(round_seconds: list[float], engine_seconds: list[float], floor_seconds: float) -> dict:
+    """Compare the harness's rounds with the engine's own timer over the same rounds.
+
+    ``error`` is the relative difference of the medians (harness minus engine, over engine);
+    ``floor_share`` the median floor over the median round. ``ok`` when the error is within
+    ``FIDELITY`` and the floor under ``FLOOR_SHARE`` of a round."""
+    outer, inner = median(round_seconds), median(engine_seconds)
+    error = (outer - inner) / inner
+    share = floor_seconds / outer
+    return {"harness_round_s": outer, "engine_round_s": inner, "error": error, "floor_share": share,
+            "ok": abs(error) <= FIDELITY and share < FLOOR_SHARE}
+
+
+def check_fidelity(result: dict) -> None:
+    """Raise AssertionError naming the figure that is out of bounds."""
+    if abs(result["error"]) > FIDELITY:
+        raise AssertionError(
+            f"harness round {result['harness_round_s'] * 1e3:.2f} ms differs from the engine's timer "
+            f"{result['engine_round_s'] * 1e3:.2f} ms by {result['error']:+.1%} (bound {FIDELITY:.0%})")
+    if result["floor_share"] >= FLOOR_SHARE:
+        raise AssertionError(f"harness floor is {result['floor_share']:.2%} of a round (bound {FLOOR_SHARE:.0%})")
+
+
+def scaling_label(spec, scaling: str, virtual: bool) -> str:
+    """What a scaling-efficiency figure means here. Virtual CPU devices share the machine's
+    cores, so with them more replicas cannot run faster: the figure measures the strategy's
+    overhead, not scaling."""
+    if not spec.synchronous:
+        kind = "asynchronous (one replica per step, workers in parallel)"
+    else:
+        kind = f"{scaling} scaling"
+    return f"{kind}; overhead, not scaling: virtual devices share cores" if virtual else kind
+
+
+def step_figures(step_seconds: float, global_batch: int, replicas: int) -> dict:
+    return {"step_time_s": step_seconds, "steps_per_s": 1.0 / step_seconds,
+            "examples_per_s": global_batch / step_seconds,
+            "examples_per_s_per_replica": global_batch / step_seconds / replicas}
+
+
+def scaling_efficiency(examples_per_s: float, units: int, plain_examples_per_s: float | None) -> float | None:
+    """Throughput over ``units`` times the plain step's throughput on one device (1.0 is
+    perfect). ``units`` are the replicas in sync, or a parameter-server cluster's workers.
+    The plain step runs on the per-replica batch under weak scaling (so the ideal is N times
+    its throughput) and on the global batch under strong scaling (the ideal divides its time
+    by N)."""
+    if plain_examples_per_s is None:
+        return None
+    return examples_per_s / (units * plain_examples_per_s)
+
+
+def shares_cores(spec) -> bool:
+    """Whether the spec's replicas or workers share this machine's CPU cores: virtual CPU
+    devices, and local clusters whose processes all run here (not GPUs, not a real cluster)."""
+    return not spec.gpus and spec.kind not in ("cluster", "tpu") and (spec.replicas > 1 or spec.workers > 1)
+
+
+def devices_label(spec, cores: int | None) -> str:
+    if spec.gpus:
+        return "GPUs"
+    if spec.kind == "cluster":
+        return "real cluster (CPU)"
+    if spec.kind == "tpu":
+        return "TPU"
+    where = f" on {cores} cores" if cores else ""
+    if spec.strategy == "parameter_server":
+        return f"{spec.workers} worker + {spec.ps} ps processes{where}"
+    if spec.kind == "multi_worker":
+        return f"{spec.workers} worker processes x {spec.devices} CPU{'s' if spec.devices > 1 else ''}{where}"
+    if spec.devices > 1:
+        return f"{spec.devices} virtual CPUs{where}"
+    return f"1 CPU{where}"
+
+
+class Bencher:
+    """Runs the benchmark method on the engines (an ``suite.harness.Engines``): prepared states,
+    calibrated rounds, the floor per spec and the plain-step controls, shared by the benchmark
+    tests of one session."""
+
+    PLAIN_SPEC_TEXT = "default"
+
+    def __init__(self, engines, *, rounds: int, trace_rounds: int, smoke: bool):
+        from suite.specs import parse_spec
+
+        self.engines = engines
+        self.rounds = rounds
+        self.trace_rounds = trace_rounds
+        self.smoke = smoke
+        self.plain_spec = parse_spec(self.PLAIN_SPEC_TEXT)
+        self.floors: dict[str, float] = {}  # spec text -> median empty-call seconds
+        self.plain: dict[tuple[str, int], float] = {}  # (workload, global batch) -> plain step seconds
+        self.latest: dict[tuple, tuple[str, dict]] = {}  # (spec, workload, batch, plain) -> (key, info)
+        self._serial = 0
+
+    # -- engine calls ----------------------------------------------------------------
+    def replicas(self, spec) -> int:
+        """Replicas of one step: ``num_replicas_in_sync`` as the engine reports it (a
+        ``mirrored:gpus`` spec knows its GPUs only there; parameter servers report 1)."""
+        return int(self.engines.call(spec, "engine.info")[0]["num_replicas_in_sync"])
+
+    def prepare(self, spec, workload: str, global_batch: int, plain: bool = False) -> tuple[str, dict]:
+        self._serial += 1
+        key = f"{workload}-{global_batch}-{'plain' if plain else 'strategy'}-{self._serial}"
+        info = self.engines.call(spec, "bench.prepare", workload=workload, global_batch=global_batch,
+                                 key=key, plain=plain)[0]
+        self.latest[(spec.text, workload, global_batch, plain)] = (key, info)
+        return key, info
+
+    def run(self, spec, key: str, steps: int) -> dict:
+        """K steps; the engine time is the slowest worker's (the harness waits for all)."""
+        replies = self.engines.call(spec, "bench.run", key=key, steps=steps)
+        losses = [r["loss"] for r in replies]
+        if not all(math.isfinite(v) for v in losses):
+            raise AssertionError(f"{spec.text}: the train step's loss is not finite: {losses}")
+        return {"seconds": max(r["seconds"] for r in replies), "loss": losses[0], "first": replies[0]["first"]}
+
+    def floor(self, spec) -> float:
+        """Median seconds of an empty engine call (a ping) to this spec's engine."""
+        if spec.text not in self.floors:
+            times = []
+            for _ in range(15):
+                began = time.perf_counter()
+                self.engines.call(spec, "engine.ping")
+                times.append(time.perf_counter() - began)
+            self.floors[spec.text] = median(times)
+        return self.floors[spec.text]
+
+    def traced_state(self, spec, workload: str, global_batch: int, plain: bool = False) -> tuple[str, dict]:
+        """The state left by the trace benchmark, or a new one traced now."""
+        found = self.latest.get((spec.text, workload, global_batch, plain))
+        if found is not None:
+            return found
+        key, info = self.prepare(spec, workload, global_batch, plain)
+        self.run(spec, key, 1)
+        return key, info
+
+    def calibrate(self, spec, key: str) -> int:
+        """K for this state: one step estimates, one round at that K refines (both also warm up)."""
+        if self.smoke:
+            return 1
+        floor = self.floor(spec)
+        target = max(ROUND_SECONDS, floor / FLOOR_SHARE)
+        k = steps_per_round(self.run(spec, key, 1)["seconds"], floor)
+        for _ in range(3):  # the first steps after a trace run slower: lengthen until a round is long enough
+            seconds = self.run(spec, key, k)["seconds"]
+            if seconds >= target or k == MAX_STEPS:
+                break
+            k = min(MAX_STEPS, math.ceil(1.2 * steps_per_round(seconds / k, floor)))
+        return k
+
+    def measure(self, benchmark, spec, key: str) -> dict:
+        """Time ``rounds`` rounds of K steps with pytest-benchmark (after one warm-up round);
+        the rounds' harness and engine seconds."""
+        steps = self.calibrate(spec, key)
+        engine_seconds: list[float] = []
+        losses: list[float] = []
+
+        def one_round():
+            r = self.run(spec, key, steps)
+            engine_seconds.append(r["seconds"])
+            losses.append(r["loss"])
+
+        benchmark.pedantic(one_round, rounds=self.rounds, warmup_rounds=1)
+        if benchmark.disabled:  # smoke mode: one call, timed by the engine only
+            harness = list(engine_seconds)
+        else:
+            harness = list(benchmark.stats.stats.data)
+            engine_seconds = engine_seconds[-len(harness):]  # the warm-up round is not counted
+        return {"steps": steps, "harness": harness, "engine": engine_seconds, "loss": losses[-1]}
+
+    def plain_step_seconds(self, workload: str, global_batch: int) -> float:
+        """The plain control's step time: from its benchmark, or measured here (same method,
+        without pytest-benchmark) when that benchmark was not selected."""
+        got = self.plain.get((workload, global_batch))
+        if got is None:
+            key, _ = self.traced_state(self.plain_spec, workload, global_batch, plain=True)
+            steps = self.calibrate(self.plain_spec, key)
+            rounds = [self.run(self.plain_spec, key, steps)["seconds"] for _ in range(max(self.rounds, 3))]
+            got = self.plain[(workload, global_batch)] = median(rounds) / steps
+        return got
+
+
+def round_summary(measured: dict, floor: float) -> dict:
+    """Step times from measured rounds, and their fidelity against the engine's timer."""
+    k = measured["steps"]
+    fid = fidelity(measured["harness"], measured["engine"], floor)
+    return {"steps_per_round": k, "rounds": len(measured["harness"]),
+            "round_s": fid["harness_round_s"], "step_time_s": fid["harness_round_s"] / k,
+            "step_time_engine_s": fid["engine_round_s"] / k, "harness_vs_engine": fid["error"],
+            "floor_s": floor, "floor_share_of_round": fid["floor_share"], "loss_last": measured["loss"]}
+
+
+REQUIRED_EXTRA_INFO = (
+    "kind", "workload", "spec", "steps_per_s", "examples_per_s", "examples_per_s_per_replica", "global_batch",
+    "per_replica_batch", "replicas", "overhead_ratio", "scaling", "scaling_efficiency", "scaling_label",
+    "cross_device_ops", "tensorflow", "keras", "virtual_devices", "shares_cores", "devices",
+)
+
+
+def missing_extra_info(info: dict) -> list[str]:
+    return [k for k in REQUIRED_EXTRA_INFO if k not in info]

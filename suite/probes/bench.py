@@ -1,0 +1,160 @@
+"""Benchmark probes: a workload's train step built under the engine's strategy (or with no
+strategy at all: the plain control), then timed K steps at a time by the engine's own clock.
+
+``prepare`` builds a state (data pipeline, model, optimizer, step function, iterator) without
+running it; the first ``run`` traces the step (the trace benchmark times that call); later
+``run`` calls execute K steps and fetch the last loss, which waits for all K. Synchronous
+strategies iterate a distributed dataset inside the ``tf.function`` (``next(iterator)`` in the
+step); parameter servers schedule K closures on a per-worker dataset and join."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from suite import compat
+from suite.probes.registry import probe
+from suite.probes.tutorial import create_model
+from suite.workloads import fashion
+
+keras = compat.keras
+EXAMPLES = 4096  # rows in memory; the pipeline repeats them
+
+
+def _data(workload: str):
+    rng = np.random.default_rng(0)
+    if workload == "linear":
+        x = rng.normal(size=(EXAMPLES, 1)).astype(np.float32)
+        return x, (3.0 * x + 2.0 + 0.1 * rng.normal(size=(EXAMPLES, 1))).astype(np.float32)
+    if workload == "mlp":
+        x = rng.normal(size=(EXAMPLES, 64)).astype(np.float32)
+        w = rng.normal(size=(64, 10))
+        return x, np.argmax(x @ w, axis=1).astype(np.int32)
+    if workload == "cnn":
+        (images, labels), _ = fashion.load_data(EXAMPLES, 1)
+        return (images[..., None] / np.float32(255)).astype(np.float32), labels.astype(np.int32)
+    raise KeyError(f"unknown workload {workload!r}")
+
+
+def _model(workload: str):
+    """Model, optimizer and per-example loss ``loss(y, out)`` of a workload."""
+    if workload == "linear":
+        model = keras.Sequential([keras.Input((1,)),
+                                  keras.layers.Dense(1, kernel_regularizer=keras.regularizers.L2(1e-4))])
+        return model, keras.optimizers.SGD(0.001), lambda y, out: keras.losses.mse(y, out)
+    if workload == "mlp":
+        reg = keras.regularizers.L2(1e-4)
+        model = keras.Sequential([keras.Input((64,)),
+                                  keras.layers.Dense(256, activation="relu", kernel_regularizer=reg),
+                                  keras.layers.Dense(256, activation="relu", kernel_regularizer=reg),
+                                  keras.layers.Dense(10, activation="softmax", kernel_regularizer=reg)])
+        return model, keras.optimizers.Adam(), lambda y, out: keras.losses.sparse_categorical_crossentropy(y, out)
+    if workload == "cnn":
+        return (create_model(), keras.optimizers.Adam(),
+                lambda y, out: keras.losses.sparse_categorical_crossentropy(y, out, from_logits=True))
+    raise KeyError(f"unknown workload {workload!r}")
+
+
+class _State:
+    def __init__(self, ctx, workload: str, global_batch: int, plain: bool):
+        strategy = ctx.strategy
+        x, y = ctx.cached(("bench-data", workload), lambda: _data(workload))
+        self.coordinator = None if plain else ctx.coordinator
+        self.plain = plain
+        self.first = True
+
+        def pipeline(batch):
+            ds = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(batch, drop_remainder=True)
+            return ds.prefetch(tf.data.AUTOTUNE)
+
+        if plain:  # no strategy anywhere: the model, optimizer and step of a single-device loop
+            model, opt, loss_fn = _model(workload)
+            opt.build(model.trainable_variables)
+
+            @tf.function
+            def step(iterator):
+                xs, ys = next(iterator)
+                with tf.GradientTape() as tape:
+                    loss = tf.reduce_mean(loss_fn(ys, model(xs, training=True)))
+                    if model.losses:
+                        loss += tf.add_n(model.losses)
+                grads = tape.gradient(loss, model.trainable_variables)
+                opt.apply_gradients(zip(grads, model.trainable_variables))
+                return loss
+
+            self.iterator = iter(pipeline(global_batch))
+        else:
+            with strategy.scope():
+                model, opt, loss_fn = _model(workload)
+                opt.build(model.trainable_variables)  # see known deviation keras3-lazy-optimizer-slots-mirrored
+
+            def replica_step(inputs):
+                xs, ys = inputs
+                with tf.GradientTape() as tape:
+                    loss = tf.nn.compute_average_loss(loss_fn(ys, model(xs, training=True)),
+                                                      global_batch_size=global_batch)
+                    if model.losses:
+                        loss += tf.nn.scale_regularization_loss(tf.add_n(model.losses))
+                grads = tape.gradient(loss, model.trainable_variables)
+                opt.apply_gradients(zip(grads, model.trainable_variables))
+                return loss
+
+            @tf.function
+            def step(iterator):
+                losses = strategy.run(replica_step, args=(next(iterator),))
+                return strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
+
+            if self.coordinator is not None:  # one replica per step: the step's batch is the global batch
+                self.iterator = iter(self.coordinator.create_per_worker_dataset(lambda: pipeline(global_batch)))
+            else:
+                ds = pipeline(global_batch)
+                if ctx.spec.is_multi_worker:
+                    options = tf.data.Options()
+                    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+                    ds = ds.with_options(options)
+                self.iterator = iter(strategy.experimental_distribute_dataset(ds))
+        self.step = step
+        self.parameters = int(sum(np.prod(v.shape) for v in model.trainable_variables))
+
+    def run(self, steps: int) -> float:
+        if self.coordinator is not None:
+            for _ in range(steps):
+                result = self.coordinator.schedule(self.step, args=(self.iterator,))
+            self.coordinator.join()
+            return float(result.fetch())
+        for _ in range(steps):
+            loss = self.step(self.iterator)
+        return float(loss)  # fetching the value waits for the last step, which waits for the others
+
+
+@probe
+def prepare(ctx, workload: str, global_batch: int, key: str, plain: bool = False):
+    """Build the state ``key`` (nothing runs yet). Earlier states of the same workload, batch
+    and kind are dropped, so repeated trace rounds do not pile up."""
+    group = (workload, global_batch, plain)
+    for old in [k for k, v in ctx.cache.items() if isinstance(k, tuple) and k[0] == "bench" and v[0] == group]:
+        del ctx.cache[old]
+    state = _State(ctx, workload, global_batch, plain)
+    ctx.cache[("bench", key)] = (group, state)
+    replicas = 1 if plain else ctx.num_replicas
+    return {"replicas": replicas, "global_batch": global_batch, "per_replica_batch": global_batch // replicas,
+            "parameters": state.parameters,
+            "cross_device_ops": None if plain else compat.cross_device_ops_name(ctx.strategy),
+            "strategy": "none (plain tf.function)" if plain else type(ctx.strategy).__name__,
+            "tf_version": tf.__version__, "keras_version": compat.KERAS_VERSION}
+
+
+@probe
+def run(ctx, key: str, steps: int):
+    """Run ``steps`` train steps of state ``key``; the engine's own time for them (from the
+    first dispatch to the fetched loss of the last), the loss, and whether this call traced."""
+    entry = ctx.cache.get(("bench", key))
+    if entry is None:
+        raise KeyError(f"no benchmark state {key!r} in this engine (prepare it first)")
+    state = entry[1]
+    first, state.first = state.first, False
+    began = time.perf_counter()
+    loss = state.run(steps)
+    return {"seconds": time.perf_counter() - began, "loss": loss, "first": first}
