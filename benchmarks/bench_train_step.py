@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from suite import bench
 
 
@@ -21,6 +23,13 @@ def _common(spec, workload, info: dict, versions: dict) -> dict:
             "keras": info["keras_version"], "virtual_devices": spec.devices > 1 and not spec.gpus,
             "shares_cores": bench.shares_cores(spec), "devices": bench.devices_label(spec, os.cpu_count()),
             "engine_versions": versions}
+
+
+def _batches(bencher, spec, workload, scaling) -> tuple[int, int]:
+    try:
+        return workload.batches(bencher.replicas(spec), scaling)
+    except ValueError as exc:  # strong scaling over a replica count that does not divide the batch
+        pytest.skip(str(exc))
 
 
 def _check(benchmark):
@@ -59,7 +68,7 @@ def test_plain_step(benchmark, bencher, plain_batch, versions_info):
 def test_first_call(benchmark, bencher, any_spec, workload, scaling, versions_info):
     """The step's first call: tracing (and graph optimisation) plus one step, each round on a
     freshly built step function; building the model and pipeline is set-up, not timed."""
-    batches = workload.batches(bencher.replicas(any_spec), scaling)
+    batches = _batches(bencher, any_spec, workload, scaling)
     states = []
 
     def setup():
@@ -76,7 +85,7 @@ def test_first_call(benchmark, bencher, any_spec, workload, scaling, versions_in
 
 def test_train_step(benchmark, bencher, any_spec, workload, scaling, versions_info):
     """K train steps per round under the spec's strategy, synchronised by fetching the loss."""
-    global_batch, per_replica = workload.batches(bencher.replicas(any_spec), scaling)
+    global_batch, per_replica = _batches(bencher, any_spec, workload, scaling)
     key, info = bencher.traced_state(any_spec, workload.name, global_batch)
     measured = bencher.measure(benchmark, any_spec, key)
     figures = bench.round_summary(measured, bencher.floor(any_spec))

@@ -90,10 +90,11 @@ def _unique_labels(results: list[Results]):
             r.label = f"{r.label} ({r.path.stem})"
 
 
-def within_noise(a: Entry, b: Entry) -> bool:
+def within_noise(a: Entry, b: Entry, noise: float = 0.0) -> bool:
     """Two results differ by less than the noise when their step times' inter-quartile
-    ranges overlap."""
-    return a.q1 <= b.q3 and b.q1 <= a.q3
+    ranges overlap, or (``noise`` > 0, the run-to-run variation of the machine as a fraction)
+    when their medians differ by at most that fraction."""
+    return (a.q1 <= b.q3 and b.q1 <= a.q3) or abs(b.median / a.median - 1.0) <= noise
 
 
 def family(spec_text: str, info: dict) -> tuple[str, int]:
@@ -219,10 +220,12 @@ def _plot_comparison(all_results: list[Results], workload: str, scaling: str, ou
     width = 0.8 / len(all_results)
     for j, res in enumerate(all_results):
         by_spec = {e.info["spec"]: e for e in _groups(res).get((workload, scaling), [])}
-        vals = [by_spec[s].median * 1e3 if s in by_spec else float("nan") for s in specs]
-        ax.bar([i + j * width for i in range(len(specs))], vals, width, label=res.label)
+        got = [by_spec.get(s) for s in specs]
+        vals = [e.median * 1e3 if e else float("nan") for e in got]
+        err = [[(e.median - e.q1) * 1e3 if e else 0 for e in got], [(e.q3 - e.median) * 1e3 if e else 0 for e in got]]
+        ax.bar([i + j * width for i in range(len(specs))], vals, width, yerr=err, capsize=2, label=res.label)
     ax.set_xticks([i + 0.4 - width / 2 for i in range(len(specs))], specs, rotation=30, ha="right")
-    ax.set(ylabel="step time (ms)", title=f"{workload} ({scaling} scaling): step time per result file")
+    ax.set(ylabel="step time (ms), median and IQR", title=f"{workload} ({scaling} scaling): step time per result file")
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
@@ -307,7 +310,7 @@ def conformance_section(path: Path, grid: dict) -> list[str]:
 
 
 # -- the report --------------------------------------------------------------------------------
-def benchmark_sections(all_results: list[Results], out: Path) -> list[str]:
+def benchmark_sections(all_results: list[Results], out: Path, noise: float = 0.0) -> list[str]:
     base = all_results[0]
     lines = ["## Machines and versions", ""]
     rows = []
@@ -358,7 +361,11 @@ def benchmark_sections(all_results: list[Results], out: Path) -> list[str]:
                          _num(i.get("scaling_efficiency")), f"{tr.median:.2f}" if tr else "–",
                          i.get("cross_device_ops") or "–", f"{i.get('harness_vs_engine', 0):+.1%}",
                          i.get("steps_per_round", "?")])
-        plain = [e for e in base.of_kind("plain_step") if e.info["workload"] == workload]
+        used = {e.info["global_batch"] for e in entries}
+        if scaling == "weak":
+            used |= {e.info["per_replica_batch"] for e in entries}
+        plain = [e for e in base.of_kind("plain_step")
+                 if e.info["workload"] == workload and e.info["global_batch"] in used]
         for e in sorted(plain, key=lambda e: e.info["global_batch"]):
             rows.append([f"plain (no strategy), batch {e.info['global_batch']}", 1, 1, e.info["global_batch"],
                          f"{_ms(e.median)} ({_ms(e.q3 - e.q1)})", _num(e.info["examples_per_s"], 0),
@@ -372,14 +379,14 @@ def benchmark_sections(all_results: list[Results], out: Path) -> list[str]:
             if group:
                 lines += [f"![{workload} {scaling} {res.label}]({_plot_group(res, workload, scaling, group, out)})", ""]
         if len(all_results) > 1:
-            lines += comparison(all_results, workload, scaling)
+            lines += comparison(all_results, workload, scaling, noise)
             name = _plot_comparison(all_results, workload, scaling, out)
             if name:
                 lines += [f"![{workload} comparison]({name})", ""]
     return lines
 
 
-def comparison(all_results: list[Results], workload: str, scaling: str) -> list[str]:
+def comparison(all_results: list[Results], workload: str, scaling: str, noise: float = 0.0) -> list[str]:
     """One column per result file: step time, and for later files the ratio to the first,
     marked ≈ where the difference is within noise."""
     base = {e.info["spec"]: e for e in _groups(all_results[0]).get((workload, scaling), [])}
@@ -395,15 +402,19 @@ def comparison(all_results: list[Results], workload: str, scaling: str) -> list[
                 row.append(_ms(o[s].median))
             else:
                 ratio = o[s].median / base[s].median
-                row.append(f"{_ms(o[s].median)} (x{ratio:.2f}{' ' + NOISE_MARK if within_noise(base[s], o[s]) else ''})")
+                mark = f" {NOISE_MARK}" if within_noise(base[s], o[s], noise) else ""
+                row.append(f"{_ms(o[s].median)} (x{ratio:.2f}{mark})")
         rows.append(row)
     header = ["spec"] + [f"{r.label} step ms" for r in all_results]
-    return ([f"Step time per result file; (xR) is the ratio to `{all_results[0].path.name}`, "
-             f"{NOISE_MARK} where the rounds' inter-quartile ranges overlap (within noise).", ""]
+    rule = f"{NOISE_MARK} where the rounds' inter-quartile ranges overlap"
+    if noise:
+        rule += f" or the medians differ by at most {noise:.0%} (--noise, the machine's run-to-run variation)"
+    return ([f"Step time per result file; (xR) is the ratio to `{all_results[0].path.name}`, {rule}: "
+             "the difference is within noise.", ""]
             + _table(header, rows) + [""])
 
 
-def write_report(paths: list[Path], out: Path) -> Path:
+def write_report(paths: list[Path], out: Path, noise: float = 0.0) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     bench_paths = [Path(p) for p in paths if str(p).endswith(".json")]
     xml_paths = [Path(p) for p in paths if str(p).endswith(".xml")]
@@ -416,7 +427,7 @@ def write_report(paths: list[Path], out: Path) -> Path:
              f"From {', '.join(f'`{p.name}`' for p in paths)}. Benchmarks: `pytest benchmarks --benchmark-json F`; "
              "conformance: `pytest tests --junitxml F`. The method is in benchmarks/README.md.", ""]
     if results:
-        lines += benchmark_sections(results, out)
+        lines += benchmark_sections(results, out, noise)
     for p in xml_paths:
         lines += conformance_section(p, load_conformance(p))
     report = out / "report.md"
@@ -429,12 +440,17 @@ def main(argv=None) -> int:
     parser.add_argument("files", nargs="+", type=Path,
                         help="pytest-benchmark JSON (the first is the baseline) and/or JUnit XML files")
     parser.add_argument("-o", "--output", type=Path, required=True, help="folder for report.md and the plots")
+    parser.add_argument("--noise", type=float, default=0.0,
+                        help="also mark results within noise whose medians differ by at most this fraction "
+                             "(the machine's run-to-run variation, e.g. 0.15; default 0: only overlapping IQRs)")
     args = parser.parse_args(argv)
+    if not 0 <= args.noise < 1:
+        parser.error(f"--noise {args.noise}: a fraction from 0 to 1")
     missing = [str(p) for p in args.files if not p.exists()]
     if missing:
         parser.error(f"no such file: {', '.join(missing)}")
     try:
-        report = write_report(args.files, args.output)
+        report = write_report(args.files, args.output, args.noise)
     except ReportError as exc:
         print(f"suite.report: {exc}", file=sys.stderr)
         return 2

@@ -87,6 +87,10 @@ def test_within_noise_is_overlap_of_interquartile_ranges():
     assert report.within_noise(e(1.0, 2.0), e(1.2, 1.5))
     assert not report.within_noise(e(1.0, 2.0), e(2.1, 3.0))
     assert not report.within_noise(e(2.1, 3.0), e(1.0, 2.0))
+    # 10% apart with tight IQRs: outside the rounds' noise, inside a 15% run-to-run allowance
+    assert not report.within_noise(e(0.99, 1.01), e(1.09, 1.11))
+    assert report.within_noise(e(0.99, 1.01), e(1.09, 1.11), noise=0.15)
+    assert not report.within_noise(e(0.99, 1.01), e(1.09, 1.11), noise=0.05)
 
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?>
