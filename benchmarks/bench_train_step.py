@@ -59,7 +59,7 @@ def test_plain_step(benchmark, bencher, plain_batch, versions_info):
     key, info = bencher.traced_state(spec, name, global_batch, plain=True)
     measured = bencher.measure(benchmark, spec, key)
     figures = bench.round_summary(measured, bencher.floor(spec))
-    bencher.plain[(name, global_batch)] = figures["step_time_s"]
+    bencher.plain[(spec.text, name, global_batch)] = (spec, key, measured["steps"], figures["step_time_s"])
     benchmark.extra_info.update(_common(spec, workload, info, versions_info), kind="plain_step", spec="plain",
                                 devices=bench.devices_label(spec, os.cpu_count()))
     benchmark.extra_info.update(figures, **bench.step_figures(figures["step_time_s"], global_batch, 1))
@@ -87,19 +87,20 @@ def test_train_step(benchmark, bencher, any_spec, workload, scaling, versions_in
     """K train steps per round under the spec's strategy, synchronised by fetching the loss."""
     global_batch, per_replica = _batches(bencher, any_spec, workload, scaling)
     key, info = bencher.traced_state(any_spec, workload.name, global_batch)
-    measured = bencher.measure(benchmark, any_spec, key)
+    control = bencher.plain_control(workload.name, global_batch, any_spec)
+    measured = bencher.measure(benchmark, any_spec, key, control=control[:3])
     figures = bench.round_summary(measured, bencher.floor(any_spec))
     step = figures["step_time_s"]
     rates = bench.step_figures(step, global_batch, info["replicas"])
-    plain_same = bencher.plain_step_seconds(workload.name, global_batch)
+    plain_same = bench.median(measured["control"]) / control[2]  # interleaved with this benchmark's rounds
     ref_batch = per_replica if (scaling == "weak" and any_spec.synchronous) else global_batch
-    plain_ref = bencher.plain_step_seconds(workload.name, ref_batch)
+    plain_ref = bencher.plain_step_seconds(workload.name, ref_batch, any_spec)
     units = info["replicas"] if any_spec.synchronous else any_spec.workers
     benchmark.extra_info.update(_common(any_spec, workload, info, versions_info), kind="train_step")
     benchmark.extra_info.update(figures, **rates)
     benchmark.extra_info.update(
         scaling=scaling, asynchronous=not any_spec.synchronous, plain_step_time_s=plain_same,
-        overhead_ratio=step / plain_same,
+        plain_control="interleaved: one plain round before each round", overhead_ratio=step / plain_same,
         scaling_efficiency=bench.scaling_efficiency(rates["examples_per_s"], units, ref_batch / plain_ref),
         scaling_reference=f"{units} x plain step on batch {ref_batch}",
         scaling_label=bench.scaling_label(any_spec, scaling, bench.shares_cores(any_spec)))

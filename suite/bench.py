@@ -153,7 +153,8 @@ class Bencher:
         self.smoke = smoke
         self.plain_spec = parse_spec(self.PLAIN_SPEC_TEXT)
         self.floors: dict[str, float] = {}  # spec text -> median empty-call seconds
-        self.plain: dict[tuple[str, int], float] = {}  # (workload, global batch) -> plain step seconds
+        # (engine spec text, workload, global batch) -> (state key, K, step seconds)
+        self.plain: dict[tuple[str, str, int], tuple] = {}
         self.latest: dict[tuple, tuple[str, dict]] = {}  # (spec, workload, batch, plain) -> (key, info)
         self._serial = 0
 
@@ -213,11 +214,23 @@ class Bencher:
             k = min(MAX_STEPS, math.ceil(1.2 * steps_per_round(seconds / k, floor)))
         return k
 
-    def measure(self, benchmark, spec, key: str) -> dict:
+    def control_spec(self, spec):
+        """Where the plain control of ``spec`` runs: on CPU specs the ``default`` engine (the
+        same cores); on GPU specs the spec's own engine, outside the strategy (on its first
+        GPU), so a GPU step is compared with a plain GPU step."""
+        return spec if spec.gpus else self.plain_spec
+
+    def measure(self, benchmark, spec, key: str, control: tuple | None = None) -> dict:
         """Time ``rounds`` rounds of K steps with pytest-benchmark (after one warm-up round);
-        the rounds' harness and engine seconds."""
+        the rounds' harness and engine seconds.
+
+        ``control`` (the plain step's engine spec, state key and K) interleaves the control:
+        before every round, in pytest-benchmark's untimed set-up, the plain step runs one round
+        of its own. The overhead ratio then compares rounds taken minutes apart
+        by nothing, which matters on a machine whose speed drifts between runs."""
         steps = self.calibrate(spec, key)
         engine_seconds: list[float] = []
+        control_seconds: list[float] = []
         losses: list[float] = []
 
         def one_round():
@@ -225,24 +238,34 @@ class Bencher:
             engine_seconds.append(r["seconds"])
             losses.append(r["loss"])
 
-        benchmark.pedantic(one_round, rounds=self.rounds, warmup_rounds=1)
+        def control_round():
+            control_seconds.append(self.run(control[0], control[1], control[2])["seconds"])
+
+        benchmark.pedantic(one_round, setup=control_round if control else None, rounds=self.rounds, warmup_rounds=1)
         if benchmark.disabled:  # smoke mode: one call, timed by the engine only
             harness = list(engine_seconds)
         else:
             harness = list(benchmark.stats.stats.data)
             engine_seconds = engine_seconds[-len(harness):]  # the warm-up round is not counted
-        return {"steps": steps, "harness": harness, "engine": engine_seconds, "loss": losses[-1]}
+            control_seconds = control_seconds[-len(harness):]
+        return {"steps": steps, "harness": harness, "engine": engine_seconds, "loss": losses[-1],
+                "control": control_seconds, "control_steps": control[2] if control else None}
 
-    def plain_step_seconds(self, workload: str, global_batch: int) -> float:
-        """The plain control's step time: from its benchmark, or measured here (same method,
-        without pytest-benchmark) when that benchmark was not selected."""
-        got = self.plain.get((workload, global_batch))
+    def plain_control(self, workload: str, global_batch: int, spec=None) -> tuple:
+        """The plain step on this global batch for ``spec`` (see ``control_spec``; None: the
+        ``default`` engine): its engine spec, state key, K and step seconds, from its benchmark,
+        or measured here (same method, without pytest-benchmark) when that was not run."""
+        where = self.plain_spec if spec is None else self.control_spec(spec)
+        got = self.plain.get((where.text, workload, global_batch))
         if got is None:
-            key, _ = self.traced_state(self.plain_spec, workload, global_batch, plain=True)
-            steps = self.calibrate(self.plain_spec, key)
-            rounds = [self.run(self.plain_spec, key, steps)["seconds"] for _ in range(max(self.rounds, 3))]
-            got = self.plain[(workload, global_batch)] = median(rounds) / steps
+            key, _ = self.traced_state(where, workload, global_batch, plain=True)
+            steps = self.calibrate(where, key)
+            rounds = [self.run(where, key, steps)["seconds"] for _ in range(max(self.rounds, 3))]
+            got = self.plain[(where.text, workload, global_batch)] = (where, key, steps, median(rounds) / steps)
         return got
+
+    def plain_step_seconds(self, workload: str, global_batch: int, spec=None) -> float:
+        return self.plain_control(workload, global_batch, spec)[3]
 
 
 def round_summary(measured: dict, floor: float) -> dict:

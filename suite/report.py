@@ -90,6 +90,25 @@ def _unique_labels(results: list[Results]):
             r.label = f"{r.label} ({r.path.stem})"
 
 
+def run_to_run_noise(all_results: list[Results]) -> tuple[float, int] | None:
+    """The machine's run-to-run variation, when several files hold runs of the same TF and
+    Keras versions (an A/A comparison): the 90th percentile of ``|median_b / median_a - 1|``
+    over the step benchmarks they share, and how many pairs it is based on (None below 3)."""
+    groups = collections.defaultdict(list)
+    for r in all_results:
+        groups[(r.machine.get("tensorflow"), r.machine.get("keras"))].append(r)
+    diffs = []
+    for runs in groups.values():
+        for i, a in enumerate(runs):
+            steps_a = {e.name: e for e in a.entries if e.kind in ("train_step", "plain_step")}
+            for b in runs[i + 1:]:
+                diffs += [abs(e.median / steps_a[e.name].median - 1.0) for e in b.entries if e.name in steps_a]
+    if len(diffs) < 3:
+        return None
+    diffs.sort()
+    return diffs[min(len(diffs) - 1, math.ceil(0.9 * len(diffs)) - 1)], len(diffs)
+
+
 def within_noise(a: Entry, b: Entry, noise: float = 0.0) -> bool:
     """Two results differ by less than the noise when their step times' inter-quartile
     ranges overlap, or (``noise`` > 0, the run-to-run variation of the machine as a fraction)
@@ -310,7 +329,7 @@ def conformance_section(path: Path, grid: dict) -> list[str]:
 
 
 # -- the report --------------------------------------------------------------------------------
-def benchmark_sections(all_results: list[Results], out: Path, noise: float = 0.0) -> list[str]:
+def benchmark_sections(all_results: list[Results], out: Path, noise: float) -> list[str]:
     base = all_results[0]
     lines = ["## Machines and versions", ""]
     rows = []
@@ -414,7 +433,10 @@ def comparison(all_results: list[Results], workload: str, scaling: str, noise: f
             + _table(header, rows) + [""])
 
 
-def write_report(paths: list[Path], out: Path, noise: float = 0.0) -> Path:
+def write_report(paths: list[Path], out: Path, noise: float | None = None) -> Path:
+    """Write ``out/report.md`` and its plots. ``noise``: the run-to-run allowance for the
+    comparison columns; None measures it from files of the same versions where there are
+    such (else 0: overlapping IQRs only)."""
     out.mkdir(parents=True, exist_ok=True)
     bench_paths = [Path(p) for p in paths if str(p).endswith(".json")]
     xml_paths = [Path(p) for p in paths if str(p).endswith(".xml")]
@@ -427,6 +449,13 @@ def write_report(paths: list[Path], out: Path, noise: float = 0.0) -> Path:
              f"From {', '.join(f'`{p.name}`' for p in paths)}. Benchmarks: `pytest benchmarks --benchmark-json F`; "
              "conformance: `pytest tests --junitxml F`. The method is in benchmarks/README.md.", ""]
     if results:
+        measured = run_to_run_noise(results)
+        if noise is None:
+            noise = measured[0] if measured else 0.0
+        if measured:
+            lines += [f"Run-to-run variation: files of the same TensorFlow and Keras versions differ by up to "
+                      f"{measured[0]:.0%} in step time (90th percentile of {measured[1]} pairs). Differences "
+                      f"between versions smaller than the allowance used ({noise:.0%}) are marked within noise.", ""]
         lines += benchmark_sections(results, out, noise)
     for p in xml_paths:
         lines += conformance_section(p, load_conformance(p))
@@ -440,11 +469,12 @@ def main(argv=None) -> int:
     parser.add_argument("files", nargs="+", type=Path,
                         help="pytest-benchmark JSON (the first is the baseline) and/or JUnit XML files")
     parser.add_argument("-o", "--output", type=Path, required=True, help="folder for report.md and the plots")
-    parser.add_argument("--noise", type=float, default=0.0,
+    parser.add_argument("--noise", type=float, default=None,
                         help="also mark results within noise whose medians differ by at most this fraction "
-                             "(the machine's run-to-run variation, e.g. 0.15; default 0: only overlapping IQRs)")
+                             "(the machine's run-to-run variation, e.g. 0.25). Default: measured from files "
+                             "of the same TF and Keras versions where given (an A/A pair), else 0")
     args = parser.parse_args(argv)
-    if not 0 <= args.noise < 1:
+    if args.noise is not None and not 0 <= args.noise < 1:
         parser.error(f"--noise {args.noise}: a fraction from 0 to 1")
     missing = [str(p) for p in args.files if not p.exists()]
     if missing:

@@ -147,3 +147,21 @@ def test_missing_file_is_a_usage_error(tmp_path):
     out = subprocess.run([sys.executable, "-m", "suite.report", str(tmp_path / "nope.json"), "-o", str(tmp_path)],
                          capture_output=True, text=True, cwd=REPO, timeout=120)
     assert out.returncode == 2 and "no such file" in out.stderr
+
+
+def test_run_to_run_noise_is_measured_from_files_of_the_same_versions(tmp_path):
+    """Two runs of the same versions (A/A) give the machine's variation; it becomes the noise
+    allowance of the comparison with another version unless --noise says otherwise."""
+    a = _write(tmp_path, "a.json", _results(iqr=0.001))
+    a2 = _write(tmp_path, "a2.json", _results(round_scale=1.10, iqr=0.001))  # this machine drifts by 10%
+    b = _write(tmp_path, "b.json", _results(round_scale=1.08, iqr=0.001), tf="2.15.1", keras="2.15.0")
+    noise, pairs = report.run_to_run_noise([report.load_benchmarks(p) for p in (a, a2, b)])
+    assert noise == pytest.approx(0.10) and pairs == 4  # 3 train steps and 1 plain step in both runs
+    assert report.run_to_run_noise([report.load_benchmarks(p) for p in (a, b)]) is None  # no A/A pair
+    text = report.write_report([a, b, a2], tmp_path / "out").read_text()
+    assert "differ by up to 10% in step time (90th percentile of 4 pairs)" in text
+    row = next(line for line in text.splitlines() if line.startswith("| `mirrored:2` | 10.00 |"))
+    assert f"10.80 (x1.08 {report.NOISE_MARK})" in row  # 8% is inside the measured 10%
+    text = report.write_report([a, b, a2], tmp_path / "out2", noise=0.0).read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| `mirrored:2` | 10.00 |"))
+    assert "10.80 (x1.08) " in row + " "  # with no allowance the tight IQRs do not overlap
