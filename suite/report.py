@@ -310,8 +310,17 @@ def cell(counter: collections.Counter) -> str:
     return "skip"
 
 
+def _cell_text(counter: collections.Counter) -> str:
+    """The worst outcome's mark; for fail and deviation also how many of the items it was."""
+    outcome = cell(counter)
+    total = sum(counter.values())
+    if outcome in ("fail", "deviation") and total > 1:
+        return f"{OUTCOME_MARK[outcome]} {counter[outcome]}/{total}"
+    return OUTCOME_MARK[outcome]
+
+
 def conformance_section(path: Path, grid: dict) -> list[str]:
-    specs = sorted({s for _, s in grid}, key=lambda s: (s == "-", s))
+    specs = sorted(dict.fromkeys(s for _, s in grid), key=lambda s: s == "-")  # run order; '-' last
     props = sorted({p for p, _ in grid})
     totals = collections.Counter()
     for c in grid.values():
@@ -320,11 +329,11 @@ def conformance_section(path: Path, grid: dict) -> list[str]:
              f"{sum(totals.values())} test items: " + ", ".join(f"{totals[o]} {o}" for o in OUTCOME_ORDER) + ". "
              "A cell is the worst outcome of the property's items under the spec: "
              "**FAIL** (a failure, or a strict XPASS: a deviation that TF fixed), dev (a known deviation, "
-             "known_deviations.toml), ✓ (passed), skip; '-' is the column of tests without a spec.", ""]
+             "known_deviations.toml), ✓ (passed), skip; 'dev 2/12' counts the items with that outcome. "
+             "'-' is the column of tests without a spec.", ""]
     rows = []
     for prop in props:
-        rows.append([f"`{prop}`"] + [OUTCOME_MARK[cell(grid[(prop, s)])] if (prop, s) in grid else ""
-                                     for s in specs])
+        rows.append([f"`{prop}`"] + [_cell_text(grid[(prop, s)]) if (prop, s) in grid else "" for s in specs])
     return lines + _table(["property"] + [f"`{s}`" for s in specs], rows) + [""]
 
 

@@ -126,6 +126,9 @@ def test_conformance_grid_shows_the_worst_outcome_per_property_and_spec(tmp_path
     cells = dict(zip(cols, [c.strip() for c in row.strip("|").split("|")]))
     assert cells["`central_storage:2`"] == "dev" and cells["`default`"] == "✓" and cells["`tpu`"] == "skip"
     assert cells["`mirrored:2`"] == ""  # not run there
+    assert cols[1:] == ["`mirrored:2`", "`default`", "`central_storage:2`", "`tpu`", "`-`"]  # run order
+    row = next(line for line in text.splitlines() if line.startswith("| `test_losses::test_average`"))
+    assert "| **FAIL** 1/2 |" in row  # one of the two mirrored:2 items failed
 
 
 @pytest.mark.parametrize("content, message", [
