@@ -201,7 +201,8 @@ class Bencher:
         return key, info
 
     def calibrate(self, spec, key: str) -> int:
-        """K for this state: one step estimates, one round at that K refines (both also warm up)."""
+        """K for this state: one step estimates the step time; rounds at that K, lengthened by
+        20% while too short (at most 3), confirm a round lasts the target. These calls warm up."""
         if self.smoke:
             return 1
         floor = self.floor(spec)

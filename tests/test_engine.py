@@ -144,6 +144,13 @@ def test_no_engine_outlives_its_pool_or_its_parent(tmp_path):
         assert not any(_alive(p) for p in pids), f"engines {pids} outlived their parent ({mode})"
 
 
+def test_engine_temporary_files_live_in_the_pools_folder(pool, any_spec):
+    """Probes' temporary files (input files, checkpoints) go under the pool's folder, which
+    close() removes: an engine killed in the middle of a probe leaves nothing in /tmp."""
+    for info in pool.call(any_spec, "engine.info"):
+        assert Path(info["tmpdir"]).resolve().is_relative_to(Path(pool._log_dir).resolve()), info["tmpdir"]
+
+
 def test_trace_count_stays_bounded_over_many_examples(engines, spec):
     """One traced function serves every split and batch size (unknown batch dimension)."""
     rng = np.random.default_rng(0)

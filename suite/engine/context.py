@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import tempfile
 
 import tensorflow as tf
 
@@ -143,6 +144,7 @@ class EngineContext:
             "strategy": type(self.strategy).__name__,
             "cross_device_ops": compat.cross_device_ops_name(self.strategy),
             "tf_config": json.loads(os.environ.get("TF_CONFIG", "null")),
+            "tmpdir": tempfile.gettempdir(),
         }
 
 

@@ -227,6 +227,11 @@ class Engine:
         base_env["PYTHONPATH"] = os.pathsep.join(
             [str(REPO_ROOT)] + [p for p in base_env.get("PYTHONPATH", "").split(os.pathsep) if p])
         base_env.pop("TF_CONFIG", None)
+        # Engines' temporary files (probe inputs, checkpoints) live under the pool's folder, which the
+        # pool removes at close: an engine killed mid-probe never runs its own clean-up.
+        tmp = log_dir / "tmp"
+        tmp.mkdir(exist_ok=True)
+        base_env["TMPDIR"] = str(tmp)
         if not self.spec.gpus:
             base_env["CUDA_VISIBLE_DEVICES"] = ""  # CPU specs stay on (virtual) CPUs
         self.procs = []
