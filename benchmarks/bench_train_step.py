@@ -26,10 +26,11 @@ def _common(spec, workload, info: dict, versions: dict) -> dict:
 
 
 def _batches(bencher, spec, workload, scaling) -> tuple[int, int]:
-    try:
-        return workload.batches(bencher.replicas(spec), scaling)
-    except ValueError as exc:  # strong scaling over a replica count that does not divide the batch
-        pytest.skip(str(exc))
+    replicas = bencher.replicas(spec)
+    got = workload.batches_or_none(replicas, scaling)
+    if got is None:
+        pytest.skip(f"{workload.name}: global batch {workload.global_batch} does not split over {replicas} replicas")
+    return got
 
 
 def _check(benchmark):

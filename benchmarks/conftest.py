@@ -34,13 +34,6 @@ def _scalings(config) -> list[str]:
     return list(bench.SCALINGS) if chosen == "both" else [chosen]
 
 
-def _batches(spec, workload, scaling) -> tuple[int, int] | None:
-    try:
-        return workload.batches(spec.replicas, scaling)
-    except ValueError:
-        return None  # a global batch that does not split over this many replicas
-
-
 def pytest_generate_tests(metafunc):
     config = metafunc.config
     if "workload" in metafunc.fixturenames:
@@ -54,7 +47,7 @@ def pytest_generate_tests(metafunc):
         for w in _workloads(config):
             for scaling in _scalings(config):
                 for spec in config._tfds_specs:
-                    got = _batches(spec, w, scaling)
+                    got = w.batches_or_none(spec.replicas, scaling)
                     if got:
                         needed.add((w.name, got[0]))  # the same global batch: the overhead ratio
                         needed.add((w.name, got[1] if spec.synchronous else got[0]))  # one replica's: efficiency

@@ -40,6 +40,13 @@ class Workload:
             raise ValueError(f"{self.name}: global batch {self.global_batch} does not split over {replicas} replicas")
         return self.global_batch, self.global_batch // replicas
 
+    def batches_or_none(self, replicas: int, scaling: str) -> tuple[int, int] | None:
+        """``batches``, or None where the strong-scaling global batch does not split."""
+        try:
+            return self.batches(replicas, scaling)
+        except ValueError:
+            return None
+
 
 WORKLOADS = {w.name: w for w in (
     Workload("linear", "the distributed-training guide's linear model: Dense(1) on 1 feature with an L2(1e-4) "
@@ -178,7 +185,7 @@ class Bencher:
         losses = [r["loss"] for r in replies]
         if not all(math.isfinite(v) for v in losses):
             raise AssertionError(f"{spec.text}: the train step's loss is not finite: {losses}")
-        return {"seconds": max(r["seconds"] for r in replies), "loss": losses[0], "first": replies[0]["first"]}
+        return {"seconds": max(r["seconds"] for r in replies), "loss": losses[0]}
 
     def floor(self, spec) -> float:
         """Median seconds of an empty engine call (a ping) to this spec's engine."""
@@ -250,7 +257,7 @@ class Bencher:
             engine_seconds = engine_seconds[-len(harness):]  # the warm-up round is not counted
             control_seconds = control_seconds[-len(harness):]
         return {"steps": steps, "harness": harness, "engine": engine_seconds, "loss": losses[-1],
-                "control": control_seconds, "control_steps": control[2] if control else None}
+                "control": control_seconds}
 
     def plain_control(self, workload: str, global_batch: int, spec=None) -> tuple:
         """The plain step on this global batch for ``spec`` (see ``control_spec``; None: the

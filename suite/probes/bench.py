@@ -38,19 +38,21 @@ def _data(workload: str):
     raise KeyError(f"unknown workload {workload!r}")
 
 
+# The linear and MLP workloads are members of the suite's model family (reference/model.py), built
+# and scored by the same helpers as the training properties.
+_FAMILY = {
+    "linear": {"input_dim": 1, "hidden": (), "outputs": 1, "head": "linear", "l2": 1e-4},
+    "mlp": {"input_dim": 64, "hidden": (256, 256), "outputs": 10, "head": "softmax", "l2": 1e-4},
+}
+
+
 def _model(workload: str):
     """Model, optimizer and per-example loss ``loss(y, out)`` of a workload."""
-    if workload == "linear":
-        model = keras.Sequential([keras.Input((1,)),
-                                  keras.layers.Dense(1, kernel_regularizer=keras.regularizers.L2(1e-4))])
-        return model, keras.optimizers.SGD(0.001), lambda y, out: keras.losses.mse(y, out)
-    if workload == "mlp":
-        reg = keras.regularizers.L2(1e-4)
-        model = keras.Sequential([keras.Input((64,)),
-                                  keras.layers.Dense(256, activation="relu", kernel_regularizer=reg),
-                                  keras.layers.Dense(256, activation="relu", kernel_regularizer=reg),
-                                  keras.layers.Dense(10, activation="softmax", kernel_regularizer=reg)])
-        return model, keras.optimizers.Adam(), lambda y, out: keras.losses.sparse_categorical_crossentropy(y, out)
+    if workload in _FAMILY:
+        arch = _FAMILY[workload]
+        optimizer = keras.optimizers.SGD(0.001) if workload == "linear" else keras.optimizers.Adam()
+        return (compat.build_model(arch, "float32"), optimizer,
+                lambda y, out: compat.per_example_loss(arch["head"], y, out))
     if workload == "cnn":
         return (create_model(), keras.optimizers.Adam(),
                 lambda y, out: keras.losses.sparse_categorical_crossentropy(y, out, from_logits=True))
@@ -62,8 +64,6 @@ class _State:
         strategy = ctx.strategy
         x, y = ctx.cached(("bench-data", workload), lambda: _data(workload))
         self.coordinator = None if plain else ctx.coordinator
-        self.plain = plain
-        self.first = True
 
         def pipeline(batch):
             ds = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(batch, drop_remainder=True)
@@ -149,12 +149,10 @@ def prepare(ctx, workload: str, global_batch: int, key: str, plain: bool = False
 @probe
 def run(ctx, key: str, steps: int):
     """Run ``steps`` train steps of state ``key``; the engine's own time for them (from the
-    first dispatch to the fetched loss of the last), the loss, and whether this call traced."""
+    first dispatch to the fetched loss of the last) and the loss."""
     entry = ctx.cache.get(("bench", key))
     if entry is None:
         raise KeyError(f"no benchmark state {key!r} in this engine (prepare it first)")
-    state = entry[1]
-    first, state.first = state.first, False
     began = time.perf_counter()
-    loss = state.run(steps)
-    return {"seconds": time.perf_counter() - began, "loss": loss, "first": first}
+    loss = entry[1].run(steps)
+    return {"seconds": time.perf_counter() - began, "loss": loss}
