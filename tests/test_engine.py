@@ -44,6 +44,7 @@ def test_parent_side_modules_import_no_tensorflow():
         import conftest, reference.distribute, reference.losses, reference.metrics, reference.model
         import reference.optimizers, suite.assertions, suite.cases, suite.harness, suite.specs
         import suite.engine.pool, suite.deviations, suite.repro, suite.probes.mutants
+        import suite.bench, suite.report, suite.machine, suite.engine.agent
         bad = sorted(m for m in sys.modules if m.split(".")[0] in ("tensorflow", "keras", "tf_keras"))
         assert not bad, bad
     """)
