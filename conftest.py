@@ -9,12 +9,11 @@ import shutil
 
 import pytest
 
-from suite import deviations, machine, profiles, versions
-from suite.engine import agent
-from suite.engine.pool import EnginePool
-from suite.findings import Findings
-from suite.harness import Engines
-from suite.specs import DEFAULT_SPECS, SpecError, parse_specs
+from suite.common.specs import DEFAULT_SPECS, SpecError, parse_specs
+from suite.harness import agent, deviations, machine, profiles, versions
+from suite.harness.engines import Engines
+from suite.harness.findings import Findings
+from suite.harness.pool import EnginePool
 
 PROFILE = profiles.load()
 
@@ -33,7 +32,7 @@ def pytest_addoption(parser):
                     help="seconds an engine may take to start (default 180)")
     group.addoption("--cluster-agents", default=os.environ.get("TFDS_CLUSTER_AGENTS"),
                     help="HOST:PORT,... of the engine agents of a real cluster, for the 'cluster' spec "
-                         "(python -m suite.engine.agent on each host; see README)")
+                         "(python -m suite.harness.agent on each host; see README)")
 
 
 def pytest_configure(config):

@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from suite import bench
+from suite.harness import bench
 
 
 def _common(spec, workload, info: dict, versions: dict) -> dict:

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from suite import bench, machine
+from suite.harness import bench, machine
 
 
 def pytest_addoption(parser):

@@ -16,17 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-CONFIGS: dict[str, tuple[str, dict]] = {
-    "sgd": ("SGD", {"learning_rate": 0.125}),
-    "sgd_momentum": ("SGD", {"learning_rate": 0.0625, "momentum": 0.875}),
-    "sgd_nesterov": ("SGD", {"learning_rate": 0.0625, "momentum": 0.875, "nesterov": True}),
-    "adam": ("Adam", {"learning_rate": 0.0625, "beta_1": 0.875, "beta_2": 0.9921875, "epsilon": 1e-7}),
-    "rmsprop": ("RMSprop", {"learning_rate": 0.0625, "rho": 0.875, "epsilon": 1e-7}),
-    "adagrad": ("Adagrad", {"learning_rate": 0.125, "initial_accumulator_value": 0.125,
-                            "epsilon": 1e-7}),
-}
-
-ADAPTIVE = frozenset({"adam", "rmsprop", "adagrad"})
+from suite.common.catalog import OPTIMIZERS
 
 
 class Optimizer:
@@ -34,7 +24,7 @@ class Optimizer:
 
     def __init__(self, name: str, params):
         self.name = name
-        self.cls, self.cfg = CONFIGS[name]
+        self.cls, self.cfg = OPTIMIZERS[name]
         self.t = 0
         shapes = [np.shape(p) for p in params]
         init = self.cfg.get("initial_accumulator_value", 0.0)

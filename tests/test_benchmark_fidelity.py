@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from suite import bench
+from suite.harness import bench
 
 LAYOUTS = ("default", "multi_worker", "parameter_server", "cluster")
 

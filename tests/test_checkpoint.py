@@ -14,13 +14,13 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from reference import model as ref_model
-from reference.optimizers import ADAPTIVE
-from suite import cases
-from suite.assertions import PropertyFailure, assert_close
-from suite.cases import ARCHS, arch_dict, training_cases
-from suite.profiles import examples
-from suite.specs import parse_spec
-from suite.tolerances import tolerance
+from suite.common.catalog import ADAPTIVE
+from suite.common.specs import parse_spec
+from suite.harness import cases
+from suite.harness.cases import ARCHS, arch_dict, training_cases
+from suite.harness.check import PropertyFailure, assert_close
+from suite.harness.profiles import examples
+from suite.harness.tolerances import tolerance
 
 OPTIMIZERS = ["sgd", "sgd_momentum", "adam", "rmsprop", "adagrad"]
 

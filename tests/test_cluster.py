@@ -1,4 +1,4 @@
-"""The real-cluster mode: engine agents (``python -m suite.engine.agent``), each given its task's
+"""The real-cluster mode: engine agents (``python -m suite.harness.agent``), each given its task's
 TF_CONFIG, run the engines of the ``cluster`` spec. Here the "hosts" are local agent processes
 on loopback with TF_CONFIGs naming chief, worker, ps and evaluator tasks, and the suite runs
 against them in a child pytest, as a user would run it against their own machines."""
@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from suite.assertions import PropertyFailure
-from suite.engine.cluster import free_ports
+from suite.harness.check import PropertyFailure
+from suite.harness.topology import free_ports
 
 ROOT = Path(__file__).resolve().parents[1]
 KEY = "tfds-test-key"
@@ -44,7 +44,7 @@ class Agents:
         env = dict(os.environ, TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": task_type, "index": index}}),
                    TFDS_AGENT_KEY=key)
         log_dir = self.log_dir / f"{task_type}{index}-{len(self.procs)}"
-        proc = subprocess.Popen([sys.executable, "-m", "suite.engine.agent", "--listen", "127.0.0.1:0",
+        proc = subprocess.Popen([sys.executable, "-m", "suite.harness.agent", "--listen", "127.0.0.1:0",
                                  "--log-dir", str(log_dir), *extra],
                                 cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 start_new_session=True)
@@ -145,7 +145,7 @@ def test_agent_and_cluster_errors_are_one_line(agents, tmp_path):
     partial = _pytest(["tests/meta/test_specs.py"], addresses[:1], timeout=120)
     assert partial.returncode == 4 and "no agent for task(s) worker 1" in partial.stderr, partial.stderr[-2000:]
     env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
-    bare = subprocess.run([sys.executable, "-m", "suite.engine.agent", "--listen", "127.0.0.1:0"], cwd=ROOT,
+    bare = subprocess.run([sys.executable, "-m", "suite.harness.agent", "--listen", "127.0.0.1:0"], cwd=ROOT,
                           env=dict(env, TFDS_AGENT_KEY=KEY), capture_output=True, text=True, timeout=60)
     assert bare.returncode == 2 and bare.stderr.strip().count("\n") == 0 and "TF_CONFIG is not set" in bare.stderr, \
         bare.stderr
@@ -154,7 +154,7 @@ def test_agent_and_cluster_errors_are_one_line(agents, tmp_path):
 def test_agent_engines_end_with_their_agent(agents):
     """An agent's engines die with it: SIGTERM kills them, and a SIGKILLed agent takes them
     along (PR_SET_PDEATHSIG), so a cluster host is left clean."""
-    from suite.engine import agent as agent_mod
+    from suite.harness import agent as agent_mod
 
     _, addresses = agents.start({"worker": 1})
     host, port = addresses[0].rsplit(":", 1)

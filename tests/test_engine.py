@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from suite.engine.pool import EngineDied, EnginePool, EngineStartError, EngineTimeout, ProbeError
-from suite.specs import parse_spec
+from suite.common.specs import parse_spec
+from suite.harness.pool import EngineDied, EnginePool, EngineStartError, EngineTimeout, ProbeError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -42,9 +42,9 @@ def test_parent_side_modules_import_no_tensorflow():
     code = textwrap.dedent("""
         import sys
         import conftest, reference.distribute, reference.losses, reference.metrics, reference.model
-        import reference.optimizers, suite.assertions, suite.cases, suite.harness, suite.specs
-        import suite.engine.pool, suite.deviations, suite.repro, suite.probes.mutants
-        import suite.bench, suite.report, suite.machine, suite.engine.agent
+        import reference.optimizers, suite.harness.check, suite.harness.cases, suite.harness, suite.common.specs
+        import suite.harness.pool, suite.harness.deviations, suite.harness.repro, suite.engine.mutants
+        import suite.harness.bench, suite.harness.report, suite.harness.machine, suite.harness.agent
         bad = sorted(m for m in sys.modules if m.split(".")[0] in ("tensorflow", "keras", "tf_keras"))
         assert not bad, bad
     """)
@@ -120,8 +120,8 @@ def test_no_engine_outlives_its_pool_or_its_parent(tmp_path):
     script.write_text(textwrap.dedent(f"""
         import sys, os, signal
         sys.path.insert(0, {str(ROOT)!r})
-        from suite.engine.pool import EnginePool
-        from suite.specs import parse_spec
+        from suite.harness.pool import EnginePool
+        from suite.common.specs import parse_spec
         pool = EnginePool()
         pids = []
         for s in ("default", "multi_worker:2x1"):

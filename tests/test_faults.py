@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from suite.engine import cluster
-from suite.engine.pool import EngineDied, EngineError, EnginePool, ProbeError
-from suite.specs import parse_spec
+from suite.common.specs import parse_spec
+from suite.harness import topology as cluster
+from suite.harness.pool import EngineDied, EngineError, EnginePool, ProbeError
 
 # the bound the hung-collective test configures (what --engine-timeout sets for a session)
 HUNG_TIMEOUT = 20.0

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from reference import distribute as ref
 from reference import input as ref_input
-from suite.assertions import PropertyFailure
-from suite.engine.pool import ProbeError
+from suite.harness.check import PropertyFailure
+from suite.harness.pool import ProbeError
 
 STYLES = ("for", "iter_next", "get_next_as_optional", "tf_function_for")
 AFTER_END = {"iter_next": "StopIteration", "get_next_as_optional": "has_value=False"}

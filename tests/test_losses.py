@@ -10,10 +10,10 @@ from hypothesis import strategies as st
 
 from reference import distribute as ref
 from reference import losses as ref_losses
-from suite import cases, repro
-from suite.assertions import assert_per_replica, assert_raises_as, assert_same_on_workers
-from suite.catalog import LOSS_CLASSES
-from suite.profiles import examples
+from suite.common.catalog import LOSS_CLASSES
+from suite.harness import cases, repro
+from suite.harness.check import assert_per_replica, assert_raises_as, assert_same_on_workers
+from suite.harness.profiles import examples
 
 DTYPES = pytest.mark.parametrize("dtype", cases.DTYPES)
 

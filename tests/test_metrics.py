@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 
 from reference import distribute as ref
 from reference import metrics as ref_metrics
-from suite import cases, repro
-from suite.assertions import PropertyFailure, assert_per_replica, assert_same_on_workers
-from suite.catalog import METRIC_CLASSES
+from suite.common.catalog import METRIC_CLASSES
+from suite.harness import cases, repro
+from suite.harness.check import PropertyFailure, assert_per_replica, assert_same_on_workers
 
 
 def _batch(data, kind, dtype, n):

@@ -15,11 +15,11 @@ from reference import losses as ref_losses
 from reference import model as ref_model
 from reference import parameter_server as ref_ps
 from reference.losses import Raises
-from reference.optimizers import ADAPTIVE
-from suite import cases
-from suite.assertions import PropertyFailure, assert_close
-from suite.cases import ARCHS, arch_dict, training_cases
-from suite.profiles import examples
+from suite.common.catalog import ADAPTIVE
+from suite.harness import cases
+from suite.harness.cases import ARCHS, arch_dict, training_cases
+from suite.harness.check import PropertyFailure, assert_close
+from suite.harness.profiles import examples
 
 
 def _modes(spec):

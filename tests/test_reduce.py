@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from reference import distribute as ref
-from suite import cases, repro
-from suite.assertions import PropertyFailure, assert_per_replica, assert_same_on_workers
+from suite.harness import cases, repro
+from suite.harness.check import PropertyFailure, assert_per_replica, assert_same_on_workers
 
 
 @pytest.mark.parametrize("dtype", cases.DTYPES)

@@ -11,11 +11,11 @@ from hypothesis import strategies as st
 
 from reference import distribute as ref
 from reference import model as ref_model
-from reference.optimizers import ADAPTIVE, CONFIGS
-from suite import cases, repro
-from suite.assertions import PropertyFailure, assert_close
-from suite.cases import ARCHS, arch_dict, training_cases
-from suite.profiles import examples
+from suite.common.catalog import ADAPTIVE, OPTIMIZERS
+from suite.harness import cases, repro
+from suite.harness.cases import ARCHS, arch_dict, training_cases
+from suite.harness.check import PropertyFailure, assert_close
+from suite.harness.profiles import examples
 
 
 def _check_history(results, history, spec, dtype, case, snippet=None):
@@ -35,7 +35,7 @@ def _check_history(results, history, spec, dtype, case, snippet=None):
 
 
 @pytest.mark.parametrize("dtype", cases.DTYPES)
-@pytest.mark.parametrize("optimizer", sorted(CONFIGS))
+@pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
 @examples(0.5)
 @given(data=st.data())
 def test_training_steps_match_reference_on_the_global_batch(engines, spec, optimizer, dtype, data):
@@ -50,7 +50,7 @@ def test_training_steps_match_reference_on_the_global_batch(engines, spec, optim
                            dtype=dtype, params=params, steps=steps)
     _check_history(results, history, spec, dtype,
                    {"arch": arch_name, "optimizer": optimizer, "sizes": [s[2] for s in steps]},
-                   repro.training(spec, arch_dict(arch), CONFIGS[optimizer], dtype, params, steps))
+                   repro.training(spec, arch_dict(arch), OPTIMIZERS[optimizer], dtype, params, steps))
 
 
 @examples(0.5)

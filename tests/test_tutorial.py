@@ -9,9 +9,9 @@ import tempfile
 
 import numpy as np
 
-from suite.assertions import PropertyFailure
-from suite.specs import parse_spec
-from suite.workloads import fashion
+from suite.common.specs import parse_spec
+from suite.engine.workloads import fashion
+from suite.harness.check import PropertyFailure
 
 
 def test_synthetic_fashion_data_has_the_fashion_mnist_interface():

@@ -9,8 +9,8 @@ import tempfile
 
 import tensorflow as tf
 
-from suite import compat
-from suite.specs import Spec
+from suite.common.specs import Spec
+from suite.engine import compat
 
 
 class EngineUnavailableHere(RuntimeError):

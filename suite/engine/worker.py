@@ -12,8 +12,8 @@ import os
 import sys
 import traceback
 
-from suite.engine import protocol
-from suite.specs import parse_spec
+from suite.common import protocol
+from suite.common.specs import parse_spec
 
 
 def _parse_args(argv):
@@ -41,7 +41,7 @@ def main(argv=None) -> int:
         return 3
     try:
         from suite.engine.context import EngineUnavailableHere, build_context
-        from suite.probes import registry
+        from suite.engine.probes import registry
     except Exception as exc:  # a suite/TF incompatibility: fail once, clearly
         conn_out.send((protocol.FATAL, f"engine set-up failed: {type(exc).__name__}: {exc}"))
         return 4

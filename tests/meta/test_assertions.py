@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from suite.assertions import PropertyFailure, assert_close, assert_per_replica, diagnose, ratio
-from suite.tolerances import tolerance
+from suite.harness.check import PropertyFailure, assert_close, assert_per_replica, diagnose, ratio
+from suite.harness.tolerances import tolerance
 
 
 def test_values_within_tolerance_pass_and_outside_fail():

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from suite import bench
-from suite.specs import parse_spec
+from suite.common.specs import parse_spec
+from suite.harness import bench
 
 
 @given(step=st.floats(1e-6, 5.0), floor=st.floats(1e-5, 0.05))

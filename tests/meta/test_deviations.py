@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from suite import deviations
+from suite.harness import deviations
 
 ROOT = Path(__file__).resolve().parents[2]
 

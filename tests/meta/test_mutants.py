@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from suite.probes.mutants import MUTANTS
+from suite.common.catalog import MUTANTS
 
 ROOT = Path(__file__).resolve().parents[2]
 

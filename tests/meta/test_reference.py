@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from reference import distribute as ref
 from reference import losses, metrics
 from reference import model as ref_model
-from reference.optimizers import CONFIGS, Optimizer
+from reference.optimizers import Optimizer
+from suite.common.catalog import OPTIMIZERS
 
 ARCHS = [ref_model.Arch(3, (4,), 2, "linear", 1 / 64), ref_model.Arch(3, (5, 3), 3, "softmax"),
          ref_model.Arch(2, (), 1, "linear", 1 / 8)]
@@ -78,10 +79,10 @@ def test_default_denominator_equals_global_mean_on_even_splits(replicas, b):
 def test_optimizer_updates_match_closed_forms():
     g = np.array([0.5, -2.0])
     w0 = np.zeros(2)
-    lr = CONFIGS["sgd"][1]["learning_rate"]
+    lr = OPTIMIZERS["sgd"][1]["learning_rate"]
     assert np.allclose(Optimizer("sgd", [w0]).step([w0], [g])[0], -lr * g)
     # momentum with a constant gradient: m_t = -lr g (1 - mom^t) / (1 - mom)
-    cfg = CONFIGS["sgd_momentum"][1]
+    cfg = OPTIMIZERS["sgd_momentum"][1]
     opt, w = Optimizer("sgd_momentum", [w0]), [w0]
     total = np.zeros(2)
     for t in range(1, 4):
@@ -89,16 +90,16 @@ def test_optimizer_updates_match_closed_forms():
         total += -cfg["learning_rate"] * g * (1 - cfg["momentum"] ** t) / (1 - cfg["momentum"])
     assert np.allclose(w[0], total)
     # Adam's first step is lr * g / (|g| + eps / sqrt(1 - b2)) ~ lr * sign(g)
-    cfg = CONFIGS["adam"][1]
+    cfg = OPTIMIZERS["adam"][1]
     step = Optimizer("adam", [w0]).step([w0], [g])[0]
     assert np.allclose(step, -cfg["learning_rate"] * np.sign(g), rtol=1e-5)
     # Adagrad: accumulator starts at its initial value, then adds g^2 before the update
-    cfg = CONFIGS["adagrad"][1]
+    cfg = OPTIMIZERS["adagrad"][1]
     step = Optimizer("adagrad", [w0]).step([w0], [g])[0]
     assert np.allclose(step, -cfg["learning_rate"] * g / np.sqrt(cfg["initial_accumulator_value"] + g * g
                                                                   + cfg["epsilon"]))
     # RMSprop: v = (1 - rho) g^2 on the first step
-    cfg = CONFIGS["rmsprop"][1]
+    cfg = OPTIMIZERS["rmsprop"][1]
     step = Optimizer("rmsprop", [w0]).step([w0], [g])[0]
     assert np.allclose(step, -cfg["learning_rate"] * g / np.sqrt((1 - cfg["rho"]) * g * g + cfg["epsilon"]))
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from suite import report
+from suite.harness import report
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -139,7 +139,7 @@ def test_conformance_grid_shows_the_worst_outcome_per_property_and_spec(tmp_path
 def test_bad_result_files_give_one_line_errors(tmp_path, content, message):
     path = tmp_path / "bad.json"
     path.write_text(content)
-    out = subprocess.run([sys.executable, "-m", "suite.report", str(path), "-o", str(tmp_path / "out")],
+    out = subprocess.run([sys.executable, "-m", "suite.harness.report", str(path), "-o", str(tmp_path / "out")],
                          capture_output=True, text=True, cwd=REPO, timeout=120)
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
@@ -147,7 +147,7 @@ def test_bad_result_files_give_one_line_errors(tmp_path, content, message):
 
 
 def test_missing_file_is_a_usage_error(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "suite.report", str(tmp_path / "nope.json"), "-o", str(tmp_path)],
+    out = subprocess.run([sys.executable, "-m", "suite.harness.report", str(tmp_path / "nope.json"), "-o", str(tmp_path)],
                          capture_output=True, text=True, cwd=REPO, timeout=120)
     assert out.returncode == 2 and "no such file" in out.stderr
 

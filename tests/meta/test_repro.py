@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from reference import distribute as ref
-from reference.optimizers import CONFIGS
-from suite import repro
-from suite.specs import parse_spec
+from suite.common.catalog import OPTIMIZERS
+from suite.common.specs import parse_spec
+from suite.harness import repro
 
 
 def _run(code: str) -> str:
@@ -37,5 +37,5 @@ def test_training_snippet_runs():
     rng = np.random.default_rng(0)
     params = [rng.uniform(-1, 1, s) for s in [(2, 3), (3,), (3, 1), (1,)]]
     steps = [(rng.uniform(-1, 1, (3, 2)), rng.uniform(-1, 1, (3, 1)), [2, 1])]
-    out = _run(repro.training(parse_spec("mirrored:2"), arch, CONFIGS["sgd"], "float64", params, steps))
+    out = _run(repro.training(parse_spec("mirrored:2"), arch, OPTIMIZERS["sgd"], "float64", params, steps))
     assert out.count("[array(") == 4, out

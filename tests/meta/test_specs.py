@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from suite.specs import DEFAULT_SPECS, SpecError, parse_spec, parse_specs
+from suite.common.specs import DEFAULT_SPECS, SpecError, parse_spec, parse_specs
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -6,10 +6,9 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from suite import compat
-from suite.probes import mutants
-from suite.probes.common import counted, local, replica_slice, spec_of
-from suite.probes.registry import probe
+from suite.engine import compat, mutants
+from suite.engine.probes.common import counted, local, replica_slice, spec_of
+from suite.engine.probes.registry import probe
 
 SUM = tf.distribute.ReduceOp.SUM
 

@@ -10,9 +10,9 @@ import tempfile
 import numpy as np
 import tensorflow as tf
 
-from suite.probes import mutants
-from suite.probes.common import local
-from suite.probes.registry import probe
+from suite.engine import mutants
+from suite.engine.probes.common import local
+from suite.engine.probes.registry import probe
 
 STYLES = ("for", "iter_next", "get_next_as_optional", "tf_function_for")
 

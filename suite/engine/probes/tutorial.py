@@ -9,9 +9,9 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from suite import compat
-from suite.probes.registry import probe
-from suite.workloads import fashion
+from suite.engine import compat
+from suite.engine.probes.registry import probe
+from suite.engine.workloads import fashion
 
 keras = compat.keras
 

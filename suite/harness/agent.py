@@ -4,7 +4,7 @@ On each host of the cluster, with that host's TF_CONFIG (chief, worker, ps or ev
 and a shared secret in ``TFDS_AGENT_KEY``::
 
     TF_CONFIG='{"cluster": {...}, "task": {"type": "worker", "index": 0}}' \\
-    TFDS_AGENT_KEY=... python -m suite.engine.agent --listen 0.0.0.0:7700
+    TFDS_AGENT_KEY=... python -m suite.harness.agent --listen 0.0.0.0:7700
 
 then, from any machine that reaches the agents::
 
@@ -109,7 +109,7 @@ def resolve_cluster(addresses: list[str], timeout: float = 20.0):
     """The ``cluster`` Spec of the agents at ``addresses``: ask each for its TF_CONFIG, check
     that they describe one cluster whose every task has exactly one agent, and derive the
     strategy (parameter_server when there are ps tasks, else multi_worker)."""
-    from suite.specs import Spec
+    from suite.common.specs import Spec
 
     key = agent_key()
     found = []
@@ -258,7 +258,7 @@ def read_tf_config(text: str | None) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m suite.engine.agent", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m suite.harness.agent", description=__doc__.split("\n\n")[0])
     p.add_argument("--listen", required=True, help="HOST:PORT to listen on (port 0: any free port)")
     p.add_argument("--python", default=sys.executable, help="interpreter with TensorFlow for the engines")
     p.add_argument("--virtual-cpus", type=int, default=1, help="logical CPUs per worker engine (R)")
@@ -269,7 +269,7 @@ def main(argv=None) -> int:
         key = agent_key()
         host, port = parse_address(args.listen)
     except AgentError as exc:
-        print(f"suite.engine.agent: {exc}", file=sys.stderr)
+        print(f"suite.harness.agent: {exc}", file=sys.stderr)
         return 2
     log_dir = Path(args.log_dir or tempfile.mkdtemp(prefix="tfds-agent-"))
     log_dir.mkdir(parents=True, exist_ok=True)

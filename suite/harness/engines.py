@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from suite.engine.pool import EnginePool, EngineUnavailable
-from suite.specs import Spec
+from suite.common.specs import Spec
+from suite.harness.pool import EnginePool, EngineUnavailable
 
 
 class Engines:

@@ -22,8 +22,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from suite.engine import agent, cluster, protocol
-from suite.specs import Spec
+from suite.common import protocol
+from suite.common.specs import Spec
+from suite.harness import agent
+from suite.harness import topology as cluster
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from suite.probes import mutants
-from suite.probes.common import counted, local, replica_slice, spec_of
-from suite.probes.registry import probe
+from suite.engine import mutants
+from suite.engine.probes.common import counted, local, replica_slice, spec_of
+from suite.engine.probes.registry import probe
 
 SUM, MEAN = tf.distribute.ReduceOp.SUM, tf.distribute.ReduceOp.MEAN
 

@@ -11,7 +11,7 @@ import dataclasses
 import json
 import socket
 
-from suite.specs import Spec
+from suite.common.specs import Spec
 
 
 @dataclasses.dataclass(frozen=True)

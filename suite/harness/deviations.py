@@ -18,7 +18,7 @@ import tomllib
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-PATH = Path(__file__).resolve().parents[1] / "known_deviations.toml"
+PATH = Path(__file__).resolve().parents[2] / "known_deviations.toml"
 REQUIRED = ("id", "tests", "tensorflow", "keras", "summary", "evidence", "first_seen")
 
 

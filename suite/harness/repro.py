@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from suite.specs import Spec
+from suite.common.specs import Spec
 
 
 def strategy_lines(spec: Spec) -> str:

@@ -14,10 +14,10 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from suite import compat
-from suite.probes.registry import probe
-from suite.probes.tutorial import create_model
-from suite.workloads import fashion
+from suite.engine import compat
+from suite.engine.probes.registry import probe
+from suite.engine.probes.tutorial import create_model
+from suite.engine.workloads import fashion
 
 keras = compat.keras
 EXAMPLES = 4096  # rows in memory; the pipeline repeats them

@@ -152,7 +152,7 @@ class Bencher:
     PLAIN_SPEC_TEXT = "default"
 
     def __init__(self, engines, *, rounds: int, trace_rounds: int, smoke: bool):
-        from suite.specs import parse_spec
+        from suite.common.specs import parse_spec
 
         self.engines = engines
         self.rounds = rounds

@@ -33,7 +33,7 @@ def run(ctx, name: str, kwargs: dict):
     if name not in _PROBES:
         area = name.split(".", 1)[0]
         try:
-            importlib.import_module(f"suite.probes.{area}")
+            importlib.import_module(f"suite.engine.probes.{area}")
         except ModuleNotFoundError as exc:
             raise KeyError(f"no probe area {area!r} (probe {name!r})") from exc
     if name not in _PROBES:

@@ -6,21 +6,20 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from reference.optimizers import CONFIGS
-from suite import compat
-from suite.probes import mutants
-from suite.probes.common import counted, local, replica_slice
-from suite.probes.registry import probe
+from suite.common.catalog import OPTIMIZERS
+from suite.engine import compat, mutants
+from suite.engine.probes.common import counted, local, replica_slice
+from suite.engine.probes.registry import probe
 
 SUM = tf.distribute.ReduceOp.SUM
 
 
 def _model_and_optimizer(ctx, arch, optimizer, dtype):
-    """The model family member and the optimizer of ``CONFIGS[optimizer]``, created under the
+    """The model family member and the optimizer of ``OPTIMIZERS[optimizer]``, created under the
     strategy's scope and built eagerly (see known deviation keras3-lazy-optimizer-slots-mirrored)."""
     with ctx.strategy.scope():
         model = compat.build_model(arch, dtype)
-        cls, cfg = CONFIGS[optimizer]
+        cls, cfg = OPTIMIZERS[optimizer]
         opt = compat.make_optimizer(cls, cfg)
         opt.build(model.trainable_variables)
     return model, opt

@@ -9,7 +9,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from suite.probes.registry import probe
+from suite.engine.probes.registry import probe
 
 
 @probe

@@ -6,11 +6,10 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from reference.optimizers import CONFIGS
-from suite import compat
-from suite.probes import mutants
-from suite.probes.common import counted
-from suite.probes.registry import probe
+from suite.common.catalog import OPTIMIZERS
+from suite.engine import compat, mutants
+from suite.engine.probes.common import counted
+from suite.engine.probes.registry import probe
 
 
 def _coordinator(ctx):
@@ -39,7 +38,7 @@ def _trainer(ctx, arch, optimizer, dtype, denominator):
     strategy = ctx.strategy
     with strategy.scope():
         model = compat.build_model(arch, dtype)
-        cls, cfg = CONFIGS[optimizer]
+        cls, cfg = OPTIMIZERS[optimizer]
         opt = compat.make_optimizer(cls, cfg)
         opt.build(model.trainable_variables)
     initial = [np.array(v.numpy()) for v in compat.optimizer_variables(opt)]

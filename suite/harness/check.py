@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from suite.tolerances import tolerance
+from suite.harness.tolerances import tolerance
 
 
 class PropertyFailure(AssertionError):

@@ -9,9 +9,9 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from suite import compat
-from suite.probes.registry import probe
-from suite.probes.training import _trainer
+from suite.engine import compat
+from suite.engine.probes.registry import probe
+from suite.engine.probes.training import _trainer
 
 
 def _state(ctx, model, opt, metrics):

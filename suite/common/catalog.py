@@ -1,0 +1,55 @@
+"""The catalogues both sides name things by (no TensorFlow, no reference): the suite's optimizer
+configurations, the Keras loss and metric classes behind the suite's short names, and the
+mutants. The pytest side draws cases and writes repro snippets with these names; engines build
+the Keras objects from them; reference/ implements the optimizer rules of ``OPTIMIZERS``."""
+
+# name -> (keras.optimizers class, constructor arguments). Binary fractions, so the float32
+# learning-rate variable and the float32-rounded constants Keras uses are exact.
+OPTIMIZERS: dict[str, tuple[str, dict]] = {
+    "sgd": ("SGD", {"learning_rate": 0.125}),
+    "sgd_momentum": ("SGD", {"learning_rate": 0.0625, "momentum": 0.875}),
+    "sgd_nesterov": ("SGD", {"learning_rate": 0.0625, "momentum": 0.875, "nesterov": True}),
+    "adam": ("Adam", {"learning_rate": 0.0625, "beta_1": 0.875, "beta_2": 0.9921875, "epsilon": 1e-7}),
+    "rmsprop": ("RMSprop", {"learning_rate": 0.0625, "rho": 0.875, "epsilon": 1e-7}),
+    "adagrad": ("Adagrad", {"learning_rate": 0.125, "initial_accumulator_value": 0.125,
+                            "epsilon": 1e-7}),
+}
+
+# optimizers whose update divides by a running magnitude of the gradient
+ADAPTIVE = frozenset({"adam", "rmsprop", "adagrad"})
+
+
+LOSS_CLASSES = {
+    "mse": ("MeanSquaredError", {}),
+    "mae": ("MeanAbsoluteError", {}),
+    "sparse_cce_logits": ("SparseCategoricalCrossentropy", {"from_logits": True}),
+    "sparse_cce_probs": ("SparseCategoricalCrossentropy", {"from_logits": False}),
+    "cce_logits": ("CategoricalCrossentropy", {"from_logits": True}),
+    "cce_probs": ("CategoricalCrossentropy", {"from_logits": False}),
+    "bce_logits": ("BinaryCrossentropy", {"from_logits": True}),
+}
+
+METRIC_CLASSES = {
+    "mean": "Mean", "sum": "Sum", "accuracy": "Accuracy", "binary_accuracy": "BinaryAccuracy",
+    "sparse_categorical_accuracy": "SparseCategoricalAccuracy",
+    "categorical_accuracy": "CategoricalAccuracy",
+}
+
+# Deliberately wrong engines for tests/meta/test_mutants.py: ``TFDS_MUTANT=<name>`` in an engine's
+# environment switches one on (suite/engine/mutants.py).
+MUTANTS = {
+    "local_batch_denominator": "compute_average_loss replaced by a per-replica mean",
+    "unnormalised_multi_dim": "multi-dimensional per-element losses never normalised",
+    "scale_reg_not_divided": "scale_regularization_loss returns the sum, not sum / replicas",
+    "double_gradient_aggregation": "gradients all-reduced by hand, then summed again by apply_gradients",
+    "metric_first_replica": "cross-replica metric result read from the first replica only",
+    "reduce_mean_of_means": "MEAN over axis 0 as the mean of per-replica means",
+    "reversed_local_results": "local results returned in reverse replica order",
+    "keras_loss_times_replicas": "Keras loss values multiplied by the replica count",
+    "input_rows_to_first_replica": "every step's rows handed to the first local replica",
+    "input_dropped_element": "the first row of the first step lost",
+    "ps_step_scheduled_twice": "one parameter-server step scheduled once more than asked",
+    "ps_shards_reversed": "a partitioned variable reassembled with its shards in reverse order",
+    "ps_loss_times_two": "compute_average_loss doubled inside a scheduled step",
+    "ps_gradient_doubled": "parameter-server gradients doubled before apply_gradients",
+}
