@@ -3,62 +3,56 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 from suite.common.catalog import MUTANTS
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers import run_pytest
 
 # mutant -> (property test id, whose first parameter is the spec it runs under; a phrase the
 # failure must contain)
 CASES = {
     "local_batch_denominator": (
-        "tests/test_losses.py::test_compute_average_loss_matches_reference[mirrored:2-none-float64]",
+        "tests/properties/test_losses.py::test_compute_average_loss_matches_reference[mirrored:2-none-float64]",
         "compute_average_loss"),
     "unnormalised_multi_dim": (
-        "tests/test_losses.py::test_multi_dimensional_labels[mirrored:2-normalised-float64]",
+        "tests/properties/test_losses.py::test_multi_dimensional_labels[mirrored:2-normalised-float64]",
         "elements per example"),
     "scale_reg_not_divided": (
-        "tests/test_losses.py::test_scale_regularization_loss_divides_by_replicas[mirrored:2-float64]",
+        "tests/properties/test_losses.py::test_scale_regularization_loss_divides_by_replicas[mirrored:2-float64]",
         "= replicas"),
     "double_gradient_aggregation": (
-        "tests/test_training.py::test_training_steps_match_reference_on_the_global_batch[mirrored:2-sgd-float64]",
+        "tests/properties/test_training.py::test_training_steps_match_reference_on_the_global_batch[mirrored:2-sgd-float64]",
         "after step 1"),
     "metric_first_replica": (
-        "tests/test_metrics.py::test_metric_result_is_the_metric_of_the_global_data[mirrored:2-sum]",
+        "tests/properties/test_metrics.py::test_metric_result_is_the_metric_of_the_global_data[mirrored:2-sum]",
         "in cross-replica context"),
     "reduce_mean_of_means": (
-        "tests/test_reduce.py::test_reduce_sum_and_mean_over_uneven_replicas[mirrored:2-float64]",
+        "tests/properties/test_reduce.py::test_reduce_sum_and_mean_over_uneven_replicas[mirrored:2-float64]",
         "reduce(MEAN, axis=0)"),
     "reversed_local_results": (
-        "tests/test_reduce.py::test_experimental_local_results_are_in_replica_order[mirrored:2]",
+        "tests/properties/test_reduce.py::test_experimental_local_results_are_in_replica_order[mirrored:2]",
         "local results come from replicas [1, 0]"),
     "input_rows_to_first_replica": (
-        "tests/test_input.py::test_replica_batches_follow_the_split_rule[mirrored:2-for]",
+        "tests/properties/test_input.py::test_replica_batches_follow_the_split_rule[mirrored:2-for]",
         "replica 0: got"),
     "input_dropped_element": (
-        "tests/test_input.py::test_every_element_is_delivered_exactly_once[mirrored:2]",
+        "tests/properties/test_input.py::test_every_element_is_delivered_exactly_once[mirrored:2]",
         "elements missing [0]"),
     "keras_loss_times_replicas": (
-        "tests/test_losses.py::test_keras_loss_reduction_inside_strategy_run[mirrored:2-mse-sum-float64]",
+        "tests/properties/test_losses.py::test_keras_loss_reduction_inside_strategy_run[mirrored:2-mse-sum-float64]",
         "= replicas"),
     "ps_step_scheduled_twice": (
-        "tests/test_parameter_server.py::test_every_scheduled_step_is_applied_exactly_once[parameter_server:2w1ps-keras]",
+        "tests/properties/test_parameter_server.py::test_every_scheduled_step_is_applied_exactly_once[parameter_server:2w1ps-keras]",
         "the step counter reads"),
     "ps_shards_reversed": (
-        "tests/test_parameter_server.py::test_partitioned_variables_reassemble[parameter_server:2w1ps]",
+        "tests/properties/test_parameter_server.py::test_partitioned_variables_reassemble[parameter_server:2w1ps]",
         "reassembled (whole)"),
     "ps_loss_times_two": (
-        "tests/test_parameter_server.py::test_num_replicas_and_loss_scaling"
+        "tests/properties/test_parameter_server.py::test_num_replicas_and_loss_scaling"
         "[parameter_server:2w1ps-sum-none-float64]",
         "compute_average_loss in a scheduled step"),
     "ps_gradient_doubled": (
-        "tests/test_parameter_server.py::test_ordered_training_equals_the_reference[parameter_server:2w1ps-sgd]",
+        "tests/properties/test_parameter_server.py::test_ordered_training_equals_the_reference[parameter_server:2w1ps-sgd]",
         "after"),
 }
 
@@ -71,11 +65,8 @@ def test_every_mutant_has_a_case():
 def test_property_catches_mutant(mutant):
     test_id, phrase = CASES[mutant]
     spec = test_id.split("[", 1)[1].split("-", 1)[0].rstrip("]")
-    env = dict(os.environ, TFDS_MUTANT=mutant, HYPOTHESIS_PROFILE="ci")
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", test_id, "--strategies", spec, "-x", "-q",
-         "-p", "no:cacheprovider", "--no-header"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    proc = run_pytest([test_id, "--strategies", spec, "-x", "--no-header"], 600,
+                      TFDS_MUTANT=mutant, HYPOTHESIS_PROFILE="ci")
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, f"mutant {mutant!r} was not caught by {test_id} (exit {proc.returncode}):\n{out[-3000:]}"
     assert "PropertyFailure" in out and phrase in out, (

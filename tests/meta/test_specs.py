@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 from suite.common.specs import DEFAULT_SPECS, SpecError, parse_spec, parse_specs
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers import run_pytest
 
 
 @pytest.mark.parametrize("text, kind, replicas, workers", [
@@ -51,8 +46,6 @@ def test_default_specs_parse_and_are_distinct():
 
 
 def test_unknown_spec_is_a_usage_error_before_any_engine_starts():
-    proc = subprocess.run([sys.executable, "-m", "pytest", "tests/meta/test_specs.py", "--strategies",
-                           "mirrored:2,warp_drive", "-q", "-p", "no:cacheprovider"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = run_pytest(["tests/meta/test_specs.py", "--strategies", "mirrored:2,warp_drive"], 120)
     assert proc.returncode == 4, proc.stdout + proc.stderr  # pytest's usage-error exit code
     assert "unknown strategy spec 'warp_drive'" in proc.stderr and "mirrored:N" in proc.stderr

@@ -20,8 +20,8 @@ import pytest
 
 from suite.harness.check import PropertyFailure
 from suite.harness.topology import free_ports
+from tests.helpers import ROOT, alive, run_pytest
 
-ROOT = Path(__file__).resolve().parents[1]
 KEY = "tfds-test-key"
 
 
@@ -78,10 +78,8 @@ def agents(tmp_path):
 
 
 def _pytest(args: list[str], agents: list[str], key: str = KEY, timeout: float = 900) -> subprocess.CompletedProcess:
-    env = dict(os.environ, TFDS_AGENT_KEY=key, HYPOTHESIS_PROFILE="ci")
-    return subprocess.run([sys.executable, "-m", "pytest", *args, "--strategies", "cluster", "--cluster-agents",
-                           ",".join(agents), "-q", "-p", "no:cacheprovider"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    return run_pytest([*args, "--strategies", "cluster", "--cluster-agents", ",".join(agents)], timeout,
+                      TFDS_AGENT_KEY=key, HYPOTHESIS_PROFILE="ci")
 
 
 def test_multi_worker_properties_run_on_a_tf_config_cluster(agents):
@@ -89,8 +87,9 @@ def test_multi_worker_properties_run_on_a_tf_config_cluster(agents):
     over chief + worker (2 replicas), the reduce and loss properties pass on both tasks, the
     evaluator restores the chief's checkpoint, and the engines end with the run."""
     _, addresses = agents.start({"chief": 1, "worker": 1, "evaluator": 1})
-    proc = _pytest(["tests/test_reduce.py", "tests/test_losses.py::test_compute_average_loss_matches_reference",
-                    "tests/test_cluster.py::test_evaluator_restores_the_chiefs_checkpoint"], addresses)
+    proc = _pytest(["tests/properties/test_reduce.py",
+                    "tests/properties/test_losses.py::test_compute_average_loss_matches_reference",
+                    "tests/harness/test_cluster.py::test_evaluator_restores_the_chiefs_checkpoint"], addresses)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     assert "cluster: started 1x" in out and re.search(r"\b\d+ passed", out), out[-2000:]
@@ -101,8 +100,8 @@ def test_parameter_server_properties_run_on_a_tf_config_cluster(agents):
     """A chief (the coordinator), two workers and a ps: the cluster spec resolves to
     ParameterServerStrategy and the exactly-once and partitioning properties pass."""
     _, addresses = agents.start({"chief": 1, "worker": 2, "ps": 1})
-    proc = _pytest(["tests/test_parameter_server.py::test_every_scheduled_step_is_applied_exactly_once",
-                    "tests/test_parameter_server.py::test_partitioned_variables_reassemble"], addresses)
+    proc = _pytest(["tests/properties/test_parameter_server.py::test_every_scheduled_step_is_applied_exactly_once",
+                    "tests/properties/test_parameter_server.py::test_partitioned_variables_reassemble"], addresses)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     assert re.search(r"\b3 passed", out), out[-2000:]
@@ -169,8 +168,7 @@ def test_agent_engines_end_with_their_agent(agents):
         deadline = time.monotonic() + 15
         while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
             time.sleep(0.2)
-        alive = Path(f"/proc/{pid}/stat").exists() and Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
-        assert not alive, f"engine {pid} outlived its SIGKILLed agent"
+        assert not alive(pid), f"engine {pid} outlived its SIGKILLed agent"
         conn.close()
     finally:
         os.environ.pop("TFDS_AGENT_KEY", None)

@@ -15,20 +15,7 @@ import pytest
 
 from suite.common.specs import parse_spec
 from suite.harness.pool import EngineDied, EnginePool, EngineStartError, EngineTimeout, ProbeError
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie is dead for our purposes
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
+from tests.helpers import ROOT, alive
 
 
 def test_pytest_process_never_imports_tensorflow(engines, any_spec):
@@ -65,7 +52,7 @@ def test_killed_engine_fails_the_call_naming_spec_probe_and_signal(pool, any_spe
     assert spec.text in message and "'engine.crash'" in message and "SIGKILL" in message, message
     if len(old) > 1:
         assert (f"worker {victim}" if spec.synchronous else "chief") in message, message
-    assert not any(_alive(p) for p in old), "the failed engine's processes must be gone"
+    assert not any(alive(p) for p in old), "the failed engine's processes must be gone"
     new = pool.get(spec).pids()
     pool.call(spec, "engine.ping")
     assert set(new).isdisjoint(old), "the pool must start a new engine for the next call"
@@ -122,6 +109,7 @@ def test_no_engine_outlives_its_pool_or_its_parent(tmp_path):
         sys.path.insert(0, {str(ROOT)!r})
         from suite.harness.pool import EnginePool
         from suite.common.specs import parse_spec
+from tests.helpers import ROOT, alive
         pool = EnginePool()
         pids = []
         for s in ("default", "multi_worker:2x1"):
@@ -140,9 +128,9 @@ def test_no_engine_outlives_its_pool_or_its_parent(tmp_path):
         pids = [int(p) for p in proc.stdout.split()]
         assert len(pids) == 3, proc.stdout + proc.stderr[-2000:]
         deadline = time.monotonic() + 15
-        while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        while any(alive(p) for p in pids) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert not any(_alive(p) for p in pids), f"engines {pids} outlived their parent ({mode})"
+        assert not any(alive(p) for p in pids), f"engines {pids} outlived their parent ({mode})"
 
 
 def test_engine_temporary_files_live_in_the_pools_folder(pool, any_spec):

@@ -17,6 +17,7 @@ import pytest
 from suite.common.specs import parse_spec
 from suite.harness import topology as cluster
 from suite.harness.pool import EngineDied, EngineError, EnginePool, ProbeError
+from tests.helpers import alive, descendants
 
 # the bound the hung-collective test configures (what --engine-timeout sets for a session)
 HUNG_TIMEOUT = 20.0
@@ -24,36 +25,9 @@ HUNG_TIMEOUT = 20.0
 clusters = pytest.mark.specs(lambda spec: len(cluster.tasks(spec)) > 1 or spec.kind == "cluster")
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def _descendants(root: int) -> set[int]:
-    """Every live process below ``root`` (from /proc parent links)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if fields[0] != "Z":
-                children.setdefault(int(fields[1]), []).append(int(entry.name))
-    out, todo = set(), [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.add(child)
-            todo.append(child)
-    return out
-
-
 def _replaced(pool, spec, old: list[int]):
     __tracebackhide__ = True
-    assert not any(_alive(p) for p in old), f"processes of the failed cluster survive: {[p for p in old if _alive(p)]}"
+    assert not any(alive(p) for p in old), f"processes of the failed cluster survive: {[p for p in old if alive(p)]}"
     new = pool.get(spec).pids()
     assert set(new).isdisjoint(old), "the pool must start a new cluster for the next call"
     assert pool.call(spec, "engine.ping")
@@ -154,11 +128,11 @@ def test_no_engine_process_outlives_its_engine(pool):
     mine = {os.getpid()}
     allowed = set(live)
     for pid in live:
-        allowed |= _descendants(pid)
-    strays = {p for p in _descendants(os.getpid()) if p not in allowed and p not in mine}
+        allowed |= descendants(pid)
+    strays = {p for p in descendants(os.getpid()) if p not in allowed and p not in mine}
     deadline = time.monotonic() + 10
     while strays and time.monotonic() < deadline:  # a process being reaped right now
         time.sleep(0.2)
-        strays = {p for p in strays if _alive(p)}
-    described = {p: Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ")[:120] for p in strays if _alive(p)}
+        strays = {p for p in strays if alive(p)}
+    described = {p: Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ")[:120] for p in strays if alive(p)}
     assert not described, f"processes outlived their engines: {described}"
