@@ -25,20 +25,6 @@ def test_pytest_process_never_imports_tensorflow(engines, any_spec):
     assert "keras" not in sys.modules and "tf_keras" not in sys.modules
 
 
-def test_parent_side_modules_import_no_tensorflow():
-    code = textwrap.dedent("""
-        import sys
-        import conftest, reference.distribute, reference.losses, reference.metrics, reference.model
-        import reference.optimizers, suite.harness.check, suite.harness.cases, suite.harness, suite.common.specs
-        import suite.harness.pool, suite.harness.deviations, suite.harness.repro, suite.engine.mutants
-        import suite.harness.bench, suite.harness.report, suite.harness.machine, suite.harness.agent
-        bad = sorted(m for m in sys.modules if m.split(".")[0] in ("tensorflow", "keras", "tf_keras"))
-        assert not bad, bad
-    """)
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-
-
 def test_killed_engine_fails_the_call_naming_spec_probe_and_signal(pool, any_spec):
     """A probe-answering process (the last worker; a parameter-server cluster's coordinator)
     kills itself; the call names it, and every process of the engine is replaced."""

@@ -10,16 +10,18 @@ import tempfile
 import numpy as np
 
 from suite.common.specs import parse_spec
-from suite.engine.workloads import fashion
 from suite.harness.check import PropertyFailure
 
 
-def test_synthetic_fashion_data_has_the_fashion_mnist_interface():
-    (x_train, y_train), (x_test, y_test) = fashion.load_data(64, 16)
+def test_synthetic_fashion_data_has_the_fashion_mnist_interface(engines):
+    """The engine's stand-in data (suite/engine/workloads/fashion.py) has the shapes and dtypes of
+    ``fashion_mnist.load_data()`` and is the same on every call."""
+    default = parse_spec("default")
+    (x_train, y_train), (x_test, y_test) = engines.call(default, "tutorial.load_data", n_train=64, n_test=16)[0]
     assert x_train.shape == (64, 28, 28) and x_train.dtype == np.uint8
     assert y_train.shape == (64,) and set(np.unique(y_train)) <= set(range(10))
     assert x_test.shape == (16, 28, 28) and y_test.dtype == np.uint8
-    again = fashion.load_data(64, 16)
+    again = engines.call(default, "tutorial.load_data", n_train=64, n_test=16)[0]
     assert np.array_equal(again[0][0], x_train) and np.array_equal(again[1][1], y_test)  # deterministic
 
 

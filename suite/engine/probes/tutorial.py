@@ -33,6 +33,12 @@ def _data(n_train, n_test):
 
 
 @probe
+def load_data(ctx, n_train, n_test):
+    """The stand-in data as ``fashion_mnist.load_data()`` returns it."""
+    return fashion.load_data(n_train, n_test)
+
+
+@probe
 def train(ctx, directory, epochs=4, batch_per_replica=32, n_train=2048, n_test=512, seed=0):
     """Train as the guide does; return per-epoch train loss/accuracy, the test accuracy
     measured under the strategy and the latest checkpoint."""

@@ -1,0 +1,98 @@
+"""The process line, enforced from the tree: every module on the pytest side (suite/harness,
+suite/common, reference/, tests/, benchmarks/, conftest.py) imports neither TensorFlow nor
+Keras nor the engine package; every module on the engine side (suite/engine, suite/common)
+imports neither the reference nor the harness. Modules are found by walking the folders, so
+a new module is covered the day it is added."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tests.helpers import ROOT
+
+PYTEST_SIDE = ("suite/harness", "suite/common", "reference", "tests", "benchmarks", "conftest.py")
+ENGINE_SIDE = ("suite/engine", "suite/common")
+# what each side must not import (top-level package, or a package prefix)
+NOT_ON_PYTEST_SIDE = ("tensorflow", "keras", "tf_keras", "suite.engine")
+NOT_ON_ENGINE_SIDE = ("reference", "suite.harness")
+
+
+def modules(roots) -> dict[str, str]:
+    """Repository-relative path -> source of every .py file under ``roots``."""
+    out = {}
+    for root in roots:
+        path = ROOT / root
+        for f in [path] if path.is_file() else sorted(path.rglob("*.py")):
+            out[str(f.relative_to(ROOT))] = f.read_text()
+    return out
+
+
+def imports(source: str) -> set[str]:
+    """Every module an import statement in ``source`` names (absolute imports only)."""
+    names = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names |= {f"{node.module}.{a.name}" for a in node.names}
+    return names
+
+
+def violations(sources: dict[str, str], forbidden: tuple[str, ...]) -> list[str]:
+    """``path: imports NAME`` for each import of a forbidden package in ``sources``."""
+    out = []
+    for path, source in sorted(sources.items()):
+        for name in sorted(imports(source)):
+            if any(name == f or name.startswith(f + ".") for f in forbidden):
+                out.append(f"{path}: imports {name}")
+    return out
+
+
+def test_pytest_side_imports_no_tensorflow_and_no_engine_module():
+    found = violations(modules(PYTEST_SIDE), NOT_ON_PYTEST_SIDE)
+    assert not found, "the pytest side must not import TensorFlow or the engine package:\n" + "\n".join(found)
+
+
+def test_engine_side_imports_no_reference_and_no_harness_module():
+    found = violations(modules(ENGINE_SIDE), NOT_ON_ENGINE_SIDE)
+    assert not found, "the engine side must not import the reference or the harness:\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize("side, forbidden, added", [
+    (PYTEST_SIDE, NOT_ON_PYTEST_SIDE, "import tensorflow as tf"),
+    (PYTEST_SIDE, NOT_ON_PYTEST_SIDE, "from keras import layers"),
+    (ENGINE_SIDE, NOT_ON_ENGINE_SIDE, "from reference import distribute"),
+    (ENGINE_SIDE, NOT_ON_ENGINE_SIDE, "import reference.model as ref_model"),
+], ids=["tensorflow-on-pytest-side", "keras-on-pytest-side", "reference-on-engine-side",
+        "reference-module-on-engine-side"])
+def test_boundary_check_catches_an_import_added_to_any_module(side, forbidden, added):
+    """The check is not vacuous: the forbidden import, added inside a function of any one
+    module of the side (a lazy import counts too), is reported for that module and no other."""
+    sources = modules(side)
+    assert len(sources) > 5
+    for path, source in sources.items():
+        mutated = dict(sources, **{path: source + f"\n\ndef _late():\n    {added}\n"})
+        found = violations(mutated, forbidden)
+        assert found and all(line.startswith(f"{path}:") for line in found), (path, found)
+
+
+def test_pytest_side_modules_import_no_tensorflow_when_imported():
+    """Importing every pytest-side package module (walked from the tree) in a fresh interpreter
+    loads no TensorFlow, not even through a dependency."""
+    names = sorted(path[:-3].replace("/", ".").removesuffix(".__init__")
+                   for path in modules(("suite/harness", "suite/common", "reference"))) + ["conftest"]
+    code = textwrap.dedent(f"""
+        import importlib, sys
+        for name in {names!r}:
+            importlib.import_module(name)
+        bad = sorted(m for m in sys.modules if m.split(".")[0] in ("tensorflow", "keras", "tf_keras"))
+        assert not bad, bad
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
