@@ -1,4 +1,5 @@
-"""Engine-side context: configure devices, build the strategy of a spec (imports TensorFlow)."""
+"""Engine-side context: the strategy of a spec, built from its source in suite/common/strategies.py,
+and what a probe gets to work with (imports TensorFlow)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import tempfile
 import tensorflow as tf
 
 from suite.common.specs import Spec
+from suite.common.strategies import strategy_source
 from suite.engine import compat
 
 
@@ -17,73 +19,13 @@ class EngineUnavailableHere(RuntimeError):
     """The spec needs hardware this machine lacks (GPUs, a TPU): tests skip, not fail."""
 
 
-def _configure_cpus(n: int) -> list[str]:
-    cpu = tf.config.list_physical_devices("CPU")[0]
-    if n > 1:
-        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * n)
-    return [f"/job:localhost/replica:0/task:0/device:CPU:{i}" for i in range(n)]
-
-
-def _build_strategy(spec: Spec, collective_timeout: float):
-    if spec.kind == "default":
-        return tf.distribute.get_strategy()
-    if spec.kind == "one_device":
-        return tf.distribute.OneDeviceStrategy("/cpu:0")
-    if spec.kind == "mirrored" and spec.gpus:
-        gpus = tf.config.list_physical_devices("GPU")
-        if not gpus:
-            raise EngineUnavailableHere("mirrored:gpus needs GPUs and TensorFlow sees none")
-        return tf.distribute.MirroredStrategy()
-    if spec.kind == "mirrored":
-        devices = _configure_cpus(spec.devices)
-        ops = tf.distribute.ReductionToOneDevice() if spec.cross_device_ops == "reduce_to_one" else None
-        return tf.distribute.MirroredStrategy(devices, cross_device_ops=ops)
-    if spec.kind == "central_storage":
-        devices = _configure_cpus(spec.devices)
-        return tf.distribute.experimental.CentralStorageStrategy(
-            compute_devices=devices, parameter_device="/cpu:0")
-    if spec.kind == "parameter_server":
-        resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
-        return tf.distribute.ParameterServerStrategy(resolver)
-    if spec.kind == "multi_worker":
-        if spec.devices > 1:
-            _configure_cpus(spec.devices)
-            _multi_worker_uses_cpus(spec.devices)
-        impl = {"auto": tf.distribute.experimental.CommunicationImplementation.AUTO,
-                "ring": tf.distribute.experimental.CommunicationImplementation.RING}[spec.communication]
-        options = tf.distribute.experimental.CommunicationOptions(
-            implementation=impl, timeout_seconds=collective_timeout)
-        return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
-    if spec.kind == "tpu":
-        try:
-            resolver = tf.distribute.cluster_resolver.TPUClusterResolver()
-            tf.config.experimental_connect_to_cluster(resolver)
-            tf.tpu.experimental.initialize_tpu_system(resolver)
-        except Exception as exc:  # no TPU: TF raises ValueError/NotFoundError
-            raise EngineUnavailableHere(f"no TPU found ({type(exc).__name__})") from exc
-        return tf.distribute.TPUStrategy(resolver)
-    raise AssertionError(f"unhandled spec kind {spec.kind}")
-
-
-def _multi_worker_uses_cpus(n: int):
-    """Make MultiWorkerMirroredStrategy use ``n`` logical CPUs per worker.
-
-    A private hook: without GPUs ``CollectiveAllReduceExtended._initialize_local_devices``
-    always returns the one device ``<worker>/device:CPU:0`` (collective_all_reduce_strategy.py,
-    TF 2.15 and 2.21 alike). The wrapper returns CPU:0..n-1 instead; the collective group then
-    has workers*n members, and everything downstream (input workers, all-reduce) follows the
-    device list, as it does for GPUs."""
-    from tensorflow.python.distribute import collective_all_reduce_strategy as cars
-
-    original = cars.CollectiveAllReduceExtended._initialize_local_devices
-
-    def with_cpus(self, cluster_resolver, worker_device):
-        devices, device_type = original(self, cluster_resolver, worker_device)
-        if device_type == "CPU":
-            devices = tuple(f"{worker_device}/device:CPU:{i}" for i in range(n))
-        return devices, device_type
-
-    cars.CollectiveAllReduceExtended._initialize_local_devices = with_cpus
+def build_strategy(spec: Spec, collective_timeout: float):
+    """The strategy of ``spec`` and, for parameter servers, its ClusterCoordinator: the source
+    from ``suite.common.strategies`` executed here (the repro snippets print the same source)."""
+    namespace = {"tf": tf, "Unavailable": EngineUnavailableHere}
+    code = compile(strategy_source(spec, collective_timeout), f"<strategy of {spec.text}>", "exec")
+    exec(code, namespace)
+    return namespace["strategy"], namespace.get("coordinator")
 
 
 _SERVERS: list = []  # keeps this process's tf.distribute.Server alive
@@ -107,10 +49,7 @@ class EngineContext:
     def __init__(self, spec: Spec, worker_index: int, collective_timeout: float):
         self.spec = spec
         self.worker_index = worker_index
-        self.strategy = _build_strategy(spec, collective_timeout)
-        self.coordinator = None
-        if spec.strategy == "parameter_server":
-            self.coordinator = tf.distribute.coordinator.ClusterCoordinator(self.strategy)
+        self.strategy, self.coordinator = build_strategy(spec, collective_timeout)
         self.num_replicas = self.strategy.num_replicas_in_sync
         local = self.num_replicas // max(spec.workers if spec.synchronous else 1, 1)
         self.local_replica_ids = list(range(worker_index * local, (worker_index + 1) * local))

@@ -41,9 +41,10 @@ import time
 from multiprocessing.connection import AuthenticationError, Client, Listener
 from pathlib import Path
 
+from suite.harness import topology
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 KEY_ENV = "TFDS_AGENT_KEY"
-ROLES = ("chief", "worker", "ps", "evaluator")
 
 
 class AgentError(RuntimeError):
@@ -106,53 +107,17 @@ def request(address: tuple[str, int], key: bytes, message: tuple, timeout: float
 
 
 def resolve_cluster(addresses: list[str], timeout: float = 20.0):
-    """The ``cluster`` Spec of the agents at ``addresses``: ask each for its TF_CONFIG, check
-    that they describe one cluster whose every task has exactly one agent, and derive the
-    strategy (parameter_server when there are ps tasks, else multi_worker)."""
-    from suite.common.specs import Spec
-
+    """The ``cluster`` Spec of the agents at ``addresses``: ask each for its TF_CONFIG, then let
+    ``topology.cluster_spec`` check that they cover one cluster and derive the strategy."""
     key = agent_key()
     found = []
     for text in addresses:
         address = parse_address(text)
-        info = request(address, key, ("describe",), timeout)
-        found.append((address, info))
-    cluster = found[0][1]["tf_config"]["cluster"]
-    for address, info in found[1:]:
-        if info["tf_config"]["cluster"] != cluster:
-            raise AgentError(f"agents {addresses[0]} and {address[0]}:{address[1]} have different TF_CONFIG clusters")
-    by_task = {}
-    for address, info in found:
-        task = (info["tf_config"]["task"]["type"], int(info["tf_config"]["task"]["index"]))
-        if task in by_task:
-            raise AgentError(f"two agents claim task {task[0]} {task[1]}: {by_task[task][0]} and {address}")
-        by_task[task] = (address, info)
-    missing = [f"{t} {i}" for t in cluster for i in range(len(cluster[t])) if (t, i) not in by_task]
-    if missing:
-        raise AgentError(f"no agent for task(s) {', '.join(missing)} of the TF_CONFIG cluster")
-    unknown = sorted(set(cluster) - set(ROLES))
-    if unknown:
-        raise AgentError(f"TF_CONFIG cluster has jobs {unknown}; the suite knows {list(ROLES)}")
-    cpus = {info["virtual_cpus"] for _, info in found}
-    if len(cpus) != 1:
-        raise AgentError(f"agents disagree on --virtual-cpus: {sorted(cpus)}")
-    r = cpus.pop()
-    order = [(t, i) for t in ROLES for i in range(len(cluster.get(t, [])))]
-    agents = [list(by_task[t][0]) for t in order]
-    n_chief, n_worker, n_ps = (len(cluster.get(t, [])) for t in ("chief", "worker", "ps"))
-    if n_ps:
-        if n_chief != 1 or not n_worker:
-            raise AgentError("a parameter-server cluster needs one chief (the coordinator) and at least one worker")
-        engine_spec, workers, replicas = f"parameter_server:{n_worker}w{n_ps}ps", n_worker, 1
-    else:
-        if n_chief > 1 or not n_chief + n_worker:
-            raise AgentError("a multi-worker cluster needs at most one chief and at least one worker")
-        workers = n_chief + n_worker
-        engine_spec, replicas = f"multi_worker:{workers}x{r}", workers * r
-    return Spec("cluster", "cluster", replicas=replicas, workers=workers, devices=r, ps=n_ps,
-                cluster={"strategy": "parameter_server" if n_ps else "multi_worker", "engine_spec": engine_spec,
-                         "agents": agents, "tasks": [list(t) for t in order],
-                         "evaluators": len(cluster.get("evaluator", []))})
+        found.append((address, request(address, key, ("describe",), timeout)))
+    try:
+        return topology.cluster_spec(found)
+    except topology.TopologyError as exc:
+        raise AgentError(str(exc)) from None
 
 
 # -- the agent process ---------------------------------------------------------------------
@@ -252,7 +217,7 @@ def read_tf_config(text: str | None) -> dict:
         task_type, index, cluster = cfg["task"]["type"], int(cfg["task"]["index"]), cfg["cluster"]
     except (ValueError, KeyError, TypeError) as exc:
         raise AgentError(f"TF_CONFIG is not a cluster with a task ({type(exc).__name__}: {exc})") from None
-    if task_type not in ROLES or task_type not in cluster or not 0 <= index < len(cluster[task_type]):
+    if task_type not in topology.ROLES or task_type not in cluster or not 0 <= index < len(cluster[task_type]):
         raise AgentError(f"TF_CONFIG task {task_type} {index} is not one of the cluster's tasks {sorted(cluster)}")
     return cfg
 

@@ -24,8 +24,7 @@ from pathlib import Path
 
 from suite.common import protocol
 from suite.common.specs import Spec
-from suite.harness import agent
-from suite.harness import topology as cluster
+from suite.harness import agent, topology
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -80,7 +79,7 @@ def _set_pdeathsig():  # runs in the child between fork and exec
 class _Process:
     """One local engine process: its Popen, its two pipe ends and its log file."""
 
-    def __init__(self, spec: Spec, task: cluster.Task, worker_args: list[str], python: str, env: dict,
+    def __init__(self, spec: Spec, task: topology.Task, worker_args: list[str], python: str, env: dict,
                  log_dir: Path):
         self.task = task
         slug = spec.text.replace(":", "_") + (f"-{task.type}{task.index}" if task.type else "")
@@ -127,9 +126,9 @@ class _Process:
 
 class _RemoteProcess:
     """One engine process on a cluster host, started by that host's agent
-    (suite/engine/agent.py); the same interface as ``_Process`` over a socket."""
+    (suite/harness/agent.py); the same interface as ``_Process`` over a socket."""
 
-    def __init__(self, address: tuple[str, int], task: cluster.Task, worker_args: list[str], timeout: float):
+    def __init__(self, address: tuple[str, int], task: topology.Task, worker_args: list[str], timeout: float):
         self.task = task
         self.address = address
         self._key = agent.agent_key()
@@ -202,6 +201,8 @@ class Engine:
         for attempt in range(1, start_attempts + 1):
             began = time.monotonic()
             self._launch(python, log_dir)
+            self.callees = [i for i, p in enumerate(self.procs) if p.task.answers_probes]
+            self.evaluators = [i for i, p in enumerate(self.procs) if p.task.type == "evaluator"]
             self.alive = True
             try:
                 replies = self._gather("start", start_timeout, range(len(self.procs)))
@@ -236,41 +237,21 @@ class Engine:
         base_env["TMPDIR"] = str(tmp)
         if not self.spec.gpus:
             base_env["CUDA_VISIBLE_DEVICES"] = ""  # CPU specs stay on (virtual) CPUs
-        self.procs = []
-        for task, env in cluster.local_envs(self.spec, base_env):
-            args = ["--spec", self.spec.text, "--worker-index", str(task.index),
-                    "--collective-timeout", str(self.collective_timeout)]
-            if task.serves:
-                args.append("--serve")
-            self.procs.append(_Process(self.spec, task, args, python, env, log_dir))
-        self.callees = [i for i, p in enumerate(self.procs) if not p.task.serves]
-        self.evaluators = []
+        self.procs = [_Process(self.spec, task, task.worker_args(self.spec, self.collective_timeout), python, env,
+                               log_dir) for task, env in topology.local_envs(self.spec, base_env)]
 
     def _launch_on_agents(self):
-        """A real cluster: each agent starts the engine of its TF_CONFIG task. Workers of a
-        multi-worker cluster (chief first) answer probes; a parameter-server cluster's chief
-        is the coordinator and its workers and ps only serve; evaluators answer only calls
-        addressed to them (``call(..., evaluator=True)``)."""
-        info = self.spec.cluster
-        ps_cluster = info["strategy"] == "parameter_server"
-        n_chief = sum(1 for t, _ in info["tasks"] if t == "chief")
+        """A real cluster: each agent starts the engine of its TF_CONFIG task (the tasks and what
+        each runs come from ``topology.tasks``)."""
         self.procs = []
-        for address, (task_type, index) in zip(info["agents"], info["tasks"]):
-            serves = ps_cluster and task_type in ("worker", "ps")
-            worker_index = 0 if task_type in ("chief", "evaluator") else index + (0 if ps_cluster else n_chief)
-            args = ["--spec", "default" if task_type == "evaluator" else info["engine_spec"],
-                    "--worker-index", str(worker_index), "--collective-timeout", str(self.collective_timeout)]
-            if serves:
-                args.append("--serve")
+        for address, task in zip(self.spec.cluster["agents"], topology.tasks(self.spec)):
             try:
-                self.procs.append(_RemoteProcess(tuple(address), cluster.Task(task_type, index, serves), args,
-                                                 timeout=20.0))
+                self.procs.append(_RemoteProcess(tuple(address), task,
+                                                 task.worker_args(self.spec, self.collective_timeout), timeout=20.0))
             except agent.AgentError as exc:
                 self.alive = True
                 self.close()
-                raise EngineStartError(f"engine 'cluster' {task_type} {index}: {exc}") from None
-        self.callees = [i for i, p in enumerate(self.procs) if not p.task.serves and p.task.type != "evaluator"]
-        self.evaluators = [i for i, p in enumerate(self.procs) if p.task.type == "evaluator"]
+                raise EngineStartError(f"engine 'cluster' {task.name}: {exc}") from None
 
     # -- waiting -----------------------------------------------------------------------
     def _gather(self, probe: str, timeout: float, indices) -> list:

@@ -5,27 +5,15 @@ from __future__ import annotations
 import numpy as np
 
 from suite.common.specs import Spec
+from suite.common.strategies import strategy_source
 
 
 def strategy_lines(spec: Spec) -> str:
-    """Code that builds the strategy of ``spec`` in a fresh process."""
-    head = "import numpy as np\nimport tensorflow as tf\n"
-    if spec.kind == "default":
-        return head + "strategy = tf.distribute.get_strategy()\n"
-    if spec.kind == "one_device":
-        return head + 'strategy = tf.distribute.OneDeviceStrategy("/cpu:0")\n'
-    if spec.kind == "multi_worker":
-        return head + ("# run one copy per worker with TF_CONFIG set (see suite/engine/cluster.py)\n"
-                       "strategy = tf.distribute.MultiWorkerMirroredStrategy()\n")
-    n = spec.devices
-    lines = head + ('cpu = tf.config.list_physical_devices("CPU")[0]\n'
-                    f"tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * {n})\n"
-                    f'devices = [f"/cpu:{{i}}" for i in range({n})]\n')
-    if spec.kind == "central_storage":
-        return lines + ('strategy = tf.distribute.experimental.CentralStorageStrategy(devices, '
-                        'parameter_device="/cpu:0")\n')
-    ops = "tf.distribute.ReductionToOneDevice()" if spec.cross_device_ops == "reduce_to_one" else "None"
-    return lines + f"strategy = tf.distribute.MirroredStrategy(devices, cross_device_ops={ops})\n"
+    """Code that builds the strategy of ``spec`` in a fresh process: the engine's own source."""
+    source = strategy_source(spec)
+    unavailable = "class Unavailable(RuntimeError):  # the spec's hardware is missing\n    pass\n" \
+        if "Unavailable" in source else ""
+    return "import numpy as np\nimport tensorflow as tf\n" + unavailable + source
 
 
 def array(name: str, value) -> str:

@@ -15,14 +15,14 @@ from pathlib import Path
 import pytest
 
 from suite.common.specs import parse_spec
-from suite.harness import topology as cluster
+from suite.harness import topology
 from suite.harness.pool import EngineDied, EngineError, EnginePool, ProbeError
 from tests.helpers import alive, descendants
 
 # the bound the hung-collective test configures (what --engine-timeout sets for a session)
 HUNG_TIMEOUT = 20.0
 
-clusters = pytest.mark.specs(lambda spec: len(cluster.tasks(spec)) > 1 or spec.kind == "cluster")
+clusters = pytest.mark.specs(lambda spec: len(topology.tasks(spec)) > 1 or spec.kind == "cluster")
 
 
 def _replaced(pool, spec, old: list[int]):
@@ -99,7 +99,7 @@ def test_a_taken_port_is_retried_with_fresh_ports(monkeypatch):
     held.bind(("127.0.0.1", 0))
     held.listen()
     taken = held.getsockname()[1]
-    real, calls = cluster.free_ports, []
+    real, calls = topology.free_ports, []
 
     def first_call_collides(n):
         calls.append(n)
@@ -108,7 +108,7 @@ def test_a_taken_port_is_retried_with_fresh_ports(monkeypatch):
             ports[-1] = taken
         return ports
 
-    monkeypatch.setattr(cluster, "free_ports", first_call_collides)
+    monkeypatch.setattr(topology, "free_ports", first_call_collides)
     pool = EnginePool(start_timeout=180, call_timeout=60)
     try:
         spec = parse_spec("multi_worker:2x1")
