@@ -3,7 +3,7 @@
 In file order (pytest keeps it): the harness floor per spec (an empty engine call), the plain
 ``tf.function`` step with no strategy on each global batch the specs use, the first call of
 the step (its trace) per workload and spec, then the step itself. Step times are a round's
-time over its K steps; see ``suite/bench.py`` for the method and benchmarks/README.md for the
+time over its K steps; see ``suite/harness/bench.py`` for the method and benchmarks/README.md for the
 fields of ``extra_info``."""
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from suite.harness import bench
 
 
 def _common(spec, workload, info: dict, versions: dict) -> dict:
-    return {"workload": workload.name, "spec": spec.text, "strategy": info["strategy"],
-            "replicas": info["replicas"], "workers": spec.workers, "global_batch": info["global_batch"],
-            "per_replica_batch": info["per_replica_batch"], "parameters": info["parameters"],
-            "cross_device_ops": info["cross_device_ops"], "tensorflow": info["tf_version"],
-            "keras": info["keras_version"], "virtual_devices": spec.devices > 1 and not spec.gpus,
+    return {"workload": workload.name, "spec": spec.text, "strategy": info.strategy,
+            "replicas": info.replicas, "workers": spec.workers, "global_batch": info.global_batch,
+            "per_replica_batch": info.per_replica_batch, "parameters": info.parameters,
+            "cross_device_ops": info.cross_device_ops, "tensorflow": info.tf_version,
+            "keras": info.keras_version, "virtual_devices": spec.devices > 1 and not spec.gpus,
             "shares_cores": bench.shares_cores(spec), "devices": bench.devices_label(spec, os.cpu_count()),
             "engine_versions": versions}
 
@@ -77,7 +77,7 @@ def test_first_call(benchmark, bencher, any_spec, workload, scaling, versions_in
         return (any_spec, states[-1][0], 1), {}
 
     engine_seconds = []
-    benchmark.pedantic(lambda *a: engine_seconds.append(bencher.run(*a)["seconds"]), setup=setup,
+    benchmark.pedantic(lambda *a: engine_seconds.append(bencher.run(*a).seconds), setup=setup,
                        rounds=bencher.trace_rounds)
     info = states[-1][1]
     benchmark.extra_info.update(_common(any_spec, workload, info, versions_info), kind="first_call",
@@ -92,11 +92,11 @@ def test_train_step(benchmark, bencher, any_spec, workload, scaling, versions_in
     measured = bencher.measure(benchmark, any_spec, key, control=control[:3])
     figures = bench.round_summary(measured, bencher.floor(any_spec))
     step = figures["step_time_s"]
-    rates = bench.step_figures(step, global_batch, info["replicas"])
+    rates = bench.step_figures(step, global_batch, info.replicas)
     plain_same = bench.median(measured["control"]) / control[2]  # interleaved with this benchmark's rounds
     ref_batch = per_replica if (scaling == "weak" and any_spec.synchronous) else global_batch
     plain_ref = bencher.plain_step_seconds(workload.name, ref_batch, any_spec)
-    units = info["replicas"] if any_spec.synchronous else any_spec.workers
+    units = info.replicas if any_spec.synchronous else any_spec.workers
     benchmark.extra_info.update(_common(any_spec, workload, info, versions_info), kind="train_step")
     benchmark.extra_info.update(figures, **rates)
     benchmark.extra_info.update(

@@ -39,6 +39,17 @@ def descendants(root: int) -> set[int]:
     return out
 
 
+def check_replaced(check, pool, spec, old: list[int]):
+    """After a failure: every old process of ``spec``'s engine is gone, the pool's next engine
+    has only new processes, and it answers."""
+    __tracebackhide__ = True
+    check.equal([p for p in old if alive(p)], [], "processes of the failed engine still alive")
+    new = pool.get(spec).pids()
+    check.that(set(new).isdisjoint(old), "the engine's processes after the failure", new,
+               f"all new (the pool starts a new engine; the failed one had {old})")
+    pool.call(spec, "engine.ping")
+
+
 def run_pytest(args: list[str], timeout: float, **env) -> subprocess.CompletedProcess:
     """``python -m pytest ARGS -q -p no:cacheprovider`` in the repository root, with ``env``
     added to this environment; its output as text."""

@@ -10,6 +10,7 @@ import tempfile
 
 import tensorflow as tf
 
+from suite.common.results import EngineInfo, ServerInfo
 from suite.common.specs import Spec
 from suite.common.strategies import strategy_source
 from suite.engine import compat
@@ -31,15 +32,14 @@ def build_strategy(spec: Spec, collective_timeout: float):
 _SERVERS: list = []  # keeps this process's tf.distribute.Server alive
 
 
-def start_server() -> dict:
+def start_server() -> ServerInfo:
     """Start the tf.distribute.Server of this process's TF_CONFIG task (a parameter-server
     cluster's worker or ps); it serves until the process exits."""
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     server = tf.distribute.Server(resolver.cluster_spec(), job_name=resolver.task_type,
                                   task_index=resolver.task_id, protocol="grpc", start=True)
     _SERVERS.append(server)
-    return {"task": f"{resolver.task_type} {resolver.task_id}", "pid": os.getpid(), "target": server.target,
-            "tf_version": tf.__version__}
+    return ServerInfo(f"{resolver.task_type} {resolver.task_id}", os.getpid(), server.target, tf.__version__)
 
 
 class EngineContext:
@@ -70,21 +70,13 @@ class EngineContext:
             self.cache[key] = factory()
         return self.cache[key]
 
-    def info(self) -> dict:
-        return {
-            "spec": self.spec.text,
-            "worker_index": self.worker_index,
-            "pid": os.getpid(),
-            "tf_version": tf.__version__,
-            "keras_version": compat.KERAS_VERSION,
-            "keras_generation": compat.KERAS_GENERATION,
-            "num_replicas_in_sync": self.num_replicas,
-            "local_replica_ids": self.local_replica_ids,
-            "strategy": type(self.strategy).__name__,
-            "cross_device_ops": compat.cross_device_ops_name(self.strategy),
-            "tf_config": json.loads(os.environ.get("TF_CONFIG", "null")),
-            "tmpdir": tempfile.gettempdir(),
-        }
+    def info(self) -> EngineInfo:
+        return EngineInfo(
+            spec=self.spec.text, worker_index=self.worker_index, pid=os.getpid(), tf_version=tf.__version__,
+            keras_version=compat.KERAS_VERSION, keras_generation=compat.KERAS_GENERATION,
+            num_replicas_in_sync=self.num_replicas, local_replica_ids=self.local_replica_ids,
+            strategy=type(self.strategy).__name__, cross_device_ops=compat.cross_device_ops_name(self.strategy),
+            tf_config=json.loads(os.environ.get("TF_CONFIG", "null")), tmpdir=tempfile.gettempdir())
 
 
 def build_context(spec: Spec, worker_index: int, collective_timeout: float) -> EngineContext:

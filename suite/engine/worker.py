@@ -1,7 +1,7 @@
 """Engine process main: build one strategy, then answer probe calls until told to exit.
 
 Run as ``python -m suite.engine.worker --spec S --fd-in A --fd-out B [--worker-index I]``
-by the pool (suite/engine/pool.py). TensorFlow is imported here and only here (and in the
+by the pool (suite/harness/pool.py). TensorFlow is imported here and only here (and in the
 probe modules this imports), never in the pytest process.
 """
 
@@ -13,6 +13,7 @@ import sys
 import traceback
 
 from suite.common import protocol
+from suite.common.results import Raised
 from suite.common.specs import parse_spec
 
 
@@ -67,7 +68,8 @@ def main(argv=None) -> int:
         try:
             result = registry.run(ctx, name, kwargs)
         except Exception as exc:
-            conn_out.send((protocol.ERROR, type(exc).__name__, str(exc), traceback.format_exc()))
+            where = f"probe {name!r}" + (f" on worker {args.worker_index}" if spec.is_multi_worker else "")
+            conn_out.send((protocol.ERROR, Raised(type(exc).__name__, str(exc), where), traceback.format_exc()))
         else:
             conn_out.send((protocol.OK, result, {"restart": ctx.restart_requested}))
 
@@ -90,7 +92,7 @@ def _serve(conn_in, conn_out) -> int:
             return 0
         if msg[0] == protocol.EXIT:
             return 0
-        conn_out.send((protocol.ERROR, "RuntimeError", f"the {info['task']} server answers no probes", ""))
+        conn_out.send((protocol.ERROR, Raised("RuntimeError", f"the {info.task} server answers no probes", info.task), ""))
 
 
 if __name__ == "__main__":

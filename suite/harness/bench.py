@@ -16,6 +16,9 @@ import math
 import statistics
 import time
 
+from suite.common.results import BenchRun
+from suite.harness.check import Check
+
 ROUND_SECONDS = 0.5  # a round lasts at least this long...
 FLOOR_SHARE = 0.01  # ...and the harness floor is at most this share of it
 MAX_STEPS = 2000  # a cap for steps that take microseconds
@@ -83,14 +86,14 @@ def fidelity(round_seconds: list[float], engine_seconds: list[float], floor_seco
             "ok": abs(error) <= FIDELITY and share < FLOOR_SHARE}
 
 
-def check_fidelity(result: dict) -> None:
-    """Raise AssertionError naming the figure that is out of bounds."""
-    if abs(result["error"]) > FIDELITY:
-        raise AssertionError(
-            f"harness round {result['harness_round_s'] * 1e3:.2f} ms differs from the engine's timer "
-            f"{result['engine_round_s'] * 1e3:.2f} ms by {result['error']:+.1%} (bound {FIDELITY:.0%})")
-    if result["floor_share"] >= FLOOR_SHARE:
-        raise AssertionError(f"harness floor is {result['floor_share']:.2%} of a round (bound {FLOOR_SHARE:.0%})")
+def check_fidelity(result: dict, check) -> None:
+    """Fail ``check`` (a suite.harness.check.Check) naming the figure that is out of bounds."""
+    __tracebackhide__ = True
+    outer, inner = result["harness_round_s"] * 1e3, result["engine_round_s"] * 1e3
+    check.that(abs(result["error"]) <= FIDELITY, "the harness's round vs the engine's timer",
+               f"{outer:.2f} ms vs {inner:.2f} ms ({result['error']:+.1%})", f"within {FIDELITY:.0%}")
+    check.that(result["floor_share"] < FLOOR_SHARE, "the harness floor's share of a round",
+               f"{result['floor_share']:.2%}", f"under {FLOOR_SHARE:.0%}")
 
 
 def scaling_label(spec, scaling: str, virtual: bool) -> str:
@@ -169,7 +172,7 @@ class Bencher:
     def replicas(self, spec) -> int:
         """Replicas of one step: ``num_replicas_in_sync`` as the engine reports it (a
         ``mirrored:gpus`` spec knows its GPUs only there; parameter servers report 1)."""
-        return int(self.engines.call(spec, "engine.info")[0]["num_replicas_in_sync"])
+        return int(self.engines.call(spec, "engine.info")[0].num_replicas_in_sync)
 
     def prepare(self, spec, workload: str, global_batch: int, plain: bool = False) -> tuple[str, dict]:
         self._serial += 1
@@ -179,13 +182,13 @@ class Bencher:
         self.latest[(spec.text, workload, global_batch, plain)] = (key, info)
         return key, info
 
-    def run(self, spec, key: str, steps: int) -> dict:
+    def run(self, spec, key: str, steps: int) -> BenchRun:
         """K steps; the engine time is the slowest worker's (the harness waits for all)."""
         replies = self.engines.call(spec, "bench.run", key=key, steps=steps)
-        losses = [r["loss"] for r in replies]
-        if not all(math.isfinite(v) for v in losses):
-            raise AssertionError(f"{spec.text}: the train step's loss is not finite: {losses}")
-        return {"seconds": max(r["seconds"] for r in replies), "loss": losses[0]}
+        losses = [r.loss for r in replies]
+        Check(spec, case={"state": key, "steps": steps}).that(
+            all(math.isfinite(v) for v in losses), "the train step's loss on each worker", losses, "finite")
+        return BenchRun(max(r.seconds for r in replies), losses[0])
 
     def floor(self, spec) -> float:
         """Median seconds of an empty engine call (a ping) to this spec's engine."""
@@ -214,9 +217,9 @@ class Bencher:
             return 1
         floor = self.floor(spec)
         target = max(ROUND_SECONDS, floor / FLOOR_SHARE)
-        k = steps_per_round(self.run(spec, key, 1)["seconds"], floor)
+        k = steps_per_round(self.run(spec, key, 1).seconds, floor)
         for _ in range(3):  # the first steps after a trace run slower: lengthen until a round is long enough
-            seconds = self.run(spec, key, k)["seconds"]
+            seconds = self.run(spec, key, k).seconds
             if seconds >= target or k == MAX_STEPS:
                 break
             k = min(MAX_STEPS, math.ceil(1.2 * steps_per_round(seconds / k, floor)))
@@ -243,11 +246,11 @@ class Bencher:
 
         def one_round():
             r = self.run(spec, key, steps)
-            engine_seconds.append(r["seconds"])
-            losses.append(r["loss"])
+            engine_seconds.append(r.seconds)
+            losses.append(r.loss)
 
         def control_round():
-            control_seconds.append(self.run(control[0], control[1], control[2])["seconds"])
+            control_seconds.append(self.run(control[0], control[1], control[2]).seconds)
 
         benchmark.pedantic(one_round, setup=control_round if control else None, rounds=self.rounds, warmup_rounds=1)
         if benchmark.disabled:  # smoke mode: one call, timed by the engine only
@@ -268,7 +271,7 @@ class Bencher:
         if got is None:
             key, _ = self.traced_state(where, workload, global_batch, plain=True)
             steps = self.calibrate(where, key)
-            rounds = [self.run(where, key, steps)["seconds"] for _ in range(max(self.rounds, 3))]
+            rounds = [self.run(where, key, steps).seconds for _ in range(max(self.rounds, 3))]
             got = self.plain[(where.text, workload, global_batch)] = (where, key, steps, median(rounds) / steps)
         return got
 

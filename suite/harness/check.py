@@ -1,15 +1,27 @@
-"""Compare what TensorFlow computed with the reference; explain a mismatch.
+"""Compare what TensorFlow computed with the reference; every failure reads the same way.
 
-Every property asserts through ``assert_close`` (or ``assert_raises_as``). A failure message
-names the spec and the quantity, shows actual vs expected, diagnoses ratios that point at a
-classic distributed-loss mistake, describes the case, and carries a runnable snippet that
-reproduces it with plain TensorFlow (``exc.add_note``).
+A ``Check`` binds what a test knows once (spec, dtype, case, repro snippet) and offers the
+comparisons: ``close`` (within the dtype's tolerance, with a diagnosis of telltale ratios),
+``exact`` (bit for bit), ``equal`` (plain data: counts, lists, names), ``raises`` (a probe's
+outcome is the documented exception) and ``that`` (a stated condition). A failure message has
+the same parts whatever failed::
+
+    [spec] quantity: got ..., but should be ... (detail)
+      diagnosis: ...
+      case: ...
+    Reproduce with plain TensorFlow:   (an exception note)
+    ...
 """
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import numpy as np
 
+from reference.distribute import local_results
+from suite.common.results import Raised
 from suite.harness.tolerances import tolerance
 
 
@@ -18,8 +30,16 @@ class PropertyFailure(AssertionError):
 
 
 def _fmt(x) -> str:
-    return np.array2string(np.asarray(x, dtype=np.float64), precision=8, threshold=12,
-                           floatmode="maxprec")
+    return np.array2string(np.asarray(x, dtype=np.float64), precision=8, threshold=12, floatmode="maxprec")
+
+
+def _shown(x) -> str:
+    """Plain data as it reads best in a message: arrays with their dtype and shape."""
+    if isinstance(x, np.ndarray):
+        return f"{x.dtype.name}{list(x.shape)} {x.tolist()}" if x.size <= 24 else f"{x.dtype.name}{list(x.shape)}"
+    if isinstance(x, Raised):
+        return f"{x.type}: {x.message}"
+    return repr(x) if isinstance(x, str) else str(x)
 
 
 def ratio(actual, expected) -> float | None:
@@ -57,54 +77,6 @@ def diagnose(actual, expected, replicas: int | None, elements: int | None = None
     return f"actual = {k:.6g} x expected"
 
 
-def assert_close(actual, expected, *, what: str, spec, dtype, case: dict | None = None,
-                 kind: str = "value", n_terms: int = 1, replicas: int | None = None,
-                 elements: int | None = None, repro: str | None = None, override=None):
-    """Assert ``actual`` equals ``expected`` within the dtype's tolerance (see tolerances.py)."""
-    __tracebackhide__ = True
-    a = np.asarray(actual, dtype=np.float64)
-    e = np.asarray(expected, dtype=np.float64)
-    header = f"[{spec}] {what}"
-    problem = None
-    if a.shape != e.shape:
-        problem = f"shape {a.shape}, but should be {e.shape}"
-    else:
-        tol = tolerance(dtype, kind, n_terms, override)
-        bad = ~(np.abs(a - e) <= tol.bound(e))
-        bad &= ~(np.isnan(a) & np.isnan(e))
-        if bad.any():
-            err = float(np.max(np.abs(a - e)[bad])) if np.isfinite(a[bad]).all() else float("nan")
-            problem = (f"got {_fmt(a)}, but should be {_fmt(e)} "
-                       f"(max |diff| {err:.3g} > atol {tol.atol:.1g} + rtol {tol.rtol:.1g}*|expected|, "
-                       f"{int(bad.sum())} of {bad.size} elements)")
-    if problem is None:
-        return
-    lines = [f"{header}: {problem}"]
-    hint = diagnose(a, e, replicas, elements) if a.shape == e.shape else ""
-    if hint:
-        lines.append(f"  diagnosis: {hint}")
-    if case:
-        lines.append("  case: " + describe(case))
-    exc = PropertyFailure("\n".join(lines))
-    if repro:
-        exc.add_note("Reproduce with plain TensorFlow:\n" + repro)
-    raise exc
-
-
-def assert_raises_as(outcome: dict, expected_type: str, *, what: str, spec, case=None, repro=None):
-    """Assert a probe outcome is the documented exception (a probe returns {"raised": ...})."""
-    __tracebackhide__ = True
-    got = outcome.get("raised")
-    if got == expected_type:
-        return
-    shown = f"raised {got}: {outcome.get('message')}" if got else f"returned {outcome.get('local')}"
-    exc = PropertyFailure(f"[{spec}] {what}: {shown}, but should raise {expected_type}"
-                          + ("\n  case: " + describe(case) if case else ""))
-    if repro:
-        exc.add_note("Reproduce with plain TensorFlow:\n" + repro)
-    raise exc
-
-
 def describe(case: dict) -> str:
     """One line per case: shapes for arrays, values for the rest."""
     parts = []
@@ -116,28 +88,126 @@ def describe(case: dict) -> str:
     return ", ".join(parts)
 
 
-def assert_per_replica(results: list, expected: list, *, what: str, spec, dtype, key: str = "local",
-                       **kwargs):
-    """Check every worker's local per-replica values against the reference's values for the
-    replicas that worker holds (``experimental_local_results`` order)."""
-    __tracebackhide__ = True
-    from reference.distribute import local_results
-
-    workers = len(results)
-    for w, result in enumerate(results):
-        mine = local_results(expected, w, workers)
-        got = result[key]
-        where = f"{what} (worker {w})" if workers > 1 else what
-        if len(got) != len(mine):
-            raise PropertyFailure(f"[{spec}] {where}: {len(got)} local results, but should be {len(mine)}")
-        for r, (a, e) in enumerate(zip(got, mine)):
-            assert_close(a, e, what=f"{where} replica {w * len(mine) + r}", spec=spec, dtype=dtype,
-                         **kwargs)
+def field(result, name: str):
+    """``result.name`` of a result record (or ``result[name]`` of a mapping)."""
+    return result[name] if isinstance(result, dict) else getattr(result, name)
 
 
-def assert_same_on_workers(results: list, key: str, expected, *, what: str, spec, dtype, **kwargs):
-    """A cross-replica value (a reduce, a metric result) must equal the reference on every worker."""
-    __tracebackhide__ = True
-    for w, result in enumerate(results):
-        where = f"{what} (worker {w})" if len(results) > 1 else what
-        assert_close(result[key], expected, what=where, spec=spec, dtype=dtype, **kwargs)
+@dataclasses.dataclass(frozen=True)
+class Check:
+    """The comparisons of one test case. ``spec`` (a Spec or a label) heads every message,
+    ``dtype`` picks the tolerance, ``case`` and ``repro`` are attached to every failure, and
+    ``replicas`` (the spec's, unless given) lets ``close`` diagnose replica factors."""
+
+    spec: Any
+    dtype: str | None = None
+    case: dict | None = None
+    repro: str | None = None
+    replicas: int | None = None
+
+    def __post_init__(self):
+        if self.replicas is None:
+            object.__setattr__(self, "replicas", getattr(self.spec, "replicas", None))
+
+    def but(self, **changes) -> Check:
+        """The same check with some fields changed (another dtype, case or repro)."""
+        return dataclasses.replace(self, **changes)
+
+    # -- the failure ---------------------------------------------------------------------
+    def fail(self, what: str, problem: str, hint: str = ""):
+        """Raise PropertyFailure: ``[spec] what: problem``, the diagnosis, the case, the repro."""
+        __tracebackhide__ = True
+        lines = [f"[{self.spec}] {what}: {problem}"]
+        if hint:
+            lines.append(f"  diagnosis: {hint}")
+        if self.case:
+            lines.append("  case: " + describe(self.case))
+        exc = PropertyFailure("\n".join(lines))
+        if self.repro:
+            exc.add_note("Reproduce with plain TensorFlow:\n" + self.repro)
+        raise exc
+
+    # -- comparisons ---------------------------------------------------------------------
+    def close(self, actual, expected, what: str, *, kind: str = "value", n_terms: int = 1,
+              elements: int | None = None, override: dict | None = None):
+        """``actual`` equals ``expected`` within the dtype's tolerance (suite/harness/tolerances.py)."""
+        __tracebackhide__ = True
+        a = np.asarray(actual, dtype=np.float64)
+        e = np.asarray(expected, dtype=np.float64)
+        if a.shape != e.shape:
+            self.fail(what, f"got shape {a.shape}, but should be {e.shape}")
+        tol = tolerance(self.dtype, kind, n_terms, override)
+        bad = ~(np.abs(a - e) <= tol.bound(e))
+        bad &= ~(np.isnan(a) & np.isnan(e))
+        if bad.any():
+            err = float(np.max(np.abs(a - e)[bad])) if np.isfinite(a[bad]).all() else float("nan")
+            self.fail(what, f"got {_fmt(a)}, but should be {_fmt(e)} (max |diff| {err:.3g} > atol {tol.atol:.1g} + "
+                            f"rtol {tol.rtol:.1g}*|expected|, {int(bad.sum())} of {bad.size} elements)",
+                      diagnose(a, e, self.replicas, elements))
+
+    def exact(self, actual, expected, what: str, hint: str = ""):
+        """Arrays equal bit for bit, with the same dtype and shape (when ``expected`` has a dtype)."""
+        __tracebackhide__ = True
+        a, e = np.asarray(actual), np.asarray(expected)
+        same_kind = a.dtype == e.dtype or not isinstance(expected, np.ndarray)
+        if not (same_kind and a.shape == e.shape and np.array_equal(a, e)):
+            self.fail(what, f"got {_shown(a)}, but should be exactly {_shown(e)}", hint)
+
+    def equal(self, actual, expected, what: str, hint: str = ""):
+        """Plain data (numbers, strings, nested lists) equal."""
+        __tracebackhide__ = True
+        if actual != expected:
+            self.fail(what, f"got {_shown(actual)}, but should be {_shown(expected)}", hint)
+
+    def that(self, holds: bool, what: str, got, should: str, hint: str = ""):
+        """A stated condition: ``got`` must be what ``should`` says."""
+        __tracebackhide__ = True
+        if not holds:
+            self.fail(what, f"got {_shown(got)}, but should be {should}", hint)
+
+    def contains(self, text: str, phrases, what: str):
+        """``text`` (a message, a program's output) contains every phrase."""
+        __tracebackhide__ = True
+        missing = [p for p in phrases if p not in text]
+        if missing:
+            shown = text if len(text) <= 3000 else "..." + text[-3000:]
+            self.fail(what, f"got {shown!r}, but should contain {missing}")
+
+    def raises(self, outcome, expected_type: str, what: str, message: str = ""):
+        """A probe's outcome is the exception ``expected_type`` (whose message contains ``message``)."""
+        __tracebackhide__ = True
+        if isinstance(outcome, Raised):
+            if outcome.type == expected_type and message in outcome.message:
+                return
+            got = f"{outcome.type}: {outcome.message}"
+        else:
+            got = f"no exception ({_shown(outcome)})"
+        should = f"raise {expected_type}" + (f" with {message!r}" if message else "")
+        self.fail(what, f"got {got}, but should {should}")
+
+    def returned(self, outcome, what: str):
+        """A probe's outcome is a value, not a caught exception."""
+        __tracebackhide__ = True
+        if isinstance(outcome, Raised):
+            self.fail(what, f"raised {outcome.type}: {outcome.message} (in {outcome.where}), but should return a value")
+
+    # -- across workers ------------------------------------------------------------------
+    def per_replica(self, results: list, expected: list, what: str, attr: str | None = "local", **tol):
+        """Every worker's local per-replica values (``experimental_local_results`` order; the
+        field ``attr`` of each worker's result, or the result itself) against the reference's
+        values for the replicas that worker holds."""
+        __tracebackhide__ = True
+        workers = len(results)
+        for w, result in enumerate(results):
+            mine = local_results(expected, w, workers)
+            got = result if attr is None else field(result, attr)
+            where = f"{what} (worker {w})" if workers > 1 else what
+            self.equal(len(got), len(mine), f"{where}: local results")
+            for r, (a, e) in enumerate(zip(got, mine)):
+                self.close(a, e, f"{where} replica {w * len(mine) + r}", **tol)
+
+    def on_workers(self, results: list, attr: str, expected, what: str, **tol):
+        """A cross-replica value (a reduce, a metric result) equals the reference on every worker."""
+        __tracebackhide__ = True
+        for w, result in enumerate(results):
+            self.close(field(result, attr), expected, f"{what} (worker {w})" if len(results) > 1 else what, **tol)

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from suite.common import protocol
+from suite.common.results import Raised
 from suite.common.specs import Spec
 from suite.harness import agent, topology
 
@@ -50,12 +51,11 @@ class EngineTimeout(EngineError):
 
 
 class ProbeError(EngineError):
-    """A probe raised inside the engine; ``type_name`` is the exception's class name."""
+    """A probe raised inside the engine; ``raised`` says what (type name, message, where)."""
 
-    def __init__(self, message: str, type_name: str, probe_message: str, tb: str):
+    def __init__(self, message: str, raised: Raised, tb: str):
         super().__init__(message)
-        self.type_name = type_name
-        self.probe_message = probe_message
+        self.raised = raised
         self.traceback = tb
 
 
@@ -335,9 +335,9 @@ class Engine:
             if text.startswith("unavailable: "):
                 raise EngineUnavailable(f"{self._where(i)}: {text[len('unavailable: '):]}")
             raise EngineStartError(f"{self._where(i)} could not start: {text}")
-        _, type_name, message, tb = msg
-        raise ProbeError(f"{self._where(i)}: probe {probe!r} raised {type_name}: {_cause(message)}{suffix}",
-                         type_name, message, tb)
+        _, raised, tb = msg
+        raise ProbeError(f"{self._where(i)}: probe {probe!r} raised {raised.type}: {_cause(raised.message)}{suffix}",
+                         raised, tb)
 
     # -- calls -------------------------------------------------------------------------
     def call(self, probe: str, timeout: float | None = None, evaluator: bool = False, **kwargs) -> list:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from suite.harness import bench
+from suite.harness.check import Check
 
 LAYOUTS = ("default", "multi_worker", "parameter_server", "cluster")
 
@@ -24,9 +25,13 @@ def test_reported_step_time_agrees_with_the_engine_timer(benchmark, engines, any
     global_batch, _ = workload.batches(bencher.replicas(any_spec), "weak")
     key, _ = bencher.traced_state(any_spec, workload.name, global_batch)
     measured = bencher.measure(benchmark, any_spec, key)
-    assert len(measured["harness"]) == len(measured["engine"]) == 5  # the warm-up round is not counted
+    check = Check(any_spec, case={"workload": "linear", "global batch": global_batch})
+    # the warm-up round is not counted
+    check.equal((len(measured["harness"]), len(measured["engine"])), (5, 5), "rounds timed (harness, engine)")
     result = bench.fidelity(measured["harness"], measured["engine"], bencher.floor(any_spec))
-    bench.check_fidelity(result)
+    bench.check_fidelity(result, check)
     # the floor check is not vacuous: the floor was measured, and rounds are long enough to time
-    assert 0 < bencher.floor(any_spec) and min(measured["harness"]) >= bench.ROUND_SECONDS * 0.5
+    check.that(bencher.floor(any_spec) > 0, "the harness floor (s)", bencher.floor(any_spec), "measured, above 0")
+    check.that(min(measured["harness"]) >= bench.ROUND_SECONDS * 0.5, "the shortest round (s)",
+               min(measured["harness"]), f"at least {bench.ROUND_SECONDS * 0.5:g}")
     benchmark.extra_info.update(kind="fidelity", spec=any_spec.text, **result)

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from suite.harness.check import PropertyFailure
+from suite.harness.check import Check
 from suite.harness.topology import free_ports
 from tests.helpers import ROOT, alive, run_pytest
 
@@ -49,12 +49,12 @@ class Agents:
                                 cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 start_new_session=True)
         self.procs.append(proc)
-        if not select.select([proc.stdout], [], [], 30)[0]:
-            raise AssertionError(f"agent for {task_type} {index} printed nothing in 30 s")
+        check = Check(f"agent for {task_type} {index}")
+        check.that(bool(select.select([proc.stdout], [], [], 30)[0]), "the agent's output", "nothing in 30 s",
+                   "a first line")
         line = proc.stdout.readline()
-        m = re.search(r"listening on (\S+)", line)
-        assert m, f"agent for {task_type} {index}: {line!r}"
-        return m.group(1)
+        check.contains(line, ["listening on "], "the agent's first line")
+        return re.search(r"listening on (\S+)", line).group(1)
 
     def stop(self):
         for proc in self.procs:
@@ -91,9 +91,11 @@ def test_multi_worker_properties_run_on_a_tf_config_cluster(agents):
                     "tests/properties/test_losses.py::test_compute_average_loss_matches_reference",
                     "tests/harness/test_cluster.py::test_evaluator_restores_the_chiefs_checkpoint"], addresses)
     out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-4000:]
-    assert "cluster: started 1x" in out and re.search(r"\b\d+ passed", out), out[-2000:]
-    assert "skipped" not in out.strip().splitlines()[-1], out[-2000:]
+    check = Check("cluster", case={"tasks": "chief, worker, evaluator"})
+    check.equal(proc.returncode, 0, "the child pytest's exit code", out[-4000:])
+    check.contains(out, ["cluster: started 1x", " passed"], "the child pytest's output")
+    check.that("skipped" not in out.strip().splitlines()[-1], "the child pytest's summary", out.strip().splitlines()[-1],
+               "without skips")
 
 
 def test_parameter_server_properties_run_on_a_tf_config_cluster(agents):
@@ -103,8 +105,9 @@ def test_parameter_server_properties_run_on_a_tf_config_cluster(agents):
     proc = _pytest(["tests/properties/test_parameter_server.py::test_every_scheduled_step_is_applied_exactly_once",
                     "tests/properties/test_parameter_server.py::test_partitioned_variables_reassemble"], addresses)
     out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-4000:]
-    assert re.search(r"\b3 passed", out), out[-2000:]
+    check = Check("cluster", case={"tasks": "chief, 2 workers, ps"})
+    check.equal(proc.returncode, 0, "the child pytest's exit code", out[-4000:])
+    check.contains(out, [" 3 passed"], "the child pytest's output")
 
 
 @pytest.mark.specs(lambda spec: spec.kind == "cluster" and spec.cluster["evaluators"] > 0)
@@ -120,34 +123,34 @@ def test_evaluator_restores_the_chiefs_checkpoint(pool, spec, tmp_path):
                       steps=[(x, y, [1] * g)], directory=str(tmp_path))
     engine = pool.get(spec)
     info = engine.call("engine.info", evaluator=True)[0]
-    if info["num_replicas_in_sync"] != 1 or info["tf_config"]["task"]["type"] != "evaluator":
-        raise PropertyFailure(f"[{spec}] the evaluator runs {info['strategy']} with "
-                              f"{info['num_replicas_in_sync']} replicas as task {info['tf_config']['task']}")
+    check = Check(spec, "float32")
+    check.equal(info.num_replicas_in_sync, 1, f"replicas of the evaluator's {info.strategy}")
+    check.equal(info.tf_config["task"]["type"], "evaluator", "the evaluator engine's TF_CONFIG task")
     restored = engine.call("checkpoint.restore", evaluator=True, arch=arch, optimizer="sgd", dtype="float32",
-                           path=saved[0]["path"], steps=[])[0]["restored"]
-    for v, (got, want) in enumerate(zip(restored["params"], saved[0]["params"])):
-        if not np.array_equal(got[0], want[0]):
-            raise PropertyFailure(f"[{spec}] evaluator restored variable {v} as {got[0].tolist()}, "
-                                  f"but the chief saved {want[0].tolist()}")
+                           path=saved[0].path, steps=[])[0].restored
+    for v, (got, want) in enumerate(zip(restored.params, saved[0].params)):
+        check.exact(got[0], want[0], f"variable {v} the evaluator restored vs the chief saved")
 
 
 def test_agent_and_cluster_errors_are_one_line(agents, tmp_path):
     """A wrong key, an address where no agent listens, agents that leave a task uncovered, and
     an agent without TF_CONFIG each give one clear line, before any engine starts."""
     cluster, addresses = agents.start({"worker": 2})
-    wrong = _pytest(["tests/meta/test_specs.py"], addresses, key="not-the-key", timeout=120)
-    assert wrong.returncode == 4 and "refused the key" in wrong.stderr, wrong.stderr[-2000:]
+    check = Check("cluster")
     dead = f"127.0.0.1:{free_ports(1)[0]}"
-    unreachable = _pytest(["tests/meta/test_specs.py"], [addresses[0], dead], timeout=120)
-    assert unreachable.returncode == 4 and f"agent {dead} could not be reached" in unreachable.stderr, \
-        unreachable.stderr[-2000:]
-    partial = _pytest(["tests/meta/test_specs.py"], addresses[:1], timeout=120)
-    assert partial.returncode == 4 and "no agent for task(s) worker 1" in partial.stderr, partial.stderr[-2000:]
+    for what, agents_given, key, phrase in [
+            ("a wrong key", addresses, "not-the-key", "refused the key"),
+            ("an unreachable agent", [addresses[0], dead], KEY, f"agent {dead} could not be reached"),
+            ("an uncovered task", addresses[:1], KEY, "no agent for task(s) worker 1")]:
+        proc = _pytest(["tests/meta/test_specs.py"], agents_given, key=key, timeout=120)
+        check.equal(proc.returncode, 4, f"pytest's exit code with {what} (a usage error)", proc.stderr[-2000:])
+        check.contains(proc.stderr, [phrase], f"pytest's error with {what}")
     env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
     bare = subprocess.run([sys.executable, "-m", "suite.harness.agent", "--listen", "127.0.0.1:0"], cwd=ROOT,
                           env=dict(env, TFDS_AGENT_KEY=KEY), capture_output=True, text=True, timeout=60)
-    assert bare.returncode == 2 and bare.stderr.strip().count("\n") == 0 and "TF_CONFIG is not set" in bare.stderr, \
-        bare.stderr
+    check.equal(bare.returncode, 2, "the exit code of an agent without TF_CONFIG", bare.stderr)
+    check.contains(bare.stderr, ["TF_CONFIG is not set"], "the error of an agent without TF_CONFIG")
+    check.equal(bare.stderr.strip().count("\n"), 0, "line breaks in that error")
 
 
 def test_agent_engines_end_with_their_agent(agents):
@@ -161,14 +164,16 @@ def test_agent_engines_end_with_their_agent(agents):
     try:
         conn = agent_mod.connect((host, int(port)), KEY.encode(), 20)
         conn.send(("start", ["--spec", "default"]))
-        assert conn.poll(20)
+        check = Check("agent")
+        check.that(conn.poll(20), "the agent's reply to a start", "nothing in 20 s", "('started', pid)")
         pid = conn.recv()[1]
-        assert conn.poll(180) and conn.recv()[0] == "ready"
+        check.that(conn.poll(180), "the engine's first message", "nothing in 180 s", "'ready'")
+        check.equal(conn.recv()[0], "ready", "the engine's first message")
         os.killpg(agents.procs[0].pid, signal.SIGKILL)
         deadline = time.monotonic() + 15
-        while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        while alive(pid) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert not alive(pid), f"engine {pid} outlived its SIGKILLed agent"
+        check.that(not alive(pid), f"engine {pid} 15 s after its agent was SIGKILLed", "alive", "gone")
         conn.close()
     finally:
         os.environ.pop("TFDS_AGENT_KEY", None)

@@ -14,15 +14,16 @@ import numpy as np
 import pytest
 
 from suite.common.specs import parse_spec
+from suite.harness.check import Check
 from suite.harness.pool import EngineDied, EnginePool, EngineStartError, EngineTimeout, ProbeError
-from tests.helpers import ROOT, alive
+from tests.helpers import ROOT, alive, check_replaced
 
 
 def test_pytest_process_never_imports_tensorflow(engines, any_spec):
     spec = any_spec
     engines.call(spec, "engine.ping")  # engines are running, and still:
-    assert "tensorflow" not in sys.modules
-    assert "keras" not in sys.modules and "tf_keras" not in sys.modules
+    loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("tensorflow", "keras", "tf_keras"))
+    Check("pytest process").equal(loaded, [], "TensorFlow and Keras modules loaded while engines run")
 
 
 def test_killed_engine_fails_the_call_naming_spec_probe_and_signal(pool, any_spec):
@@ -34,14 +35,10 @@ def test_killed_engine_fails_the_call_naming_spec_probe_and_signal(pool, any_spe
     victim = spec.workers - 1 if spec.synchronous else 0
     with pytest.raises(EngineDied) as info:
         pool.call(spec, "engine.crash", how="kill", worker_index=victim)
-    message = str(info.value)
-    assert spec.text in message and "'engine.crash'" in message and "SIGKILL" in message, message
-    if len(old) > 1:
-        assert (f"worker {victim}" if spec.synchronous else "chief") in message, message
-    assert not any(alive(p) for p in old), "the failed engine's processes must be gone"
-    new = pool.get(spec).pids()
-    pool.call(spec, "engine.ping")
-    assert set(new).isdisjoint(old), "the pool must start a new engine for the next call"
+    check = Check(spec)
+    who = [(f"worker {victim}" if spec.synchronous else "chief")] if len(old) > 1 else []
+    check.contains(str(info.value), [spec.text, "'engine.crash'", "SIGKILL", *who], "the error of a killed engine")
+    check_replaced(check, pool, spec, old)
 
 
 def test_engine_exit_code_is_reported(pool):
@@ -55,17 +52,20 @@ def test_hung_engine_times_out_and_is_replaced(pool):
     start = time.monotonic()
     with pytest.raises(EngineTimeout, match=r"'default' did not answer probe 'engine.sleep' within 2s"):
         pool.call(spec, "engine.sleep", timeout=2, seconds=60)
-    assert time.monotonic() - start < 20
-    assert pool.call(spec, "engine.ping")
+    elapsed = time.monotonic() - start
+    Check(spec).that(elapsed < 20, "seconds until a 2 s deadline failed the call", elapsed, "under 20")
+    pool.call(spec, "engine.ping")
 
 
 def test_probe_exception_keeps_the_engine(pool):
     spec = parse_spec("default")
-    pid = pool.call(spec, "engine.ping")[0]["pid"]
+    pid = pool.call(spec, "engine.ping")[0].pid
     with pytest.raises(ProbeError, match="raised ValueError: boom") as info:
         pool.call(spec, "engine.fail", message="boom")
-    assert info.value.type_name == "ValueError"
-    assert pool.call(spec, "engine.ping")[0]["pid"] == pid
+    check = Check(spec)
+    check.raises(info.value.raised, "ValueError", "engine.fail", "boom")
+    check.equal(info.value.raised.where, "probe 'engine.fail'", "where the exception was raised")
+    check.equal(pool.call(spec, "engine.ping")[0].pid, pid, "the engine's pid after a probe raised")
     with pytest.raises(ProbeError, match="unknown probe"):
         pool.call(spec, "engine.no_such_probe")
 
@@ -78,8 +78,9 @@ def test_missing_tensorflow_is_a_one_line_error(tmp_path):
     try:
         with pytest.raises(EngineStartError) as info:
             pool.call(parse_spec("default"), "engine.ping")
-        message = str(info.value)
-        assert "TensorFlow is not installed" in message and "\n" not in message, message
+        check = Check("default", case={"python": str(python)})
+        check.contains(str(info.value), ["TensorFlow is not installed"], "the start error")
+        check.equal(str(info.value).count("\n"), 0, "line breaks in the start error")
         with pytest.raises(EngineStartError):  # remembered, not retried
             pool.call(parse_spec("default"), "engine.ping")
     finally:
@@ -95,7 +96,6 @@ def test_no_engine_outlives_its_pool_or_its_parent(tmp_path):
         sys.path.insert(0, {str(ROOT)!r})
         from suite.harness.pool import EnginePool
         from suite.common.specs import parse_spec
-from tests.helpers import ROOT, alive
         pool = EnginePool()
         pids = []
         for s in ("default", "multi_worker:2x1"):
@@ -112,18 +112,21 @@ from tests.helpers import ROOT, alive
         proc = subprocess.run([sys.executable, str(script), mode], capture_output=True, text=True, timeout=300,
                               env=dict(os.environ, TMPDIR=str(tmp_path)))
         pids = [int(p) for p in proc.stdout.split()]
-        assert len(pids) == 3, proc.stdout + proc.stderr[-2000:]
+        check = Check("default, multi_worker:2x1", case={"parent": mode})
+        check.equal(len(pids), 3, "engine processes the parent printed", proc.stderr[-2000:])
         deadline = time.monotonic() + 15
         while any(alive(p) for p in pids) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert not any(alive(p) for p in pids), f"engines {pids} outlived their parent ({mode})"
+        check.equal([p for p in pids if alive(p)], [], "engine processes alive 15 s after their parent ended")
 
 
 def test_engine_temporary_files_live_in_the_pools_folder(pool, any_spec):
     """Probes' temporary files (input files, checkpoints) go under the pool's folder, which
     close() removes: an engine killed in the middle of a probe leaves nothing in /tmp."""
+    folder = Path(pool._log_dir).resolve()
     for info in pool.call(any_spec, "engine.info"):
-        assert Path(info["tmpdir"]).resolve().is_relative_to(Path(pool._log_dir).resolve()), info["tmpdir"]
+        Check(any_spec).that(Path(info.tmpdir).resolve().is_relative_to(folder), "the engine's TMPDIR", info.tmpdir,
+                             f"inside the pool's folder {folder}")
 
 
 def test_trace_count_stays_bounded_over_many_examples(engines, spec):
@@ -135,4 +138,4 @@ def test_trace_count_stays_bounded_over_many_examples(engines, spec):
         engines.call(spec, "losses.compute_average_loss", losses=rng.random(sum(sizes)).astype(np.float32),
                      sizes=sizes, global_batch_size=max(sum(sizes), 1) + i)
     after = engines.call(spec, "engine.trace_counts")[0].get("losses.compute_average_loss", 0)
-    assert after - before <= 1, f"[{spec}] 30 calls with new shapes traced {after - before} times"
+    Check(spec).that(after - before <= 1, "traces of 30 calls with new shapes", after - before, "at most 1")

@@ -16,21 +16,14 @@ import pytest
 
 from suite.common.specs import parse_spec
 from suite.harness import topology
+from suite.harness.check import Check
 from suite.harness.pool import EngineDied, EngineError, EnginePool, ProbeError
-from tests.helpers import alive, descendants
+from tests.helpers import alive, check_replaced, descendants
 
 # the bound the hung-collective test configures (what --engine-timeout sets for a session)
 HUNG_TIMEOUT = 20.0
 
 clusters = pytest.mark.specs(lambda spec: len(topology.tasks(spec)) > 1 or spec.kind == "cluster")
-
-
-def _replaced(pool, spec, old: list[int]):
-    __tracebackhide__ = True
-    assert not any(alive(p) for p in old), f"processes of the failed cluster survive: {[p for p in old if alive(p)]}"
-    new = pool.get(spec).pids()
-    assert set(new).isdisjoint(old), "the pool must start a new cluster for the next call"
-    assert pool.call(spec, "engine.ping")
 
 
 @clusters
@@ -59,10 +52,11 @@ def test_worker_killed_mid_step_fails_the_call_naming_it(pool, any_spec):
         finally:
             killer.cancel()
     elapsed = time.monotonic() - start
-    message = str(info.value)
-    assert spec.text in message and name in message and "SIGKILL" in message, message
-    assert elapsed < pool.call_timeout / 2, f"the death was noticed after {elapsed:.1f}s, not at once"
-    _replaced(pool, spec, old)
+    check = Check(spec)
+    check.contains(str(info.value), [spec.text, name, "SIGKILL"], "the error of a killed worker")
+    check.that(elapsed < pool.call_timeout / 2, "seconds until the death failed the call", elapsed,
+               f"under half the engine timeout ({pool.call_timeout / 2:g}): at once")
+    check_replaced(check, pool, spec, old)
 
 
 @pytest.mark.specs(lambda spec: spec.synchronous and spec.workers > 1)
@@ -79,15 +73,19 @@ def test_hung_collective_fails_within_the_configured_time(spec):
             pool.call(spec, "engine.collective_fault", victim=1, how="hang")
         elapsed = time.monotonic() - start
         message = str(info.value)
-        assert elapsed < HUNG_TIMEOUT + 15, f"a hung collective took {elapsed:.0f}s to fail"
-        assert spec.text in message and "worker 1" in message, message
+        check = Check(spec, case={"engine timeout": HUNG_TIMEOUT})
+        check.that(elapsed < HUNG_TIMEOUT + 15, "seconds until a hung collective failed the call", elapsed,
+                   f"under {HUNG_TIMEOUT + 15:g}")
+        check.contains(message, [spec.text, "worker 1"], "the error of a hung collective")
         if isinstance(info.value, ProbeError):  # TF's own collective timeout fired first
-            assert "worker 1 did not answer" in message and info.value.type_name == "DeadlineExceededError", message
+            check.contains(message, ["worker 1 did not answer"], "the error of TF's collective timeout")
+            check.raises(info.value.raised, "DeadlineExceededError", "the collective on the peers")
         elif isinstance(info.value, EngineDied):  # a peer crashed on that timeout (seen: SIGSEGV, 2x2)
-            assert "still waiting for" in message and "Collective" in message, message
+            check.contains(message, ["still waiting for", "Collective"], "the error of a peer that crashed")
         else:
-            assert f"did not answer probe 'engine.collective_fault' within {HUNG_TIMEOUT:.0f}s" in message, message
-        _replaced(pool, spec, old)
+            check.contains(message, [f"did not answer probe 'engine.collective_fault' within {HUNG_TIMEOUT:.0f}s"],
+                           "the error of the engine deadline")
+        check_replaced(check, pool, spec, old)
     finally:
         pool.close()
 
@@ -113,8 +111,10 @@ def test_a_taken_port_is_retried_with_fresh_ports(monkeypatch):
     try:
         spec = parse_spec("multi_worker:2x1")
         engine = pool.get(spec)
-        assert engine.start_attempts == 2 and len(calls) == 2, (engine.start_attempts, calls)
-        assert len(pool.call(spec, "engine.ping")) == 2
+        check = Check(spec, case={"taken port": taken})
+        check.equal(engine.start_attempts, 2, "start attempts")
+        check.equal(calls, [len(topology.tasks(spec))] * 2, "port choices (ports per choice)")
+        check.equal(len(pool.call(spec, "engine.ping")), 2, "workers answering after the retry")
     finally:
         pool.close()
         held.close()
@@ -135,4 +135,4 @@ def test_no_engine_process_outlives_its_engine(pool):
         time.sleep(0.2)
         strays = {p for p in strays if alive(p)}
     described = {p: Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ")[:120] for p in strays if alive(p)}
-    assert not described, f"processes outlived their engines: {described}"
+    Check("session pool").equal(described, {}, "processes below pytest that belong to no live engine")

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from suite.common.specs import parse_spec
 from suite.harness import bench
+from suite.harness.check import Check, PropertyFailure
 
 
 @given(step=st.floats(1e-6, 5.0), floor=st.floats(1e-5, 0.05))
@@ -31,7 +32,7 @@ def test_fidelity_accepts_a_harness_that_adds_only_the_floor():
     harness = [e + 0.0002 for e in engine]  # one round trip of 0.2 ms per round
     result = bench.fidelity(harness, engine, floor_seconds=0.0002)
     assert result["ok"]
-    bench.check_fidelity(result)
+    bench.check_fidelity(result, Check("harness"))
     assert result["error"] == pytest.approx(0.0002 / 0.502, rel=1e-6)
 
 
@@ -43,16 +44,16 @@ def test_fidelity_catches_a_harness_whose_rounds_disagree_with_the_engine(extra)
     harness = [e * (1 + extra) for e in engine]
     result = bench.fidelity(harness, engine, floor_seconds=0.0001)
     assert not result["ok"]
-    with pytest.raises(AssertionError, match="differs from the engine's timer"):
-        bench.check_fidelity(result)
+    with pytest.raises(PropertyFailure, match="the harness's round vs the engine's timer: got"):
+        bench.check_fidelity(result, Check("harness"))
 
 
 def test_fidelity_catches_a_floor_that_is_not_small_against_a_round():
     """Mutant: rounds too short for the harness floor (2% of a round) are caught."""
     result = bench.fidelity([0.05, 0.05], [0.0499, 0.0499], floor_seconds=0.001)
     assert not result["ok"]
-    with pytest.raises(AssertionError, match="floor is 2.00% of a round"):
-        bench.check_fidelity(result)
+    with pytest.raises(PropertyFailure, match="floor's share of a round: got '2.00%'"):
+        bench.check_fidelity(result, Check("harness"))
 
 
 def test_scaling_efficiency_definitions():

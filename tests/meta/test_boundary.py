@@ -13,6 +13,7 @@ import textwrap
 
 import pytest
 
+from suite.harness.check import Check
 from tests.helpers import ROOT
 
 PYTEST_SIDE = ("suite/harness", "suite/common", "reference", "tests", "benchmarks", "conftest.py")
@@ -55,13 +56,13 @@ def violations(sources: dict[str, str], forbidden: tuple[str, ...]) -> list[str]
 
 
 def test_pytest_side_imports_no_tensorflow_and_no_engine_module():
-    found = violations(modules(PYTEST_SIDE), NOT_ON_PYTEST_SIDE)
-    assert not found, "the pytest side must not import TensorFlow or the engine package:\n" + "\n".join(found)
+    Check("pytest side").equal(violations(modules(PYTEST_SIDE), NOT_ON_PYTEST_SIDE), [],
+                               "imports of TensorFlow, Keras or the engine package")
 
 
 def test_engine_side_imports_no_reference_and_no_harness_module():
-    found = violations(modules(ENGINE_SIDE), NOT_ON_ENGINE_SIDE)
-    assert not found, "the engine side must not import the reference or the harness:\n" + "\n".join(found)
+    Check("engine side").equal(violations(modules(ENGINE_SIDE), NOT_ON_ENGINE_SIDE), [],
+                               "imports of the reference or the harness")
 
 
 @pytest.mark.parametrize("side, forbidden, added", [
@@ -75,11 +76,13 @@ def test_boundary_check_catches_an_import_added_to_any_module(side, forbidden, a
     """The check is not vacuous: the forbidden import, added inside a function of any one
     module of the side (a lazy import counts too), is reported for that module and no other."""
     sources = modules(side)
-    assert len(sources) > 5
+    check = Check(" + ".join(side), case={"added": added})
+    check.that(len(sources) > 5, "modules found on the side", len(sources), "more than 5")
     for path, source in sources.items():
         mutated = dict(sources, **{path: source + f"\n\ndef _late():\n    {added}\n"})
         found = violations(mutated, forbidden)
-        assert found and all(line.startswith(f"{path}:") for line in found), (path, found)
+        check.that(bool(found) and all(line.startswith(f"{path}:") for line in found),
+                   f"violations reported with the import added to {path}", found, f"lines naming {path} only")
 
 
 def test_pytest_side_modules_import_no_tensorflow_when_imported():
@@ -95,4 +98,5 @@ def test_pytest_side_modules_import_no_tensorflow_when_imported():
         assert not bad, bad
     """)
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    Check("pytest side").equal(proc.returncode, 0, f"importing {len(names)} modules without TensorFlow (exit code)",
+                               proc.stderr[-2000:])

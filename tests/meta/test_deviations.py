@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 from suite.harness import deviations
+from suite.harness.check import Check
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -18,7 +19,7 @@ def test_file_parses_and_every_entry_has_existing_evidence():
         for item in d.evidence:
             path = item.split()[0]
             if path.startswith(("repros/", "tests/")):
-                assert (ROOT / path.split("::")[0]).exists(), f"{d.id}: evidence {path} missing"
+                Check(d.id).that((ROOT / path.split("::")[0]).exists(), "evidence file", path, "in the repository")
 
 
 def test_patterns_name_existing_test_functions():
@@ -26,13 +27,14 @@ def test_patterns_name_existing_test_functions():
         for pattern in d.tests:
             module, rest = pattern.split("::", 1)
             function = re.match(r"\w+", rest).group(0)
-            assert f"def {function}(" in (ROOT / module).read_text(), f"{d.id}: no {function} in {module}"
+            Check(d.id).that(f"def {function}(" in (ROOT / module).read_text(), "test function of a pattern",
+                             f"{module}::{function}", "defined in that module")
 
 
 def test_readme_lists_every_deviation():
     readme = (ROOT / "README.md").read_text()
     for d in deviations.load():
-        assert d.id in readme, f"README.md does not list known deviation {d.id}"
+        Check(d.id).that(d.id in readme, "the README's deviation table", "no row for it", "a row for it")
 
 
 def test_patterns_match_only_what_they_say():

@@ -1,11 +1,12 @@
 """Each property can fail: run it against an engine with a deliberately wrong probe
-(suite/probes/mutants.py) and require a failure that names the problem."""
+(suite/engine/mutants.py) and require a failure that names the problem."""
 
 from __future__ import annotations
 
 import pytest
 
 from suite.common.catalog import MUTANTS
+from suite.harness.check import Check
 from tests.helpers import run_pytest
 
 # mutant -> (property test id, whose first parameter is the spec it runs under; a phrase the
@@ -31,22 +32,22 @@ CASES = {
         "reduce(MEAN, axis=0)"),
     "reversed_local_results": (
         "tests/properties/test_reduce.py::test_experimental_local_results_are_in_replica_order[mirrored:2]",
-        "local results come from replicas [1, 0]"),
+        "replicas the local results come from (worker 0): got [1, 0]"),
     "input_rows_to_first_replica": (
         "tests/properties/test_input.py::test_replica_batches_follow_the_split_rule[mirrored:2-for]",
-        "replica 0: got"),
+        "element ids of every step's local replica batches: got"),
     "input_dropped_element": (
         "tests/properties/test_input.py::test_every_element_is_delivered_exactly_once[mirrored:2]",
-        "elements missing [0]"),
+        "elements missing: got [0]"),
     "keras_loss_times_replicas": (
         "tests/properties/test_losses.py::test_keras_loss_reduction_inside_strategy_run[mirrored:2-mse-sum-float64]",
         "= replicas"),
     "ps_step_scheduled_twice": (
         "tests/properties/test_parameter_server.py::test_every_scheduled_step_is_applied_exactly_once[parameter_server:2w1ps-keras]",
-        "the step counter reads"),
+        "the step counter after the scheduled steps: got"),
     "ps_shards_reversed": (
         "tests/properties/test_parameter_server.py::test_partitioned_variables_reassemble[parameter_server:2w1ps]",
-        "reassembled (whole)"),
+        "the variable reassembled (whole)"),
     "ps_loss_times_two": (
         "tests/properties/test_parameter_server.py::test_num_replicas_and_loss_scaling"
         "[parameter_server:2w1ps-sum-none-float64]",
@@ -68,6 +69,6 @@ def test_property_catches_mutant(mutant):
     proc = run_pytest([test_id, "--strategies", spec, "-x", "--no-header"], 600,
                       TFDS_MUTANT=mutant, HYPOTHESIS_PROFILE="ci")
     out = proc.stdout + proc.stderr
-    assert proc.returncode == 1, f"mutant {mutant!r} was not caught by {test_id} (exit {proc.returncode}):\n{out[-3000:]}"
-    assert "PropertyFailure" in out and phrase in out, (
-        f"mutant {mutant!r} failed {test_id} without naming the problem ({phrase!r}):\n{out[-3000:]}")
+    check = Check(spec, case={"mutant": mutant, "property": test_id})
+    check.equal(proc.returncode, 1, "the property's exit code against the mutant (1: it failed)", out[-3000:])
+    check.contains(out, ["PropertyFailure", phrase], "the property's failure (it must name the problem)")

@@ -13,12 +13,13 @@ from reference import distribute as ref
 from suite.common.catalog import OPTIMIZERS
 from suite.common.specs import parse_spec
 from suite.harness import repro
+from suite.harness.check import Check
 
 
 def _run(code: str) -> str:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                           env={"TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "", "PATH": "/usr/bin:/bin"})
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    Check("repro snippet").equal(proc.returncode, 0, "the snippet's exit code", proc.stderr[-3000:])
     return proc.stdout
 
 
@@ -29,7 +30,7 @@ def test_compute_average_loss_snippet_prints_the_reference_values(spec_text):
                              "return tf.nn.compute_average_loss(my_slice(losses)[0], global_batch_size=4)")
     out = _run(code)
     expected = [ref.compute_average_loss(part, global_batch_size=4) for part in ref.split(losses, sizes)]
-    assert all(f"{e}" in out for e in expected), out
+    Check(spec_text).contains(out, [f"{e}" for e in expected], "what the snippet printed")
 
 
 def test_training_snippet_runs():
@@ -38,4 +39,4 @@ def test_training_snippet_runs():
     params = [rng.uniform(-1, 1, s) for s in [(2, 3), (3,), (3, 1), (1,)]]
     steps = [(rng.uniform(-1, 1, (3, 2)), rng.uniform(-1, 1, (3, 1)), [2, 1])]
     out = _run(repro.training(parse_spec("mirrored:2"), arch, OPTIMIZERS["sgd"], "float64", params, steps))
-    assert out.count("[array(") == 4, out
+    Check("mirrored:2").equal(out.count("[array("), 4, "variables the snippet printed", out)

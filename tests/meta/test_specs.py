@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from suite.common.specs import DEFAULT_SPECS, SpecError, parse_spec, parse_specs
+from suite.harness.check import Check
 from tests.helpers import run_pytest
 
 
@@ -47,5 +48,6 @@ def test_default_specs_parse_and_are_distinct():
 
 def test_unknown_spec_is_a_usage_error_before_any_engine_starts():
     proc = run_pytest(["tests/meta/test_specs.py", "--strategies", "mirrored:2,warp_drive"], 120)
-    assert proc.returncode == 4, proc.stdout + proc.stderr  # pytest's usage-error exit code
-    assert "unknown strategy spec 'warp_drive'" in proc.stderr and "mirrored:N" in proc.stderr
+    check = Check("mirrored:2,warp_drive")
+    check.equal(proc.returncode, 4, "pytest's exit code (4: a usage error)", proc.stdout + proc.stderr)
+    check.contains(proc.stderr, ["unknown strategy spec 'warp_drive'", "mirrored:N"], "pytest's error")

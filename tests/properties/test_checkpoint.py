@@ -18,7 +18,7 @@ from suite.common.catalog import ADAPTIVE
 from suite.common.specs import parse_spec
 from suite.harness import cases
 from suite.harness.cases import ARCHS, arch_dict, training_cases
-from suite.harness.check import PropertyFailure, assert_close
+from suite.harness.check import Check
 from suite.harness.profiles import examples
 from suite.harness.tolerances import tolerance
 
@@ -33,26 +33,22 @@ def restore_specs(request):
     return [specs[k] for k in sorted(specs)]
 
 
-def _check_state(got, history, spec, dtype, what, metrics=None):
+def _check_state(got, history, check, what, metrics=None):
     __tracebackhide__ = True
     last = history[-1]
-    common = dict(spec=spec, dtype=dtype, kind="trained")
-    for v, (copies, expected) in enumerate(zip(got["params"], last["params"])):
+    for v, (copies, expected) in enumerate(zip(got.params, last["params"])):
         for r, copy in enumerate(copies):
-            assert_close(copy, expected, what=f"{what}: variable {v} on replica {r}", n_terms=4, **common)
-    if got["iterations"] != last["iterations"]:
-        raise PropertyFailure(f"[{spec}] {what}: optimizer iterations {got['iterations']}, "
-                              f"but should be {last['iterations']}")
+            check.close(copy, expected, f"{what}: variable {v} on replica {r}", kind="trained", n_terms=4)
+    check.equal(got.iterations, last["iterations"], f"{what}: optimizer iterations")
     # slots matched by shape and value (optimizer variable names differ across Keras versions)
-    pool = [np.asarray(v) for v in got["optimizer"] if np.asarray(v).ndim > 0]
-    tol = tolerance(dtype, "trained", n_terms=4)
+    pool = [np.asarray(v) for v in got.optimizer if np.asarray(v).ndim > 0]
+    tol = tolerance(check.dtype, "trained", n_terms=4)
     for i, slot in enumerate(last["slots"]):
-        if not any(p.shape == slot.shape and np.all(np.abs(p - slot) <= tol.bound(slot)) for p in pool):
-            raise PropertyFailure(f"[{spec}] {what}: no optimizer variable equals reference slot {i} "
-                                  f"{np.array2string(slot, precision=6)}")
+        check.that(any(p.shape == slot.shape and np.all(np.abs(p - slot) <= tol.bound(slot)) for p in pool),
+                   f"{what}: optimizer variables", [p.shape for p in pool], f"one equal to reference slot {i} {slot}")
     if metrics is not None:  # metric state as saved (accumulation itself is test_metrics.py's property)
-        assert_close(got["metrics"]["loss"], metrics["metrics"]["loss"], n_terms=16,
-                     what=f"{what}: loss Mean state (total, count) vs the saved state", **common)
+        check.close(got.metrics["loss"], metrics.metrics["loss"],
+                    f"{what}: loss Mean state (total, count) vs the saved state", kind="trained", n_terms=16)
 
 
 @examples(0.3)
@@ -77,18 +73,18 @@ def test_checkpoint_restores_under_another_strategy(engines, spec, restore_specs
     try:
         saved = engines.call(spec, "checkpoint.save", arch=arch_dict(arch), optimizer=optimizer, dtype=dtype,
                              params=params, steps=steps, directory=directory)
+        case = {"arch": arch_name, "optimizer": optimizer, "restored under": target.text}
         for w, state in enumerate(saved):
-            _check_state(state, before, spec, dtype, f"saved state (worker {w})")
+            _check_state(state, before, Check(spec, dtype, case), f"saved state (worker {w})")
         out = engines.call(target, "checkpoint.restore", arch=arch_dict(arch), optimizer=optimizer, dtype=dtype,
-                           path=saved[0]["path"], steps=more)
+                           path=saved[0].path, steps=more)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
     where = f"saved under {spec}, restored under {target}"
+    check = Check(target, dtype, case)
     for w, r in enumerate(out):
-        _check_state(r["restored"], before, target, dtype, f"{where}: restored (worker {w})",
-                     metrics=saved[0])
-        _check_state(r["after"], uninterrupted, target, dtype,
-                     f"{where}: one step after restore vs uninterrupted run (worker {w})")
+        _check_state(r.restored, before, check, f"{where}: restored (worker {w})", metrics=saved[0])
+        _check_state(r.after, uninterrupted, check, f"{where}: one step after restore vs uninterrupted run (worker {w})")
 
 
 def test_integer_metric_state_survives_restore(engines, spec):
@@ -98,13 +94,12 @@ def test_integer_metric_state_survives_restore(engines, spec):
     directory = tempfile.mkdtemp(prefix="tfds-ckpt-")
     try:
         saved = engines.call(parse_spec("default"), "checkpoint.counters_save", values=values, directory=directory)[0]
-        out = engines.call(spec, "checkpoint.counters_restore", n=len(values), path=saved["path"])
+        out = engines.call(spec, "checkpoint.counters_restore", n=len(values), path=saved.path)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
+    check = Check(spec, case={"saved with no strategy": values})
     for w, r in enumerate(out):
-        if r["restored"] != values:
-            raise PropertyFailure(f"[{spec}] int64 Sum metrics saved as {values} read {r['restored']} after a "
-                                  f"restore (worker {w})")
+        check.equal(r.values, values, f"int64 Sum metrics after a restore (worker {w})")
 
 
 @examples(0.3)
@@ -122,7 +117,6 @@ def test_saved_model_exported_under_a_strategy_predicts_identically_without_one(
         shutil.rmtree(directory, ignore_errors=True)
     out, _, _ = ref_model.forward(arch, params, x)
     expected = ref_model.losses.softmax(out) if arch.head == "softmax" else out
-    assert_close(under[0]["prediction"], expected, what="prediction under the strategy", spec=spec,
-                 dtype="float32", n_terms=8)
-    assert_close(reloaded["prediction"], under[0]["prediction"], spec=spec, dtype="float32",
-                 what="prediction of the reloaded SavedModel vs under the strategy", override={"float32": (0.0, 0.0)})
+    check = Check(spec, "float32", {"arch": arch_name, "x": x})
+    check.close(under[0].prediction, expected, "prediction under the strategy", n_terms=8)
+    check.exact(reloaded.prediction, under[0].prediction, "prediction of the reloaded SavedModel vs under the strategy")

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from reference import distribute as ref
 from reference import input as ref_input
-from suite.harness.check import PropertyFailure
+from suite.common.results import Raised
+from suite.harness.check import Check
 from suite.harness.pool import ProbeError
 
 STYLES = ("for", "iter_next", "get_next_as_optional", "tf_function_for")
@@ -58,15 +59,13 @@ def _expected(spec, case):
                                         spec.replicas // spec.workers, case["policy"], known)
 
 
-def _check_raised(results, exc, spec, case, where):
+def _check_raised(results, exc, check, where):
     """Where the reference says every worker raises while distributing (FILE on a source
     without files), every worker must have raised that error."""
     __tracebackhide__ = True
     for w, r in enumerate(results):
         want_type, want_prefix = exc.raised[w]
-        if r.get("raised") != want_type or want_prefix not in r.get("message", ""):
-            raise PropertyFailure(f"[{spec}] {case}, worker {w}: got {r.get('raised', 'no error')} "
-                                  f"{r.get('message', '')!r}, but should raise {want_type}: {want_prefix}")
+        check.raises(r, want_type, f"{where}, worker {w}", want_prefix)
 
 
 def _ids(part) -> list[int]:
@@ -75,14 +74,10 @@ def _ids(part) -> list[int]:
     return [int(row.flat[0]) if row.size else None for row in a] if a.ndim else [int(a)]
 
 
-def _check_rows(part, ids, feature_shape, dtype, where):
-    __tracebackhide__ = True
-    a = np.asarray(part)
-    expected = np.zeros((len(ids), *feature_shape), dtype=dtype) + np.asarray(ids, dtype=dtype).reshape(
+def _rows(ids, feature_shape, dtype) -> np.ndarray:
+    """The replica batch of elements ``ids``: each row its id broadcast to the element shape."""
+    return np.zeros((len(ids), *feature_shape), dtype=dtype) + np.asarray(ids, dtype=dtype).reshape(
         (-1,) + (1,) * len(feature_shape))
-    if a.dtype != np.dtype(dtype) or a.shape != expected.shape or not np.array_equal(a, expected):
-        raise PropertyFailure(f"{where}: got {a.dtype.name}{list(a.shape)} rows {_ids(a)}, but should be "
-                              f"{np.dtype(dtype).name}{list(expected.shape)} rows {ids}")
 
 
 @pytest.mark.parametrize("style", STYLES)
@@ -92,28 +87,24 @@ def test_replica_batches_follow_the_split_rule(engines, spec, style, data):
     results = engines.call(spec, "input.distribute", style=style, **case)
     known = ref_input.batch_size_known(not case["batch_size_known"], case["drop_remainder"])
     rule = ref_input.split_rule(case["policy"], known, case["files"] is not None, spec.workers)
+    check = Check(spec, case=dict(case, style=style, rule=rule))
     try:
         per_worker = _expected(spec, case)
     except ref_input.InputError as exc:
-        _check_raised(results, exc, spec, case, style)
+        _check_raised(results, exc, check, "experimental_distribute_dataset")
         return
     for w, result in enumerate(results):
         expected = per_worker[w]
-        where = f"[{spec}] {style}, rule {rule}, {case}" + (f", worker {w}" if len(results) > 1 else "")
-        if "raised" in result:
-            raise PropertyFailure(f"{where}: raised {result['raised']}: {result['message']}")
-        if len(result["steps"]) != len(expected):
-            raise PropertyFailure(f"{where}: {len(result['steps'])} steps, but should be {len(expected)} "
-                                  f"(got {[[_ids(p) for p in s] for s in result['steps']]}, expected {expected})")
-        for s, (got, mine) in enumerate(zip(result["steps"], expected)):
-            if len(got) != len(mine):
-                raise PropertyFailure(f"{where}: step {s} has {len(got)} local replica batches, not {len(mine)}")
+        who = f" (worker {w})" if len(results) > 1 else ""
+        check.returned(result, f"distributing and iterating{who}")
+        check.equal([[_ids(p) for p in step] for step in result.steps], expected,
+                    f"element ids of every step's local replica batches{who}")
+        for s, (got, mine) in enumerate(zip(result.steps, expected)):
             for r, (part, ids) in enumerate(zip(got, mine)):
-                _check_rows(part, ids, case["feature_shape"], case["dtype"],
-                            f"{where}: step {s} replica {w * len(mine) + r}")
-        if style in AFTER_END and result["after_end"] != AFTER_END[style]:
-            raise PropertyFailure(f"{where}: after the last step the iterator gave {result['after_end']}, "
-                                  f"but should give {AFTER_END[style]}")
+                check.exact(part, _rows(ids, case["feature_shape"], case["dtype"]),
+                            f"step {s} replica {w * len(mine) + r}{who}")
+        if style in AFTER_END:
+            check.equal(result.after_end, AFTER_END[style], f"the exhausted iterator{who}")
 
 
 @given(data=st.data())
@@ -125,30 +116,28 @@ def test_every_element_is_delivered_exactly_once(engines, spec, data):
     case = data.draw(input_cases(spec), label="case")
     assume(case["files"] is None and case["policy"] != "FILE" or spec.workers == 1)
     results = engines.call(spec, "input.distribute", style="for", **case)
-    if any("raised" in r for r in results):
-        raise PropertyFailure(f"[{spec}] {case}: raised {[r.get('raised') for r in results]}")
-    delivered = sorted(i for r in results for step in r["steps"] for part in step for i in _ids(part))
+    check = Check(spec, case=case)
+    for w, r in enumerate(results):
+        check.returned(r, f"distributing and iterating (worker {w})")
+    delivered = sorted(i for r in results for step in r.steps for part in step for i in _ids(part))
     everything = sorted(i for f in case["files"] for i in f) if case["files"] is not None else list(range(case["length"]))
     kept = everything[:len(everything) - (len(everything) % case["batch"] if case["drop_remainder"] else 0)]
     copies = spec.workers if ref_input.shard_policy(case["policy"], case["files"] is not None,
                                                      spec.workers) == "OFF" else 1
-    if delivered != sorted(kept * copies):
-        missing = sorted(set(kept) - set(delivered))
-        wrong = sorted(i for i in set(delivered) if delivered.count(i) != copies or i not in kept)
-        raise PropertyFailure(f"[{spec}] {case}: elements missing {missing}; delivered other than "
-                              f"{copies}x or unexpected: {wrong}")
+    check.equal(sorted(set(kept) - set(delivered)), [], "elements missing")
+    check.equal(sorted(i for i in set(delivered) if delivered.count(i) != copies or i not in kept), [],
+                f"elements delivered other than {copies}x, or not in the dataset")
 
 
 @given(data=st.data())
 def test_iteration_styles_deliver_the_same_stream(engines, spec, data):
     case = data.draw(input_cases(spec), label="case")
-    streams = {style: [[[_ids(p) for p in step] for step in r["steps"]] if "steps" in r else r["raised"]
+    streams = {style: [r.type if isinstance(r, Raised) else [[_ids(p) for p in step] for step in r.steps]
                        for r in engines.call(spec, "input.distribute", style=style, **case)]
                for style in STYLES}
-    first = streams["for"]
+    check = Check(spec, case=case)
     for style, stream in streams.items():
-        if stream != first:
-            raise PropertyFailure(f"[{spec}] {case}: iterating with {style!r} gives {stream}, but 'for' gives {first}")
+        check.equal(stream, streams["for"], f"the stream iterating with {style!r} vs with 'for'")
 
 
 @given(length=st.integers(0, 20), global_batch=st.integers(1, 8))
@@ -157,31 +146,25 @@ def test_distribute_datasets_from_function_follows_input_context(engines, spec, 
     get_per_replica_batch_size divides the global batch (or raises when it does not divide);
     the per-worker dataset's elements reach the worker's replicas one whole element each."""
     results = engines.call(spec, "input.from_function", length=length, global_batch=global_batch)
+    check = Check(spec, case={"length": length, "global_batch": global_batch})
     for w, r in enumerate(results):
-        where = f"[{spec}] length={length}, global_batch={global_batch}, worker {w}"
-        if r["contexts"] != [[spec.workers, w, spec.replicas]]:
-            raise PropertyFailure(f"{where}: input contexts {r['contexts']}, but should be "
-                                  f"{[[spec.workers, w, spec.replicas]]} (num_input_pipelines, id, replicas)")
+        check.equal(r.contexts, [[spec.workers, w, spec.replicas]],
+                    f"input contexts (num_input_pipelines, input_pipeline_id, num_replicas_in_sync) of worker {w}")
         try:
             expected = ref_input.datasets_from_function(length, global_batch, spec.replicas, spec.workers)[w]
         except ValueError as exc:
-            if r.get("raised") != "ValueError" or r["message"] != str(exc):
-                raise PropertyFailure(f"{where}: got {r.get('raised')}: {r.get('message')!r}, but should "
-                                      f"raise ValueError: {str(exc)!r}") from None
+            message = " ".join(str(exc).split())
+            check.raises(r.raised or r, "ValueError", f"get_per_replica_batch_size on worker {w}", message)
             continue
-        got = [[_ids(p) for p in step] for step in r["steps"]]
-        if got != expected:
-            raise PropertyFailure(f"{where}: steps {got}, but should be {expected}")
+        check.equal([[_ids(p) for p in step] for step in r.steps], expected, f"element ids of every step on worker {w}")
 
 
 def test_values_from_function_sees_each_replica_context(engines, spec):
     results = engines.call(spec, "input.values_from_function")
     for w, r in enumerate(results):
         expected = ref.local_results([[i, spec.replicas] for i in range(spec.replicas)], w, len(results))
-        got = [np.asarray(v).tolist() for v in r["local"]]
-        if got != expected:
-            raise PropertyFailure(f"[{spec}] worker {w}: ValueContexts (replica id, replicas) {got}, "
-                                  f"but should be {expected}")
+        Check(spec).equal([np.asarray(v).tolist() for v in r.local], expected,
+                          f"ValueContexts (replica id, replicas) on worker {w}")
 
 
 @pytest.mark.specs(lambda spec: spec.replicas > 1 and spec.workers == 1)
@@ -194,11 +177,12 @@ def test_partial_last_step_is_delivered(engines, spec, style):
     case = {"length": 15, "batch": 7, "drop_remainder": False, "policy": "OFF", "batch_size_known": True,
             "feature_shape": (), "dtype": "int64", "files": None}
     per_worker = _expected(spec, case)
-    assert ref_input.needs_dummies(15, 7, False, spec.workers, spec.replicas // spec.workers, "OFF")
+    check = Check(spec, case=dict(case, style=style))
+    check.that(ref_input.needs_dummies(15, 7, False, spec.workers, spec.replicas // spec.workers, "OFF"),
+               "the reference's last step", per_worker[0][-1], "a step that needs empty batches")
     for w, result in enumerate(engines.call(spec, "input.distribute", style=style, **case)):
-        got = [[_ids(p) for p in step] for step in result["steps"]]
-        if got != per_worker[w]:
-            raise PropertyFailure(f"[{spec}] {style}, {case}, worker {w}: steps {got}, but should be {per_worker[w]}")
+        check.equal([[_ids(p) for p in step] for step in result.steps], per_worker[w],
+                    f"element ids of every step on worker {w}")
 
 
 @pytest.mark.specs(lambda spec: spec.workers > 1)
@@ -216,5 +200,8 @@ def test_file_sharding_with_fewer_files_than_workers_fails(pool, spec, policy):
         pool.call(spec, "input.distribute", length=0, files=files, batch=2, drop_remainder=False, policy=policy,
                   style="for")
     want_type, want_prefix = expected.value.raised[0]
-    assert info.value.type_name == want_type and want_prefix in str(info.value), str(info.value)
-    assert set(pool.get(spec).pids()).isdisjoint(old), "the cluster must be replaced"
+    check = Check(spec, case={"files": files, "policy": policy})
+    check.raises(info.value.raised, want_type, "distributing fewer files than workers", want_prefix)
+    new = pool.get(spec).pids()
+    check.that(set(new).isdisjoint(old), "the cluster's processes after the failure", new,
+               f"all new (the pool replaces the cluster of {old})")

@@ -12,7 +12,7 @@ from reference import distribute as ref
 from reference import losses as ref_losses
 from suite.common.catalog import LOSS_CLASSES
 from suite.harness import cases, repro
-from suite.harness.check import assert_per_replica, assert_raises_as, assert_same_on_workers
+from suite.harness.check import Check
 from suite.harness.profiles import examples
 
 DTYPES = pytest.mark.parametrize("dtype", cases.DTYPES)
@@ -50,13 +50,10 @@ def test_compute_average_loss_matches_reference(engines, spec, dtype, weight_kin
     per_loss = ref.split(losses, sizes)
     per_w = ref.split(weights, sizes) if weight_kind == "per_example" else [weights] * len(sizes)
     expected = [ref.compute_average_loss(part, w, gbs, spec.replicas) for part, w in zip(per_loss, per_w)]
-    case = {"sizes": sizes, "losses": losses, "weights": weights, "global_batch_size": gbs}
-    snippet = _avg_loss_repro(spec, losses, sizes, weights, weight_kind, gbs)
-    assert_per_replica(results, expected, what="compute_average_loss", spec=spec, dtype=dtype,
-                       case=case, n_terms=max(sizes + [1]), replicas=spec.replicas, repro=snippet)
-    assert_same_on_workers(results, "total", sum(expected), what="SUM of compute_average_loss",
-                           spec=spec, dtype=dtype, case=case, n_terms=n + spec.replicas,
-                           replicas=spec.replicas, repro=snippet)
+    check = Check(spec, dtype, {"sizes": sizes, "losses": losses, "weights": weights, "global_batch_size": gbs},
+                  _avg_loss_repro(spec, losses, sizes, weights, weight_kind, gbs))
+    check.per_replica(results, expected, "compute_average_loss", n_terms=max(sizes + [1]))
+    check.on_workers(results, "total", sum(expected), "SUM of compute_average_loss", n_terms=n + spec.replicas)
 
 
 @DTYPES
@@ -70,17 +67,13 @@ def test_summed_scaled_loss_equals_the_global_mean_on_even_splits(engines, spec,
     losses = data.draw(cases.floats(dtype, n, 0.0, 8.0), label="per-example losses")
     results = engines.call(spec, "losses.compute_average_loss", losses=losses, sizes=sizes)
     global_mean = float(np.mean(losses.astype(np.float64)))
-    case = {"sizes": sizes, "losses": losses}
+    check = Check(spec, dtype, {"sizes": sizes, "losses": losses})
     if len(set(sizes)) == 1:
-        assert_same_on_workers(results, "total", global_mean, spec=spec, dtype=dtype, case=case,
-                               what="SUM of compute_average_loss vs single-device mean",
-                               n_terms=n, replicas=spec.replicas)
+        check.on_workers(results, "total", global_mean, "SUM of compute_average_loss vs single-device mean", n_terms=n)
         return
     documented = sum(ref.compute_average_loss(part, None, None, spec.replicas)
                      for part in ref.split(losses, sizes))
-    assert_same_on_workers(results, "total", documented, spec=spec, dtype=dtype, case=case,
-                           what="SUM of compute_average_loss on an uneven split", n_terms=n,
-                           replicas=spec.replicas)
+    check.on_workers(results, "total", documented, "SUM of compute_average_loss on an uneven split", n_terms=n)
     if global_mean:
         factor = documented / global_mean
         note(f"uneven split {sizes}: summed scaled loss = {factor:.4f} x global mean")
@@ -97,10 +90,10 @@ def test_mean_metric_of_scaled_losses_reports_loss_over_replicas(engines, spec, 
     results = engines.call(spec, "losses.compute_average_loss", losses=losses, sizes=sizes,
                            global_batch_size=gbs)
     loss = float(np.mean(losses))
-    assert_same_on_workers(results, "total", loss, what="summed scaled loss", spec=spec, dtype=dtype,
-                           n_terms=gbs)
-    assert_same_on_workers(results, "tracked_mean", loss / spec.replicas, spec=spec, dtype=dtype,
-                           what="Mean metric of the scaled losses (loss / replicas)", n_terms=gbs)
+    check = Check(spec, dtype, {"sizes": sizes, "losses": losses})
+    check.on_workers(results, "total", loss, "summed scaled loss", n_terms=gbs)
+    check.on_workers(results, "tracked_mean", loss / spec.replicas, "Mean metric of the scaled losses (loss / replicas)",
+                     n_terms=gbs)
 
 
 @pytest.mark.specs(lambda s: s.replicas == 2)
@@ -109,9 +102,9 @@ def test_documented_loss_tracking_pitfall_example(engines, spec):
     3.5 and a Mean of the scaled losses gives 1.75."""
     results = engines.call(spec, "losses.compute_average_loss", losses=np.array([2.0, 3, 4, 5]),
                            sizes=[2, 2], global_batch_size=4)
-    assert_same_on_workers(results, "total", 3.5, what="summed scaled loss", spec=spec, dtype="float64")
-    assert_same_on_workers(results, "tracked_mean", 1.75, what="Mean of scaled losses", spec=spec,
-                           dtype="float64")
+    check = Check(spec, "float64", {"sizes": [2, 2], "losses": [2.0, 3, 4, 5], "global_batch_size": 4})
+    check.on_workers(results, "total", 3.5, "summed scaled loss")
+    check.on_workers(results, "tracked_mean", 1.75, "Mean of scaled losses")
 
 
 @DTYPES
@@ -121,11 +114,10 @@ def test_scale_regularization_loss_divides_by_replicas(engines, spec, dtype, dat
     reg = data.draw(cases.floats(dtype, st.integers(0, 4), 0.0, 8.0), label="regularization losses")
     results = engines.call(spec, "losses.scale_regularization_loss", reg_losses=reg)
     each = ref.scale_regularization_loss(reg, spec.replicas)
-    assert_per_replica(results, [each] * spec.replicas, what="scale_regularization_loss", spec=spec,
-                       dtype=dtype, n_terms=len(reg) + 1, replicas=spec.replicas)
-    assert_same_on_workers(results, "total", float(np.sum(reg, dtype=np.float64)), spec=spec,
-                           what="SUM of scale_regularization_loss", dtype=dtype,
-                           n_terms=len(reg) + spec.replicas, replicas=spec.replicas)
+    check = Check(spec, dtype, {"regularization losses": reg})
+    check.per_replica(results, [each] * spec.replicas, "scale_regularization_loss", n_terms=len(reg) + 1)
+    check.on_workers(results, "total", float(np.sum(reg, dtype=np.float64)), "SUM of scale_regularization_loss",
+                     n_terms=len(reg) + spec.replicas)
 
 
 @DTYPES
@@ -154,10 +146,10 @@ def test_multi_dimensional_labels(engines, spec, dtype, normalise, data):
         "per_element = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=z)\n"
         + ("per_element /= tf.cast(tf.reduce_prod(tf.shape(y)[1:]), per_element.dtype)\n" if normalise else "")
         + f"return tf.nn.compute_average_loss(per_element, global_batch_size={n})")
-    assert_same_on_workers(results, "total", expected, spec=spec, dtype=dtype, n_terms=per_element.size, repro=snippet,
-                           what="SUM of compute_average_loss (%s)" % ("per-element mean" if normalise
-                                                                       else "elements x mean"),
-                           elements=elements, case={"sizes": sizes, "label dims": tail})
+    check = Check(spec, dtype, {"sizes": sizes, "label dims": tail}, snippet)
+    check.on_workers(results, "total", expected,
+                     "SUM of compute_average_loss (%s)" % ("per-element mean" if normalise else "elements x mean"),
+                     n_terms=per_element.size, elements=elements)
 
 
 KERAS_LOSSES = sorted(ref_losses.PER_EXAMPLE)
@@ -202,12 +194,12 @@ def test_keras_loss_reduction_inside_strategy_run(engines, spec, engine_versions
     snippet = repro.replica_run(spec, {"y_true": y_true, "y_pred": y_pred, "sizes": sizes},
                                 f"loss = tf.keras.losses.{cls}(reduction={reduction!r}, **{kwargs!r})\n"
                                 "return loss(*my_slice(y_true, y_pred))")
+    check = Check(spec, dtype, case, snippet)
+    what = f"{kind} loss, reduction {reduction!r}"
     if isinstance(expected[0], ref_losses.Raises):
         for r in results:
-            assert_raises_as(r, expected[0], what=f"{kind} loss with reduction {reduction!r}",
-                             spec=spec, case=case, repro=snippet)
+            check.raises(r, expected[0], what)
         return
     for r in results:
-        assert "raised" not in r, f"[{spec}] {kind}/{reduction} raised {r.get('raised')}: {r.get('message')}"
-    assert_per_replica(results, expected, what=f"{kind} loss, reduction {reduction!r}", spec=spec,
-                       dtype=dtype, case=case, n_terms=8, replicas=spec.replicas, repro=snippet)
+        check.returned(r, what)
+    check.per_replica(results, expected, what, n_terms=8)

@@ -12,7 +12,7 @@ from reference import distribute as ref
 from reference import metrics as ref_metrics
 from suite.common.catalog import METRIC_CLASSES
 from suite.harness import cases, repro
-from suite.harness.check import PropertyFailure, assert_per_replica, assert_same_on_workers
+from suite.harness.check import Check
 
 
 def _batch(data, kind, dtype, n):
@@ -67,16 +67,14 @@ def test_metric_result_is_the_metric_of_the_global_data(engines, spec, engine_ve
                             "in_replica = tf.function(lambda: strategy.run(fn))()\n"
                             "print('in replica context:', strategy.experimental_local_results(in_replica))\n"
                             "print('cross-replica result():', metric.result().numpy())\n")
-    common = dict(spec=spec, dtype=dtype, n_terms=n + 1, replicas=spec.replicas, repro=snippet,
-                  case={"kind": kind, "sizes": [b[2] for b in batches]})
-    assert_same_on_workers(results, "result", ref_metrics.cross_replica_result(kind, states),
-                           what=f"{kind}.result() in cross-replica context", **common)
+    check = Check(spec, dtype, {"kind": kind, "sizes": [b[2] for b in batches]}, snippet)
+    check.on_workers(results, "result", ref_metrics.cross_replica_result(kind, states),
+                     f"{kind}.result() in cross-replica context", n_terms=n + 1)
     for w, r in enumerate(results):
         if spec.kind in ("default", "one_device", "central_storage"):
             break  # plain variables, or CentralStorage's single aggregating copy
-        if len(set(r["variables"])) != 1 or "SyncOnRead" not in r["variables"][0]:
-            raise PropertyFailure(f"[{spec}] {kind} state variables are {r['variables']}, but should be "
-                                  f"sync-on-read (SyncOnReadVariable) on worker {w}")
+        check.that(len(set(r.variables)) == 1 and "SyncOnRead" in r.variables[0],
+                   f"{kind} state variables on worker {w}", r.variables, "sync-on-read (SyncOnReadVariable)")
     for step, expected in enumerate(in_replica_expected):
-        assert_per_replica([{"local": r["in_replica"][step]} for r in results], expected,
-                           what=f"{kind}.result() inside strategy.run after batch {step + 1}", **common)
+        check.per_replica([r.in_replica[step] for r in results], expected,
+                          f"{kind}.result() inside strategy.run after batch {step + 1}", attr=None, n_terms=n + 1)

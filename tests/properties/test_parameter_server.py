@@ -18,7 +18,7 @@ from reference.losses import Raises
 from suite.common.catalog import ADAPTIVE
 from suite.harness import cases
 from suite.harness.cases import ARCHS, arch_dict, training_cases
-from suite.harness.check import PropertyFailure, assert_close
+from suite.harness.check import Check
 from suite.harness.profiles import examples
 
 
@@ -42,17 +42,15 @@ def test_ordered_training_equals_the_reference(engines, ps_spec, optimizer, data
     for mode in _modes(spec):
         result = engines.call(spec, "ps.train", arch=arch_dict(arch), optimizer=optimizer, dtype=dtype,
                               params=params, steps=steps, mode=mode)[0]
-        common = dict(spec=spec, dtype=dtype, kind="trained", replicas=1,
-                      case={"arch": arch_name, "optimizer": optimizer, "mode": mode, "sizes": [s[2] for s in steps]})
-        for s, (got, want) in enumerate(zip(result["losses"], history)):
-            assert_close(got, want["loss"], what=f"loss of scheduled step {s + 1} ({mode})", **common)
-        for v, (got, want) in enumerate(zip(result["params"], history[-1]["params"])):
-            assert_close(got, want, n_terms=4, what=f"variable {v} after {len(steps)} steps ({mode})", **common)
-        if result["iterations"] != len(steps):
-            raise PropertyFailure(f"[{spec}] optimizer.iterations={result['iterations']} after {len(steps)} "
-                                  f"scheduled steps ({mode})")
-        if not all("/job:ps/" in d for d in result["devices"]):
-            raise PropertyFailure(f"[{spec}] model variables on {result['devices']}, not on the ps tasks")
+        check = Check(spec, dtype, {"arch": arch_name, "optimizer": optimizer, "mode": mode,
+                                    "sizes": [s[2] for s in steps]}, replicas=1)
+        for s, (got, want) in enumerate(zip(result.losses, history)):
+            check.close(got, want["loss"], f"loss of scheduled step {s + 1} ({mode})", kind="trained")
+        for v, (got, want) in enumerate(zip(result.params, history[-1]["params"])):
+            check.close(got, want, f"variable {v} after {len(steps)} steps ({mode})", kind="trained", n_terms=4)
+        check.equal(result.iterations, len(steps), f"optimizer.iterations after {len(steps)} scheduled steps ({mode})")
+        check.that(all("/job:ps/" in d for d in result.devices), "devices of the model variables", result.devices,
+                   "on the ps tasks")
 
 
 @pytest.mark.parametrize("optimizer", ["keras", "assign_sub"])
@@ -69,15 +67,13 @@ def test_every_scheduled_step_is_applied_exactly_once(engines, ps_spec, optimize
     lr = 2.0 ** -lr_exp
     r = engines.call(ps_spec, "ps.exactly_once", w0=w0, c=c_arr, lr=lr, steps=steps, optimizer=optimizer)[0]
     expected = ref_ps.weight_independent_steps(w0, c_arr, lr, steps)
-    where = f"[{ps_spec}] {optimizer}, {steps} steps, lr={lr}, c={c_arr.tolist()}, w0={w0.tolist()}"
-    if r["count"] != steps or r["fetched"] != steps:
-        raise PropertyFailure(f"{where}: the step counter reads {r['count']} and {r['fetched']} results were "
-                              f"fetched, but {steps} steps were scheduled")
-    got = np.asarray(r["w"], np.float64)
-    if not np.array_equal(got, expected):
-        moved = (np.asarray(w0, np.float64) - got) / (lr * c_arr) if np.all(c_arr) else None
-        raise PropertyFailure(f"{where}: weights {got.tolist()}, but should be exactly {expected.tolist()}"
-                              + (f" (as if {np.round(moved, 3).tolist()} steps were applied)" if moved is not None else ""))
+    check = Check(ps_spec, dtype, {"optimizer": optimizer, "steps": steps, "lr": lr, "c": c_arr, "w0": w0})
+    check.equal(r.count, steps, "the step counter after the scheduled steps")
+    check.equal(r.fetched, steps, "results fetched")
+    got = np.asarray(r.w, np.float64)
+    moved = (np.asarray(w0, np.float64) - got) / (lr * c_arr) if np.all(c_arr) else None
+    check.exact(got, expected, "weights after the scheduled steps",
+                f"as if {np.round(moved, 3).tolist()} steps were applied" if moved is not None else "")
 
 
 @given(steps=st.integers(20, 60))
@@ -87,9 +83,10 @@ def test_optimizer_iterations_count_every_scheduled_step(engines, ps_spec, steps
     it reads ``steps``, as the step counter variable does."""
     w0 = np.zeros(2, "float32")
     r = engines.call(ps_spec, "ps.exactly_once", w0=w0, c=np.ones(2, "float32"), lr=0.25, steps=steps)[0]
-    if r["count"] != steps or r["iterations"] != steps:
-        raise PropertyFailure(f"[{ps_spec}] after {steps} scheduled steps optimizer.iterations reads {r['iterations']} "
-                              f"(the step counter {r['count']}, the weights moved {float(-r['w'][0]) / 0.25:g} steps)")
+    check = Check(ps_spec, "float32", {"steps": steps})
+    hint = f"the step counter reads {r.count}, the weights moved {float(-r.w[0]) / 0.25:g} steps"
+    check.equal(r.count, steps, "the step counter after the scheduled steps", hint)
+    check.equal(r.iterations, steps, "optimizer.iterations after the scheduled steps", hint)
 
 
 @st.composite
@@ -118,21 +115,15 @@ def test_partitioned_variables_reassemble(engines, ps_spec, case):
         n = ref_ps.fixed_shards(value.shape[0], params["num_shards"])
     else:
         n = ref_ps.min_size_shards(value.shape, value.dtype.itemsize, params["min_shard_bytes"], params["max_shards"])
-    where = f"[{ps_spec}] {kind}{params} of a {value.dtype.name}{list(value.shape)} variable"
+    check = Check(ps_spec, case={"partitioner": kind, **params, "variable": value})
     rows = ref_ps.shard_rows(value.shape[0], n)
-    if r["rows"] != rows:
-        raise PropertyFailure(f"{where}: shards of {r['rows']} rows, but should be {rows}")
-    first = r["ps_tasks"][0]
-    expected_tasks = [(first + i) % ps_spec.ps for i in range(len(rows))]
-    if r["ps_tasks"] != expected_tasks:
-        raise PropertyFailure(f"{where}: shards on ps tasks {r['ps_tasks']}, but round-robin gives {expected_tasks}")
-    for i, (got, want) in enumerate(zip(r["shards"], ref_ps.shards(value, n))):
-        if not np.array_equal(got, want):
-            raise PropertyFailure(f"{where}: shard {i} holds {np.asarray(got).tolist()}, not {want.tolist()}")
-    for name in ("whole", "concat"):
-        if not np.array_equal(r[name], value):
-            raise PropertyFailure(f"{where}: reassembled ({name}) {np.asarray(r[name]).tolist()}, "
-                                  f"but the variable is {value.tolist()}")
+    check.equal(r.rows, rows, "rows of each shard")
+    first = r.ps_tasks[0]
+    check.equal(r.ps_tasks, [(first + i) % ps_spec.ps for i in range(len(rows))], "ps task of each shard (round-robin)")
+    for i, (got, want) in enumerate(zip(r.shards, ref_ps.shards(value, n))):
+        check.exact(got, want, f"shard {i}")
+    check.exact(r.whole, value, "the variable reassembled (whole)")
+    check.exact(r.concat, value, "the shards concatenated in order")
 
 
 @pytest.mark.parametrize("dtype", cases.DTYPES)
@@ -149,21 +140,20 @@ def test_num_replicas_and_loss_scaling(engines, ps_spec, engine_versions, reduct
     gbs = data.draw(st.none() | st.integers(1, 12), label="global_batch_size")
     r = engines.call(ps_spec, "ps.loss_scaling", per_example=per_example, weights=weights,
                      global_batch_size=gbs, reduction=reduction)[0]
-    if (r["num_replicas_in_sync"], r["replica_context_replicas"]) != (ref_ps.NUM_REPLICAS_IN_SYNC_CPU,) * 2:
-        raise PropertyFailure(f"[{ps_spec}] num_replicas_in_sync {r['num_replicas_in_sync']} (strategy), "
-                              f"{r['replica_context_replicas']} (replica context), but CPU workers make it 1")
-    case = {"per_example": per_example.tolist(), "weights": None if weights is None else weights.tolist(), "gbs": gbs}
-    assert_close(r["compute_average_loss"],
-                 ref.compute_average_loss(per_example, weights, gbs, num_replicas=ref_ps.NUM_REPLICAS_IN_SYNC_CPU),
-                 what="compute_average_loss in a scheduled step", spec=ps_spec, dtype=dtype, case=case, n_terms=n)
+    check = Check(ps_spec, dtype, {"per_example": per_example, "weights": weights, "global_batch_size": gbs},
+                  replicas=ref_ps.NUM_REPLICAS_IN_SYNC_CPU)
+    check.equal(r.num_replicas_in_sync, ref_ps.NUM_REPLICAS_IN_SYNC_CPU,
+                "num_replicas_in_sync of the strategy (CPU workers)")
+    check.equal(r.replica_context_replicas, ref_ps.NUM_REPLICAS_IN_SYNC_CPU,
+                "num_replicas_in_sync in a scheduled step's replica context (CPU workers)")
+    check.close(r.compute_average_loss,
+                ref.compute_average_loss(per_example, weights, gbs, num_replicas=ref_ps.NUM_REPLICAS_IN_SYNC_CPU),
+                "compute_average_loss in a scheduled step", n_terms=n)
     expected = ref_losses.keras_loss_in_replica(per_example, reduction, engine_versions["keras"],
                                                 ref_ps.NUM_REPLICAS_IN_SYNC_CPU, has_strategy=True)
+    what = f"Keras MAE with reduction={reduction} in a scheduled step"
     if isinstance(expected, Raises):
-        if r.get("keras_raised") != str(expected):
-            raise PropertyFailure(f"[{ps_spec}] Keras {reduction} loss in a scheduled step gave "
-                                  f"{r.get('keras_loss', r.get('keras_raised'))}, but should raise {expected}")
+        check.raises(r.keras_raised or r, expected, what)
         return
-    if "keras_raised" in r:
-        raise PropertyFailure(f"[{ps_spec}] Keras {reduction} loss raised {r['keras_raised']}: {r['keras_message']}")
-    assert_close(r["keras_loss"], expected, what=f"Keras MAE with reduction={reduction} in a scheduled step",
-                 spec=ps_spec, dtype=dtype, case=case, n_terms=n)
+    check.returned(r.keras_raised or r, what)
+    check.close(r.keras_loss, expected, what, n_terms=n)

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from reference import distribute as ref
 from suite.harness import cases, repro
-from suite.harness.check import PropertyFailure, assert_per_replica, assert_same_on_workers
+from suite.harness.check import Check
 
 
 @pytest.mark.parametrize("dtype", cases.DTYPES)
@@ -29,16 +29,12 @@ def test_reduce_sum_and_mean_over_uneven_replicas(engines, spec, dtype, data):
                             "mine = tf.function(lambda: strategy.run(lambda: my_slice(rows)[0]))()\n"
                             "for op in ('SUM', 'MEAN'):\n"
                             "    print(op, strategy.reduce(op, mine, axis=0).numpy())\n")
-    common = dict(spec=spec, dtype=dtype, n_terms=n, replicas=spec.replicas, case={"sizes": sizes}, repro=snippet)
-    assert_same_on_workers(results, "sum_axis0", ref.reduce(per_replica, "SUM", axis=0),
-                           what="reduce(SUM, axis=0)", **common)
-    assert_same_on_workers(results, "mean_axis0", ref.reduce(per_replica, "MEAN", axis=0),
-                           what="reduce(MEAN, axis=0)", **common)
-    assert_same_on_workers(results, "sum_none", ref.reduce(row_sums, "SUM"),
-                           what="reduce(SUM, axis=None)", **common)
-    assert_same_on_workers(results, "mean_none", ref.reduce(row_sums, "MEAN"),
-                           what="reduce(MEAN, axis=None)", **common)
-    assert_per_replica(results, row_sums, what="local row sums", **common)
+    check = Check(spec, dtype, {"sizes": sizes}, snippet)
+    check.on_workers(results, "sum_axis0", ref.reduce(per_replica, "SUM", axis=0), "reduce(SUM, axis=0)", n_terms=n)
+    check.on_workers(results, "mean_axis0", ref.reduce(per_replica, "MEAN", axis=0), "reduce(MEAN, axis=0)", n_terms=n)
+    check.on_workers(results, "sum_none", ref.reduce(row_sums, "SUM"), "reduce(SUM, axis=None)", n_terms=n)
+    check.on_workers(results, "mean_none", ref.reduce(row_sums, "MEAN"), "reduce(MEAN, axis=None)", n_terms=n)
+    check.per_replica(results, row_sums, "local row sums", n_terms=n)
 
 
 @given(data=st.data())
@@ -46,10 +42,8 @@ def test_experimental_local_results_are_in_replica_order(engines, spec, data):
     """Each worker's local results list its own replicas, in replica-id order."""
     sizes = data.draw(cases.splits(spec.replicas), label="sizes")
     results = engines.call(spec, "reduce.reduce", rows=np.ones((sum(sizes), 1)), sizes=sizes)
+    check = Check(spec, "float64", {"sizes": sizes})
     for w, r in enumerate(results):
-        expected = ref.local_results(list(range(spec.replicas)), w, len(results))
-        if r["replica_ids"] != expected:
-            raise PropertyFailure(f"[{spec}] worker {w}: local results come from replicas "
-                                  f"{r['replica_ids']}, but should be {expected}")
-    assert_per_replica(results, [[float(s)] for s in sizes], what="local row count", spec=spec,
-                       dtype="float64")
+        check.equal(r.replica_ids, ref.local_results(list(range(spec.replicas)), w, len(results)),
+                    f"replicas the local results come from (worker {w})")
+    check.per_replica(results, [[float(s)] for s in sizes], "local row count")

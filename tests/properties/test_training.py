@@ -14,24 +14,21 @@ from reference import model as ref_model
 from suite.common.catalog import ADAPTIVE, OPTIMIZERS
 from suite.harness import cases, repro
 from suite.harness.cases import ARCHS, arch_dict, training_cases
-from suite.harness.check import PropertyFailure, assert_close
+from suite.harness.check import Check
 from suite.harness.profiles import examples
 
 
-def _check_history(results, history, spec, dtype, case, snippet=None):
+def _check_history(results, history, check):
     __tracebackhide__ = True
-    common = dict(spec=spec, dtype=dtype, kind="trained", replicas=spec.replicas, case=case, repro=snippet)
     for w, result in enumerate(results):
         who = f" (worker {w})" if len(results) > 1 else ""
-        for s, (got, want) in enumerate(zip(result["history"], history)):
-            assert_close(got["loss"], want["loss"], what=f"summed loss at step {s + 1}{who}", **common)
-            for v, (copies, expected) in enumerate(zip(got["params"], want["params"])):
+        for s, (got, want) in enumerate(zip(result.history, history)):
+            check.close(got.loss, want["loss"], f"summed loss at step {s + 1}{who}", kind="trained")
+            for v, (copies, expected) in enumerate(zip(got.params, want["params"])):
                 for r, copy in enumerate(copies):
-                    assert_close(copy, expected, n_terms=4,
-                                 what=f"variable {v} on local replica {r} after step {s + 1}{who}", **common)
-        if result["iterations"] != len(history):
-            raise PropertyFailure(f"[{spec}] optimizer.iterations={result['iterations']}{who}, "
-                                  f"but should be {len(history)} (one increment per step)")
+                    check.close(copy, expected, f"variable {v} on local replica {r} after step {s + 1}{who}",
+                                kind="trained", n_terms=4)
+        check.equal(result.iterations, len(history), f"optimizer.iterations{who} (one increment per step)")
 
 
 @pytest.mark.parametrize("dtype", cases.DTYPES)
@@ -48,9 +45,9 @@ def test_training_steps_match_reference_on_the_global_batch(engines, spec, optim
     assume(cases.well_conditioned(history, dtype, optimizer in ADAPTIVE))
     results = engines.call(spec, "training.train", arch=arch_dict(arch), optimizer=optimizer,
                            dtype=dtype, params=params, steps=steps)
-    _check_history(results, history, spec, dtype,
-                   {"arch": arch_name, "optimizer": optimizer, "sizes": [s[2] for s in steps]},
-                   repro.training(spec, arch_dict(arch), OPTIMIZERS[optimizer], dtype, params, steps))
+    snippet = repro.training(spec, arch_dict(arch), OPTIMIZERS[optimizer], dtype, params, steps)
+    case = {"arch": arch_name, "optimizer": optimizer, "sizes": [s[2] for s in steps]}
+    _check_history(results, history, Check(spec, dtype, case, snippet))
 
 
 @examples(0.5)
@@ -66,13 +63,13 @@ def test_default_denominator_weights_each_replica_by_its_own_batch(engines, spec
     assume(cases.well_conditioned(history, dtype, False))
     results = engines.call(spec, "training.train", arch=arch_dict(arch), optimizer="sgd",
                            dtype=dtype, params=params, steps=steps, denominator="default")
-    _check_history(results, history, spec, dtype, {"arch": arch_name, "sizes": [s[2] for s in steps]})
+    check = Check(spec, dtype, {"arch": arch_name, "sizes": [s[2] for s in steps]})
+    _check_history(results, history, check)
     if all(len(set(s[2])) == 1 for s in steps):
         single = ref_model.train(arch, params, "sgd", steps, "global")
         for got, want in zip(history, single):
             for a, b in zip(got["params"], want["params"]):
-                assert_close(a, b, what="reference: default denominator on even splits vs global",
-                             spec=spec, dtype=dtype, kind="trained")
+                check.close(a, b, "reference: default denominator on even splits vs global", kind="trained")
 
 
 OPTIMIZER_CLASSES = ["Adadelta", "Adafactor", "Adagrad", "Adam", "AdamW", "Adamax", "Ftrl", "Lamb",
@@ -82,8 +79,8 @@ OPTIMIZER_CLASSES = ["Adadelta", "Adafactor", "Adagrad", "Adam", "AdamW", "Adama
 def test_every_builtin_optimizer_is_covered(engines, spec):
     """The lazy-creation property lists every optimizer the installed Keras exports."""
     names = engines.call(spec, "training.optimizer_names")[0]
-    missing = sorted(set(names) - set(OPTIMIZER_CLASSES))
-    assert not missing, f"[{spec}] keras.optimizers exports {missing}, not covered by OPTIMIZER_CLASSES"
+    Check(spec).equal(sorted(set(names) - set(OPTIMIZER_CLASSES)), [],
+                      "keras.optimizers classes not covered by OPTIMIZER_CLASSES")
 
 
 @pytest.mark.parametrize("name", OPTIMIZER_CLASSES)
@@ -93,17 +90,16 @@ def test_optimizer_variables_created_lazily_in_a_distributed_step(engines, spec,
     and every replica holds the same copy of every optimizer and model variable."""
     if name not in engines.call(spec, "training.optimizer_names")[0]:
         pytest.skip(f"keras.optimizers has no {name} in this version")
+    check = Check(spec, case={"optimizer": name})
     for w, r in enumerate(engines.call(spec, "training.lazy_optimizer", name=name)):
-        who = f"[{spec}] {name} (worker {w})"
-        if "raised" in r:
-            raise PropertyFailure(f"{who}: the first distributed step raised {r['raised']}: {r['message']}")
-        if r["iterations"] != 2 or not r["copies_agree"] or r["n_variables"] < 1:
-            raise PropertyFailure(f"{who}: iterations={r['iterations']} (should be 2), replica copies "
-                                  f"agree={r['copies_agree']}, optimizer variables={r['n_variables']}")
-        if spec.kind not in ("default", "one_device") and r["distributed"] not in (
-                ["MirroredVariable"], ["AggregatingVariable"]):
-            raise PropertyFailure(f"{who}: optimizer variables are {r['distributed']}, but should be "
-                                  f"distributed variables of the strategy")
+        who = f"{name} (worker {w})"
+        check.returned(r, f"{who}: two distributed steps")
+        check.equal(r.iterations, 2, f"{who}: optimizer.iterations after two steps")
+        check.that(r.n_variables >= 1, f"{who}: optimizer variables created", r.n_variables, "at least 1")
+        check.that(r.copies_agree, f"{who}: every replica's copy of every variable agrees", r.copies_agree, "True")
+        if spec.kind not in ("default", "one_device"):
+            check.that(r.distributed in (["MirroredVariable"], ["AggregatingVariable"]), f"{who}: optimizer variables",
+                       r.distributed, "distributed variables of the strategy")
 
 
 @examples(0.5)
@@ -135,18 +131,16 @@ def test_short_last_batch_training_matches_the_reference_split(engines, spec, de
     results = engines.call(spec, "training.train_dataset", arch=arch_dict(arch), optimizer="sgd", dtype=dtype,
                            params=params, x=x, y=y, global_batch=g, epochs=epochs, denominator=denominator)
     per_epoch = len(split)
+    check = Check(spec, dtype, {"G": g, "length": length, "denominator": denominator})
     for w, r in enumerate(results):
-        for e, epoch in enumerate(r["epochs"]):
+        for e, epoch in enumerate(r.epochs):
             want_sizes = [ref.local_results([len(p) for p in s], w, len(results)) for s in split]
-            if epoch["sizes"] != want_sizes:
-                raise PropertyFailure(f"[{spec}] epoch {e + 1} (worker {w}): replica batch sizes {epoch['sizes']}, "
-                                      f"but the input rule gives {want_sizes}")
+            check.equal(epoch.sizes, want_sizes, f"replica batch sizes in epoch {e + 1} (worker {w}), by the input rule")
             expected = history[(e + 1) * per_epoch - 1]["params"]
-            for v, (copies, want) in enumerate(zip(epoch["params"], expected)):
+            for v, (copies, want) in enumerate(zip(epoch.params, expected)):
                 for c, copy in enumerate(copies):
-                    assert_close(copy, want, what=f"variable {v} on replica {c} after epoch {e + 1} (worker {w})",
-                                 spec=spec, dtype=dtype, kind="trained", n_terms=4, replicas=spec.replicas,
-                                 case={"G": g, "length": length, "denominator": denominator})
+                    check.close(copy, want, f"variable {v} on replica {c} after epoch {e + 1} (worker {w})",
+                                kind="trained", n_terms=4)
 
 
 def test_constant_global_batch_weighs_a_short_batch_by_its_share():
@@ -158,4 +152,5 @@ def test_constant_global_batch_weighs_a_short_batch_by_its_share():
     g = 8
     summed = sum(ref_distribute.compute_average_loss(part, global_batch_size=g)
                  for part in ref_distribute.split(losses, [2, 1]))
-    assert np.isclose(summed, len(losses) / g * losses.mean())
+    Check("reference", "float64", {"losses": losses, "G": g}).close(
+        summed, len(losses) / g * losses.mean(), "summed scaled loss of a short batch vs its share of the mean")

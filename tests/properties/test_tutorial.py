@@ -10,19 +10,23 @@ import tempfile
 import numpy as np
 
 from suite.common.specs import parse_spec
-from suite.harness.check import PropertyFailure
+from suite.harness.check import Check
 
 
 def test_synthetic_fashion_data_has_the_fashion_mnist_interface(engines):
     """The engine's stand-in data (suite/engine/workloads/fashion.py) has the shapes and dtypes of
     ``fashion_mnist.load_data()`` and is the same on every call."""
     default = parse_spec("default")
+    check = Check("fashion.load_data(64, 16)")
     (x_train, y_train), (x_test, y_test) = engines.call(default, "tutorial.load_data", n_train=64, n_test=16)[0]
-    assert x_train.shape == (64, 28, 28) and x_train.dtype == np.uint8
-    assert y_train.shape == (64,) and set(np.unique(y_train)) <= set(range(10))
-    assert x_test.shape == (16, 28, 28) and y_test.dtype == np.uint8
+    check.equal((x_train.shape, x_train.dtype.name), ((64, 28, 28), "uint8"), "training images (shape, dtype)")
+    check.equal((x_test.shape, x_test.dtype.name), ((16, 28, 28), "uint8"), "test images (shape, dtype)")
+    check.equal((y_train.shape, y_test.dtype.name), ((64,), "uint8"), "labels (shape, dtype)")
+    check.that(set(np.unique(y_train)) <= set(range(10)), "training labels", sorted(set(np.unique(y_train).tolist())),
+               "classes 0-9")
     again = engines.call(default, "tutorial.load_data", n_train=64, n_test=16)[0]
-    assert np.array_equal(again[0][0], x_train) and np.array_equal(again[1][1], y_test)  # deterministic
+    check.exact(again[0][0], x_train, "training images of a second call (deterministic)")
+    check.exact(again[1][1], y_test, "test labels of a second call (deterministic)")
 
 
 def test_tutorial_flow_trains_checkpoints_and_restores_without_a_strategy(engines, findings):
@@ -33,14 +37,11 @@ def test_tutorial_flow_trains_checkpoints_and_restores_without_a_strategy(engine
         restored = engines.call(parse_spec("default"), "tutorial.restore_and_evaluate", directory=directory)[0]
     finally:
         shutil.rmtree(directory, ignore_errors=True)
-    under, plain = trained["test_accuracy"], restored["test_accuracy"]
+    under, plain = trained.test_accuracy, restored.test_accuracy
     for name, value in (("accuracy under mirrored:2", under), ("restored accuracy", plain)):
         findings.record(f"tutorial {name}", spec, value)
-    if not trained["latest"] or not trained["latest"].endswith("ckpt-2"):
-        raise PropertyFailure(f"latest checkpoint {trained['latest']!r}, but 4 epochs with a save every 2 "
-                              "should leave ckpt-2 (epoch 4)")
-    if plain != under:
-        raise PropertyFailure(f"test accuracy {plain} restored without a strategy, but {under} under {spec}")
-    if under < 0.5:  # chance is 0.1
-        raise PropertyFailure(f"test accuracy {under} after 4 epochs is not well above chance (0.1); "
-                              f"history {trained['history']}")
+    check = Check(spec, case={"epochs": 4, "history": trained.history})
+    check.that(bool(trained.latest) and trained.latest.endswith("ckpt-2"), "latest checkpoint", trained.latest,
+               "ckpt-2 (4 epochs with a save every 2)")
+    check.equal(plain, under, "test accuracy restored without a strategy vs under the strategy")
+    check.that(under >= 0.5, "test accuracy after 4 epochs", under, "well above chance (0.1): at least 0.5")

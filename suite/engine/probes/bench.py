@@ -14,9 +14,11 @@ import time
 import numpy as np
 import tensorflow as tf
 
+from suite.common.results import BenchRun, BenchState
 from suite.engine import compat
 from suite.engine.probes.registry import probe
 from suite.engine.probes.tutorial import create_model
+from suite.engine.steps import TrainStep, family_loss, reported
 from suite.engine.workloads import fashion
 
 keras = compat.keras
@@ -51,8 +53,7 @@ def _model(workload: str):
     if workload in _FAMILY:
         arch = _FAMILY[workload]
         optimizer = keras.optimizers.SGD(0.001) if workload == "linear" else keras.optimizers.Adam()
-        return (compat.build_model(arch, "float32"), optimizer,
-                lambda y, out: compat.per_example_loss(arch["head"], y, out))
+        return compat.build_model(arch, "float32"), optimizer, family_loss(arch)
     if workload == "cnn":
         return (create_model(), keras.optimizers.Adam(),
                 lambda y, out: keras.losses.sparse_categorical_crossentropy(y, out, from_logits=True))
@@ -72,39 +73,23 @@ class _State:
         if plain:  # no strategy anywhere: the model, optimizer and step of a single-device loop
             model, opt, loss_fn = _model(workload)
             opt.build(model.trainable_variables)
+            train_step = TrainStep(model, opt, loss_fn)  # compute_average_loss with no strategy: the mean
 
             @tf.function
             def step(iterator):
-                xs, ys = next(iterator)
-                with tf.GradientTape() as tape:
-                    loss = tf.reduce_mean(loss_fn(ys, model(xs, training=True)))
-                    if model.losses:
-                        loss += tf.add_n(model.losses)
-                grads = tape.gradient(loss, model.trainable_variables)
-                opt.apply_gradients(zip(grads, model.trainable_variables))
-                return loss
+                return train_step(*next(iterator))
 
             self.iterator = iter(pipeline(global_batch))
         else:
             with strategy.scope():
                 model, opt, loss_fn = _model(workload)
                 opt.build(model.trainable_variables)  # see known deviation keras3-lazy-optimizer-slots-mirrored
-
-            def replica_step(inputs):
-                xs, ys = inputs
-                with tf.GradientTape() as tape:
-                    loss = tf.nn.compute_average_loss(loss_fn(ys, model(xs, training=True)),
-                                                      global_batch_size=global_batch)
-                    if model.losses:
-                        loss += tf.nn.scale_regularization_loss(tf.add_n(model.losses))
-                grads = tape.gradient(loss, model.trainable_variables)
-                opt.apply_gradients(zip(grads, model.trainable_variables))
-                return loss
+            train_step = TrainStep(model, opt, loss_fn)
 
             @tf.function
             def step(iterator):
-                losses = strategy.run(replica_step, args=(next(iterator),))
-                return strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
+                losses = strategy.run(train_step, args=next(iterator), kwargs={"global_batch_size": global_batch})
+                return reported(strategy, losses)
 
             if self.coordinator is not None:  # one replica per step: the step's batch is the global batch
                 self.iterator = iter(self.coordinator.create_per_worker_dataset(lambda: pipeline(global_batch)))
@@ -139,11 +124,10 @@ def prepare(ctx, workload: str, global_batch: int, key: str, plain: bool = False
     state = _State(ctx, workload, global_batch, plain)
     ctx.cache[("bench", key)] = (group, state)
     replicas = 1 if plain else ctx.num_replicas
-    return {"replicas": replicas, "global_batch": global_batch, "per_replica_batch": global_batch // replicas,
-            "parameters": state.parameters,
-            "cross_device_ops": None if plain else compat.cross_device_ops_name(ctx.strategy),
-            "strategy": "none (plain tf.function)" if plain else type(ctx.strategy).__name__,
-            "tf_version": tf.__version__, "keras_version": compat.KERAS_VERSION}
+    return BenchState(replicas, global_batch, global_batch // replicas, state.parameters,
+                      None if plain else compat.cross_device_ops_name(ctx.strategy),
+                      "none (plain tf.function)" if plain else type(ctx.strategy).__name__,
+                      tf.__version__, compat.KERAS_VERSION)
 
 
 @probe
@@ -155,4 +139,4 @@ def run(ctx, key: str, steps: int):
         raise KeyError(f"no benchmark state {key!r} in this engine (prepare it first)")
     began = time.perf_counter()
     loss = entry[1].run(steps)
-    return {"seconds": time.perf_counter() - began, "loss": loss}
+    return BenchRun(time.perf_counter() - began, loss)

@@ -9,20 +9,21 @@ import os
 import numpy as np
 import tensorflow as tf
 
+from suite.common.results import Counters, Prediction, Restored, TrainingState
 from suite.engine import compat
 from suite.engine.probes.registry import probe
 from suite.engine.probes.training import _trainer
+from suite.engine.steps import load
 
 
-def _state(ctx, model, opt, metrics):
+def _state(ctx, model, opt, metrics, path=None) -> TrainingState:
     """Every variable's value: model (every local replica's copy), optimizer, metric states."""
-    return {
-        "params": [compat.local_values(ctx.strategy, v) for v in model.trainable_variables],
-        "optimizer": [np.asarray(v.numpy()) for v in compat.optimizer_variables(opt)],
-        "iterations": int(compat.tf_variable(opt.iterations).numpy()),
-        "metrics": {name: [np.asarray(v.numpy()) for v in m.variables] for name, m in metrics.items()},
-        "metric_results": {name: np.asarray(m.result()) for name, m in metrics.items()},
-    }
+    return TrainingState(
+        params=[compat.local_values(ctx.strategy, v) for v in model.trainable_variables],
+        optimizer=[np.asarray(v.numpy()) for v in compat.optimizer_variables(opt)],
+        iterations=int(compat.tf_variable(opt.iterations).numpy()),
+        metrics={name: [np.asarray(v.numpy()) for v in m.variables] for name, m in metrics.items()},
+        metric_results={name: np.asarray(m.result()) for name, m in metrics.items()}, path=path)
 
 
 def _run_steps(step, steps):
@@ -43,12 +44,11 @@ def save(ctx, arch, optimizer, dtype, params, steps, directory):
     """Set ``params``, train ``steps`` under this strategy, save a checkpoint (the chief to
     ``directory``, other workers to their own folders, as the multi-worker guide does)."""
     model, opt, metrics, step, ckpt = _fresh(ctx, arch, optimizer, dtype)
-    for var, value in zip(model.trainable_variables, params):
-        var.assign(np.asarray(value, dtype))
+    load(model, params, dtype)
     _run_steps(step, steps)
     target = directory if ctx.worker_index == 0 else os.path.join(directory, f"worker{ctx.worker_index}")
     path = ckpt.save(os.path.join(target, "ckpt"))
-    return dict(_state(ctx, model, opt, metrics), path=path if ctx.worker_index == 0 else None)
+    return _state(ctx, model, opt, metrics, path if ctx.worker_index == 0 else None)
 
 
 @probe
@@ -58,7 +58,7 @@ def restore(ctx, arch, optimizer, dtype, path, steps):
     ckpt.restore(path).assert_existing_objects_matched()
     restored = _state(ctx, model, opt, metrics)
     _run_steps(step, steps)
-    return {"restored": restored, "after": _state(ctx, model, opt, metrics)}
+    return Restored(restored, _state(ctx, model, opt, metrics))
 
 
 @probe
@@ -67,12 +67,11 @@ def export(ctx, arch, dtype, params, x, directory):
     (the chief to ``directory``, other workers to their own folders)."""
     with ctx.strategy.scope():
         model = compat.build_model(arch, dtype)
-    for var, value in zip(model.trainable_variables, params):
-        var.assign(np.asarray(value, dtype))
+    load(model, params, dtype)
     prediction = model(tf.constant(x), training=False)
     target = directory if ctx.worker_index == 0 else os.path.join(directory, f"worker{ctx.worker_index}")
     compat.export_saved_model(model, target, tf.TensorSpec([None, arch["input_dim"]], dtype))
-    return {"prediction": np.asarray(prediction)}
+    return Prediction(np.asarray(prediction))
 
 
 @probe
@@ -81,7 +80,7 @@ def reload_predict(ctx, directory, x):
     serving_default signature on ``x``."""
     loaded = tf.saved_model.load(directory)
     outputs = loaded.signatures["serving_default"](tf.constant(x))
-    return {"prediction": np.asarray(next(iter(outputs.values())))}
+    return Prediction(np.asarray(next(iter(outputs.values()))))
 
 
 @probe
@@ -94,8 +93,8 @@ def counters_save(ctx, values, directory):
         counter.update_state(np.int64(value))
     states = {f"c{i}": [compat.tf_variable(v) for v in c.variables] for i, c in enumerate(counters)}
     target = directory if ctx.worker_index == 0 else os.path.join(directory, f"worker{ctx.worker_index}")
-    return {"path": tf.train.Checkpoint(**states).save(os.path.join(target, "ckpt")),
-            "saved": [int(c.result()) for c in counters]}
+    path = tf.train.Checkpoint(**states).save(os.path.join(target, "ckpt"))
+    return Counters([int(c.result()) for c in counters], path)
 
 
 @probe
@@ -105,4 +104,4 @@ def counters_restore(ctx, n, path):
         counters = [compat.make_metric("sum", "int64") for _ in range(n)]
     states = {f"c{i}": [compat.tf_variable(v) for v in c.variables] for i, c in enumerate(counters)}
     tf.train.Checkpoint(**states).restore(path).assert_existing_objects_matched()
-    return {"restored": [int(c.result()) for c in counters]}
+    return Counters([int(c.result()) for c in counters])

@@ -9,12 +9,13 @@ import time
 import numpy as np
 import tensorflow as tf
 
+from suite.common.results import Ping
 from suite.engine.probes.registry import probe
 
 
 @probe
 def ping(ctx):
-    return {"pid": os.getpid(), "worker_index": ctx.worker_index}
+    return Ping(os.getpid(), ctx.worker_index)
 
 
 @probe
@@ -35,13 +36,13 @@ def crash(ctx, how="kill", worker_index=0):
         if how == "exit":
             os._exit(7)
         os.kill(os.getpid(), {"kill": signal.SIGKILL, "abort": signal.SIGABRT}[how])
-    return {"worker_index": ctx.worker_index}
+    return Ping(os.getpid(), ctx.worker_index)
 
 
 @probe
 def sleep(ctx, seconds=1.0):
     time.sleep(seconds)
-    return {"slept": seconds}
+    return seconds
 
 
 @probe

@@ -10,6 +10,7 @@ import tempfile
 import numpy as np
 import tensorflow as tf
 
+from suite.common.results import Delivered, FromFunction, Raised, ReplicaValues
 from suite.engine import mutants
 from suite.engine.probes.common import local
 from suite.engine.probes.registry import probe
@@ -66,7 +67,7 @@ def _distribute(ctx, ds, style, dtype, feature_shape):
     try:
         dist = strategy.experimental_distribute_dataset(ds)
     except tf.errors.OpError as exc:
-        return {"raised": type(exc).__name__, "message": " ".join(str(exc).split())[:300]}
+        return Raised.of(exc, "input.distribute: experimental_distribute_dataset")
     steps, after_end = [], None
     if style == "for":
         for x in dist:
@@ -103,7 +104,7 @@ def _distribute(ctx, ds, style, dtype, feature_shape):
             if len(step[0]):
                 step[0] = step[0][1:]
                 break
-    return {"steps": steps, "after_end": after_end}
+    return Delivered(steps, after_end)
 
 
 def _collect_in_tf_function(ctx, dist, dtype, feature_shape):
@@ -165,9 +166,8 @@ def from_function(ctx, length, global_batch):
     try:
         dist = strategy.distribute_datasets_from_function(dataset_fn)
     except ValueError as exc:
-        return {"raised": "ValueError", "message": str(exc).strip(), "contexts": contexts}
-    steps = [local(strategy, x) for x in dist]
-    return {"steps": steps, "contexts": contexts}
+        return FromFunction(contexts, raised=Raised.of(exc, "input.from_function: get_per_replica_batch_size"))
+    return FromFunction(contexts, [local(strategy, x) for x in dist])
 
 
 @probe
@@ -176,4 +176,4 @@ def values_from_function(ctx):
     strategy = ctx.strategy
     value = strategy.experimental_distribute_values_from_function(
         lambda c: tf.constant([c.replica_id_in_sync_group, c.num_replicas_in_sync]))
-    return {"local": local(strategy, value)}
+    return ReplicaValues(local(strategy, value))

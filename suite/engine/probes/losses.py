@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
+from suite.common.results import Raised, ReplicaValues
 from suite.engine import compat, mutants
 from suite.engine.probes.common import counted, local, replica_slice, spec_of
 from suite.engine.probes.registry import probe
@@ -59,8 +60,7 @@ def compute_average_loss(ctx, losses, sizes, weight_kind="none", weights=None,
     w = np.asarray(weights if weights is not None else 0, dtype=dtype)
     per_replica, total = fn(losses, np.asarray(sizes, np.int32), w,
                             np.int64(global_batch_size or 0))
-    return {"local": local(strategy, per_replica), "total": total,
-            "tracked_mean": tracker.result()}
+    return ReplicaValues(local(strategy, per_replica), total, tracker.result())
 
 
 @probe
@@ -81,7 +81,7 @@ def scale_regularization_loss(ctx, reg_losses):
         return fn
 
     per_replica, total = ctx.cached(key, build)(reg_losses)
-    return {"local": local(strategy, per_replica), "total": total}
+    return ReplicaValues(local(strategy, per_replica), total)
 
 
 @probe
@@ -113,7 +113,7 @@ def multi_dim_loss(ctx, labels, logits, sizes, normalise, global_batch_size=None
 
     per_replica, total = ctx.cached(key, build)(labels, logits, np.asarray(sizes, np.int32),
                                                 np.int64(global_batch_size or 0))
-    return {"local": local(strategy, per_replica), "total": total}
+    return ReplicaValues(local(strategy, per_replica), total)
 
 
 @probe
@@ -149,8 +149,6 @@ def keras_loss(ctx, kind, reduction, y_true, y_pred, sizes):
         per_replica = fn(y_true, y_pred, np.asarray(sizes, np.int32))
     except Exception as exc:  # the documented outcome may be an exception
         ctx.cache.pop(key, None)
-        ctx.cache[raised_key] = {"raised": type(exc).__name__,
-                                 "message": str(exc).strip().splitlines()[0]}
+        ctx.cache[raised_key] = Raised.of(exc, f"losses.keras_loss({kind}, {reduction})")
         return ctx.cache[raised_key]
-    return {"local": local(strategy, per_replica), "keras_version": compat.KERAS_VERSION,
-            "has_strategy": bool(tf.distribute.has_strategy()) or ctx.spec.kind != "default"}
+    return ReplicaValues(local(strategy, per_replica))

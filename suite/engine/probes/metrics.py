@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
+from suite.common.results import MetricReads
 from suite.engine import compat, mutants
 from suite.engine.probes.common import counted, local, replica_slice, spec_of
 from suite.engine.probes.registry import probe
@@ -45,5 +46,4 @@ def update(ctx, kind, batches, dtype):
     if mutants.on("metric_first_replica") and ctx.num_replicas > 1:
         first = [local(strategy, compat.tf_variable(v))[0] for v in metric.variables]  # (total, count)
         result = first[0] if kind == "sum" else (first[0] / first[1] if first[1] else 0.0)
-    return {"in_replica": in_replica, "result": result,
-            "variables": [type(compat.tf_variable(v)).__name__ for v in metric.variables]}
+    return MetricReads(in_replica, result, [type(compat.tf_variable(v)).__name__ for v in metric.variables])

@@ -6,10 +6,11 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from suite.common.catalog import OPTIMIZERS
+from suite.common.results import ExactlyOnce, Partition, PsLossScaling, PsTraining, Raised
 from suite.engine import compat, mutants
 from suite.engine.probes.common import counted
 from suite.engine.probes.registry import probe
+from suite.engine.steps import TrainStep, arch_key, family_loss, family_model_and_optimizer, load, optimizer_state
 
 
 def _coordinator(ctx):
@@ -36,30 +37,14 @@ def _trainer(ctx, arch, optimizer, dtype, denominator):
     """Model and optimizer on the ps tasks (the optimizer's initial state snapshotted), and a
     worker step ``step(x, y)`` running ``strategy.run`` of one custom-loop step."""
     strategy = ctx.strategy
-    with strategy.scope():
-        model = compat.build_model(arch, dtype)
-        cls, cfg = OPTIMIZERS[optimizer]
-        opt = compat.make_optimizer(cls, cfg)
-        opt.build(model.trainable_variables)
-    initial = [np.array(v.numpy()) for v in compat.optimizer_variables(opt)]
+    model, opt = family_model_and_optimizer(strategy, arch, optimizer, dtype)
     gbs = None if denominator in ("global", "default") else int(denominator)
-
-    def replica_fn(x, y):
-        with tf.GradientTape() as tape:
-            per_example = compat.per_example_loss(arch["head"], y, model(x, training=True))
-            loss = tf.nn.compute_average_loss(per_example, global_batch_size=gbs)
-            if model.losses:
-                loss += tf.nn.scale_regularization_loss(tf.add_n(model.losses))
-        grads = tape.gradient(loss, model.trainable_variables)
-        if mutants.on("ps_gradient_doubled"):
-            grads = [2 * g for g in grads]
-        opt.apply_gradients(zip(grads, model.trainable_variables))
-        return loss
+    train_step = TrainStep(model, opt, family_loss(arch))
 
     @tf.function
     def from_iterator(iterator):
         counted(ctx, "ps.train(per-worker dataset)")
-        return strategy.run(replica_fn, args=next(iterator))
+        return strategy.run(train_step, args=next(iterator), kwargs={"global_batch_size": gbs})
 
     y_spec = (tf.TensorSpec([None], tf.int32) if arch["head"] == "softmax"
               else tf.TensorSpec([None, arch["outputs"]], dtype))
@@ -67,9 +52,9 @@ def _trainer(ctx, arch, optimizer, dtype, denominator):
     @tf.function(input_signature=[tf.TensorSpec([None, arch["input_dim"]], dtype), y_spec])
     def from_arguments(x, y):
         counted(ctx, "ps.train(arguments)")
-        return strategy.run(replica_fn, args=(x, y))
+        return strategy.run(train_step, args=(x, y), kwargs={"global_batch_size": gbs})
 
-    return model, opt, initial, from_iterator, from_arguments
+    return model, opt, optimizer_state(opt), from_iterator, from_arguments
 
 
 @probe
@@ -84,14 +69,10 @@ def train(ctx, arch, optimizer, dtype, params, steps, denominator="global", mode
     Returns each step's fetched loss, the variables, the optimizer's iterations and the
     variables' devices."""
     coordinator = _coordinator(ctx)
-    key = ("ps.train", tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in arch.items())),
-           optimizer, dtype, denominator)
+    key = ("ps.train", arch_key(arch), optimizer, dtype, denominator)
     model, opt, initial, from_iterator, from_arguments = ctx.cached(
         key, lambda: _trainer(ctx, arch, optimizer, dtype, denominator))
-    for var, value in zip(model.trainable_variables, params):
-        var.assign(np.asarray(value, dtype))
-    for var, value in zip(compat.optimizer_variables(opt), initial):
-        var.assign(value)
+    load(model, params, dtype, opt, initial)
     xs = [np.asarray(x, dtype) for x, _, _ in steps]
     ys = [np.asarray(y, np.int32 if arch["head"] == "softmax" else dtype) for _, y, _ in steps]
     if mode == "pipelined":
@@ -105,10 +86,9 @@ def train(ctx, arch, optimizer, dtype, params, steps, denominator="global", mode
             coordinator.join()
     else:
         raise ValueError(f"mode must be 'pipelined' or 'sequential', not {mode!r}")
-    return {"losses": [r.fetch() for r in losses],
-            "params": [v.numpy() for v in model.trainable_variables],
-            "iterations": int(compat.tf_variable(opt.iterations).numpy()),
-            "devices": sorted({compat.tf_variable(v).device for v in model.trainable_variables})}
+    return PsTraining([r.fetch() for r in losses], [v.numpy() for v in model.trainable_variables],
+                      int(compat.tf_variable(opt.iterations).numpy()),
+                      sorted({compat.tf_variable(v).device for v in model.trainable_variables}))
 
 
 def _exactly_once_state(ctx, dtype, n, optimizer):
@@ -164,10 +144,8 @@ def exactly_once(ctx, w0, c, lr, steps, optimizer="keras"):
     n = steps + 1 if mutants.on("ps_step_scheduled_twice") else steps
     results = [coordinator.schedule(worker_step, args=args) for _ in range(n)]
     coordinator.join()
-    out = {"w": w.numpy(), "count": int(count.numpy()), "fetched": len([r.fetch() for r in results])}
-    if opt is not None:
-        out["iterations"] = int(compat.tf_variable(opt.iterations).numpy())
-    return out
+    return ExactlyOnce(w.numpy(), int(count.numpy()), len([r.fetch() for r in results]),
+                       int(compat.tf_variable(opt.iterations).numpy()) if opt is not None else None)
 
 
 def _partitioner(kind, params):
@@ -199,12 +177,9 @@ def partition(ctx, value, kind, params):
     whole = tf.convert_to_tensor(var).numpy()
     if mutants.on("ps_shards_reversed"):
         whole = np.concatenate([s.numpy() for s in reversed(shards)]) if len(shards) > 1 else whole
-    return {"type": type(var).__name__,
-            "rows": [int(s.shape[0]) for s in shards],
-            "ps_tasks": [tf.DeviceSpec.from_string(s.device).task for s in shards],
-            "shards": [s.numpy() for s in shards],
-            "whole": whole,
-            "concat": np.concatenate([s.numpy() for s in shards]) if shards else value[:0]}
+    return Partition(type(var).__name__, [int(s.shape[0]) for s in shards],
+                     [tf.DeviceSpec.from_string(s.device).task for s in shards], [s.numpy() for s in shards], whole,
+                     np.concatenate([s.numpy() for s in shards]) if shards else value[:0])
 
 
 def _scaling_steps(ctx, dtype, weighted, with_gbs, reduction):
@@ -254,13 +229,11 @@ def loss_scaling(ctx, per_example, weights=None, global_batch_size=None, reducti
                                                  tf.constant(global_batch_size or 0, tf.int64)))
     coordinator.join()
     avg, replicas = remote.fetch()
-    out = {"num_replicas_in_sync": strategy.num_replicas_in_sync, "replica_context_replicas": int(replicas),
-           "compute_average_loss": avg}
+    keras_value = raised = None
     try:
         remote = coordinator.schedule(keras_loss, args=(tf.constant(per_example),))
         coordinator.join()
-        out["keras_loss"] = remote.fetch()
+        keras_value = remote.fetch()
     except Exception as exc:  # Keras 2 refuses some reductions under a strategy
-        out["keras_raised"] = type(exc).__name__
-        out["keras_message"] = " ".join(str(exc).split())[:300]
-    return out
+        raised = Raised.of(exc, f"ps.loss_scaling: Keras loss with reduction {reduction!r} in a scheduled step")
+    return PsLossScaling(strategy.num_replicas_in_sync, int(replicas), avg, keras_value, raised)

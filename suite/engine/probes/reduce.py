@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
+from suite.common.results import Reductions
 from suite.engine import mutants
 from suite.engine.probes.common import counted, local, replica_slice, spec_of
 from suite.engine.probes.registry import probe
@@ -44,9 +45,7 @@ def reduce(ctx, rows, sizes):
         return fn
 
     out = ctx.cached(key, build)(rows, np.asarray(sizes, np.int32))
-    result = {"sum_axis0": out["sum_axis0"], "mean_axis0": out["mean_axis0"],
-            "sum_none": out["sum_none"], "mean_none": out["mean_none"],
-            "local": local(strategy, out["row_sum"]), "replica_ids": local(strategy, out["rid"])}
+    row_sums, replica_ids = local(strategy, out["row_sum"]), local(strategy, out["rid"])
     if mutants.on("reversed_local_results"):
-        result["local"], result["replica_ids"] = result["local"][::-1], result["replica_ids"][::-1]
-    return result
+        row_sums, replica_ids = row_sums[::-1], replica_ids[::-1]
+    return Reductions(out["sum_axis0"], out["mean_axis0"], out["sum_none"], out["mean_none"], row_sums, replica_ids)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 
 import numpy as np
@@ -17,7 +18,10 @@ def probe(fn):
 
 
 def to_plain(x):
-    """Tensors and numpy scalars become numpy arrays/Python numbers; tuples become lists."""
+    """Tensors and numpy scalars become numpy arrays/Python numbers; tuples become lists; result
+    records (suite/common/results.py) keep their type with their fields converted."""
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return type(x)(**{f.name: to_plain(getattr(x, f.name)) for f in dataclasses.fields(x)})
     if isinstance(x, dict):
         return {k: to_plain(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):

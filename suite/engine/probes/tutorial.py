@@ -9,6 +9,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
+from suite.common.results import Evaluation, TutorialEpoch, TutorialRun
 from suite.engine import compat
 from suite.engine.probes.registry import probe
 from suite.engine.workloads import fashion
@@ -91,12 +92,11 @@ def train(ctx, directory, epochs=4, batch_per_replica=32, n_train=2048, n_test=5
             batches += 1
         if epoch % 2 == 1:
             checkpoint.save(prefix)
-        history.append({"loss": total / batches, "train_accuracy": float(train_accuracy.result())})
+        history.append(TutorialEpoch(total / batches, float(train_accuracy.result())))
         train_accuracy.reset_state()
     for batch in test_dist:
         distributed_test_step(batch)
-    return {"history": history, "test_accuracy": float(test_accuracy.result()),
-            "latest": tf.train.latest_checkpoint(os.path.dirname(prefix))}
+    return TutorialRun(history, float(test_accuracy.result()), tf.train.latest_checkpoint(os.path.dirname(prefix)))
 
 
 @probe
@@ -111,4 +111,4 @@ def restore_and_evaluate(ctx, directory, n_train=2048, n_test=512):
     accuracy = keras.metrics.SparseCategoricalAccuracy()
     for images, labels in tf.data.Dataset.from_tensor_slices((x_test, y_test)).batch(64):
         accuracy.update_state(labels, model(images, training=False))
-    return {"test_accuracy": float(accuracy.result()), "restored": latest}
+    return Evaluation(float(accuracy.result()), latest)

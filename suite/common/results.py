@@ -1,0 +1,246 @@
+"""What each probe returns, declared once (no TensorFlow here): typed records of numpy arrays,
+numbers and strings that cross the pipe pickled. Engines fill them (tensors converted by the
+probe registry); tests read their fields.
+
+An exception a probe catches as a documented outcome comes back in one shape, ``Raised``:
+the exception's type name, its message (whitespace folded, long ones shortened in the
+middle) and where it was raised.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+record = dataclasses.dataclass(frozen=True)
+Arrays = list  # numpy arrays, one per replica / variable / step
+MESSAGE_CHARS = 600
+
+
+@record
+class Raised:
+    """An exception a probe caught: its type name, message and the probe (and step) it came from."""
+
+    type: str
+    message: str
+    where: str
+
+    @classmethod
+    def of(cls, exc: BaseException, where: str) -> Raised:
+        text = " ".join(str(exc).split())
+        if len(text) > MESSAGE_CHARS:
+            text = text[:200] + " ... " + text[-(MESSAGE_CHARS - 205):]
+        return cls(type(exc).__name__, text, where)
+
+
+# -- engine -----------------------------------------------------------------------------------
+@record
+class Ping:
+    pid: int
+    worker_index: int
+
+
+@record
+class EngineInfo:
+    """An engine process: its spec and place in the cluster, versions, strategy and devices."""
+
+    spec: str
+    worker_index: int
+    pid: int
+    tf_version: str
+    keras_version: str
+    keras_generation: int
+    num_replicas_in_sync: int
+    local_replica_ids: list
+    strategy: str
+    cross_device_ops: str | None
+    tf_config: dict | None
+    tmpdir: str
+
+
+@record
+class ServerInfo:
+    """A parameter-server cluster's worker or ps process, which only serves."""
+
+    task: str
+    pid: int
+    target: str
+    tf_version: str
+
+
+# -- losses, reduce, metrics ------------------------------------------------------------------
+@record
+class ReplicaValues:
+    """Per-replica values (``experimental_local_results`` of this worker) and their SUM reduction;
+    ``tracked_mean`` is a ``Mean`` metric fed the per-replica values (the loss-tracking pitfall)."""
+
+    local: Arrays
+    total: Any = None
+    tracked_mean: Any = None
+
+
+@record
+class Reductions:
+    sum_axis0: Any
+    mean_axis0: Any
+    sum_none: Any
+    mean_none: Any
+    local: Arrays  # each replica's row sum
+    replica_ids: list
+
+
+@record
+class MetricReads:
+    in_replica: list  # per batch: each local replica's result() read inside strategy.run
+    result: Any  # result() in cross-replica context
+    variables: list  # the state variables' class names
+
+
+# -- training and checkpoints -----------------------------------------------------------------
+@record
+class Step:
+    loss: Any  # the SUM-reduced scaled loss
+    params: list  # per variable: every local replica's copy
+
+
+@record
+class Training:
+    history: list  # of Step
+    iterations: int
+
+
+@record
+class Epoch:
+    sizes: list  # per step: this worker's replica batch sizes
+    params: list  # per variable: every local replica's copy after the epoch
+
+
+@record
+class EpochTraining:
+    epochs: list  # of Epoch
+
+
+@record
+class LazyOptimizer:
+    n_variables: int
+    iterations: int
+    distributed: list  # class names of the optimizer variables
+    copies_agree: bool
+    changed: bool
+
+
+@record
+class TrainingState:
+    """Every variable after training (model: each local replica's copy), and where it was saved."""
+
+    params: list
+    optimizer: Arrays
+    iterations: int
+    metrics: dict  # metric name -> its state variables' values
+    metric_results: dict
+    path: str | None = None
+
+
+@record
+class Restored:
+    restored: TrainingState
+    after: TrainingState  # after one more step
+
+
+@record
+class Prediction:
+    prediction: Any
+
+
+@record
+class Counters:
+    values: list
+    path: str | None = None
+
+
+# -- input ------------------------------------------------------------------------------------
+@record
+class Delivered:
+    steps: list  # per step: each local replica's batch
+    after_end: str | None  # what the exhausted iterator did (styles that can tell)
+
+
+@record
+class FromFunction:
+    contexts: list  # [num_input_pipelines, input_pipeline_id, num_replicas_in_sync] per call
+    steps: list | None = None
+    raised: Raised | None = None
+
+
+# -- parameter servers ------------------------------------------------------------------------
+@record
+class PsTraining:
+    losses: list
+    params: Arrays
+    iterations: int
+    devices: list
+
+
+@record
+class ExactlyOnce:
+    w: Any
+    count: int
+    fetched: int
+    iterations: int | None = None
+
+
+@record
+class Partition:
+    type: str
+    rows: list
+    ps_tasks: list
+    shards: Arrays
+    whole: Any
+    concat: Any
+
+
+@record
+class PsLossScaling:
+    num_replicas_in_sync: int
+    replica_context_replicas: int
+    compute_average_loss: Any
+    keras_loss: Any = None
+    keras_raised: Raised | None = None
+
+
+# -- benchmarks and the tutorial --------------------------------------------------------------
+@record
+class BenchState:
+    replicas: int
+    global_batch: int
+    per_replica_batch: int
+    parameters: int
+    cross_device_ops: str | None
+    strategy: str
+    tf_version: str
+    keras_version: str
+
+
+@record
+class BenchRun:
+    seconds: float  # the engine's own time for the K steps
+    loss: float
+
+
+@record
+class TutorialEpoch:
+    loss: float  # the mean over the epoch's steps of the SUM-reduced loss
+    train_accuracy: float
+
+
+@record
+class TutorialRun:
+    history: list  # of TutorialEpoch
+    test_accuracy: float
+    latest: str | None
+
+
+@record
+class Evaluation:
+    test_accuracy: float
+    restored: str | None

@@ -1,0 +1,90 @@
+"""The custom-training guide's per-replica train step, written once for every probe that trains
+(training, checkpoints, parameter servers, benchmarks; the tutorial probe keeps the guide's own
+code as the guide writes it).
+
+Inside ``strategy.run`` each replica computes its per-example losses, scales them with
+``tf.nn.compute_average_loss`` (by the global batch size given, or by its default, replicas x
+local batch), adds ``tf.nn.scale_regularization_loss`` of the model's losses, and hands the
+gradients to ``apply_gradients``, which sums them over replicas. The loss it returns is
+SUM-reduced for reporting (``reported``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from suite.common.catalog import OPTIMIZERS
+from suite.engine import compat, mutants
+
+SUM = tf.distribute.ReduceOp.SUM
+
+
+class TrainStep:
+    """``step(x, y, global_batch_size=None)`` in replica context: one step of ``model`` with
+    ``optimizer`` on this replica's batch; returns the scaled loss. ``per_example_loss(y, out)``
+    gives one loss per example; ``observe(per_example, x)``, if given, runs after the forward
+    pass (metric updates)."""
+
+    def __init__(self, model, optimizer, per_example_loss, observe=None):
+        self.model = model
+        self.optimizer = optimizer
+        self.per_example_loss = per_example_loss
+        self.observe = observe
+
+    def __call__(self, x, y, global_batch_size=None):
+        model = self.model
+        with tf.GradientTape() as tape:
+            per_example = self.per_example_loss(y, model(x, training=True))
+            loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch_size)
+            if model.losses:
+                loss += tf.nn.scale_regularization_loss(tf.add_n(model.losses))
+        if self.observe is not None:
+            self.observe(per_example, x)
+        grads = tape.gradient(loss, model.trainable_variables)
+        if mutants.on("double_gradient_aggregation"):
+            grads = tf.distribute.get_replica_context().all_reduce(SUM, grads)
+        if mutants.on("ps_gradient_doubled"):
+            grads = [2 * g for g in grads]
+        self.optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+
+def reported(strategy, per_replica_loss):
+    """The step's loss as a custom loop reports it: the replicas' scaled losses SUM-reduced."""
+    return strategy.reduce(SUM, per_replica_loss, axis=None)
+
+
+def arch_key(arch: dict) -> tuple:
+    """A hashable key for a model family member given as plain data (to cache its step)."""
+    return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in arch.items()))
+
+
+def family_loss(arch: dict):
+    """The model family's per-example loss (MSE for a linear head, sparse crossentropy of
+    probabilities for softmax)."""
+    return lambda y, out: compat.per_example_loss(arch["head"], y, out)
+
+
+def family_model_and_optimizer(strategy, arch: dict, optimizer: str, dtype: str):
+    """A member of the model family and the optimizer ``OPTIMIZERS[optimizer]``, created under
+    the strategy's scope and built eagerly (see known deviation keras3-lazy-optimizer-slots-mirrored)."""
+    with strategy.scope():
+        model = compat.build_model(arch, dtype)
+        cls, cfg = OPTIMIZERS[optimizer]
+        opt = compat.make_optimizer(cls, cfg)
+        opt.build(model.trainable_variables)
+    return model, opt
+
+
+def optimizer_state(opt) -> list[np.ndarray]:
+    """Copies of every optimizer variable's value (to reset the optimizer between calls)."""
+    return [np.array(v.numpy()) for v in compat.optimizer_variables(opt)]
+
+
+def load(model, params, dtype: str, opt=None, state=()):
+    """Set the model's parameters to ``params`` (and ``opt``'s variables to ``state``)."""
+    for var, value in zip(model.trainable_variables, params):
+        var.assign(np.asarray(value, dtype))
+    for var, value in zip(compat.optimizer_variables(opt) if opt is not None else [], state):
+        var.assign(value)
