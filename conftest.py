@@ -4,6 +4,7 @@ hypothesis profiles and the report header. The pytest process never imports Tens
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import os
 import shutil
 
@@ -48,7 +49,9 @@ def pytest_configure(config):
         raise pytest.UsageError(f"--strategies: {exc}") from None
     except agent.AgentError as exc:
         raise pytest.UsageError(f"--cluster-agents: {exc}") from None
-    config._tfds_specs = specs
+    # mirrored:gpus learns its replica count from the GPUs visible here, so cases are drawn for it
+    config._tfds_specs = [dataclasses.replace(s, replicas=n, devices=n) if s.gpus else s
+                          for s in specs for n in [machine.gpu_count() if s.gpus else 0]]
     python = config.getoption("--engine-python")
     if python and not shutil.which(python) and not os.path.exists(python):
         raise pytest.UsageError(f"--engine-python: {python!r} is not an executable")
@@ -81,7 +84,9 @@ def pytest_generate_tests(metafunc):
         marker = metafunc.definition.get_closest_marker("specs")
         if marker:  # @pytest.mark.specs(lambda spec: ...) narrows the selected specs
             specs = [s for s in specs if marker.args[0](s)]
-        metafunc.parametrize(name, specs, ids=[s.text for s in specs])
+        no_gpu = pytest.mark.skip(reason="mirrored:gpus: no GPU visible here (nvidia-smi -L, CUDA_VISIBLE_DEVICES)")
+        metafunc.parametrize(name, [pytest.param(s, id=s.text, marks=no_gpu if s.gpus and not s.replicas else ())
+                                    for s in specs])
 
 
 def pytest_collection_modifyitems(config, items):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from suite.common.specs import DEFAULT_SPECS, SpecError, parse_spec, parse_specs
+from suite.harness import machine
 from suite.harness.check import Check
 from tests.helpers import run_pytest
 
@@ -44,6 +45,23 @@ def test_default_specs_parse_and_are_distinct():
     assert [s.text for s in parse_specs(",".join(DEFAULT_SPECS))] == list(DEFAULT_SPECS)
     with pytest.raises(SpecError, match="twice"):
         parse_specs("default,default")
+
+
+@pytest.mark.parametrize("names, visible, count", [
+    (["GPU 0", "GPU 1"], None, 2), (["GPU 0", "GPU 1"], "1", 1), (["GPU 0", "GPU 1"], "", 0),
+    (["GPU 0", "GPU 1"], "0,-1,1", 1), ([], None, 0), (["GPU 0"], "0,1,2", 1)])
+def test_gpu_spec_replicas_are_the_visible_gpus(names, visible, count):
+    assert machine.gpu_count(names, visible) == count
+
+
+def test_gpu_spec_without_gpus_skips_before_drawing_a_case():
+    """Where no GPU is visible, mirrored:gpus has no replicas to draw cases for: its tests skip
+    with the reason, they do not fail in a case strategy."""
+    proc = run_pytest(["tests/properties/test_reduce.py", "--strategies", "mirrored:gpus", "-rs"], 300,
+                      CUDA_VISIBLE_DEVICES="")
+    check = Check("mirrored:gpus", case={"CUDA_VISIBLE_DEVICES": ""})
+    check.equal(proc.returncode, 0, "pytest's exit code", proc.stdout[-3000:])
+    check.contains(proc.stdout, ["3 skipped", "no GPU visible here"], "pytest's summary")
 
 
 def test_unknown_spec_is_a_usage_error_before_any_engine_starts():
