@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import tomllib
 from pathlib import Path
 
-import tomllib
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
