@@ -79,6 +79,34 @@ def test_default_denominator_equals_global_mean_on_even_splits(replicas, b):
     assert np.isclose(summed, losses_.mean())
 
 
+def test_constant_global_batch_weighs_a_short_batch_by_its_share():
+    """Documented factor: with compute_average_loss(global_batch_size=G) a short last batch of p
+    examples contributes p/G times its single-device mean loss."""
+    losses = np.array([0.5, 1.5, 2.0])
+    summed = sum(ref.compute_average_loss(part, global_batch_size=8) for part in ref.split(losses, [2, 1]))
+    assert summed == pytest.approx(len(losses) / 8 * losses.mean(), rel=1e-15)
+
+
+@pytest.mark.parametrize("arch", ARCHS, ids=lambda a: f"{a.head}-{len(a.hidden)}hidden-l2={a.l2}")
+@pytest.mark.parametrize("replicas", [2, 3])
+def test_default_denominator_trains_like_the_global_batch_on_even_splits(arch, replicas):
+    """The reference's training loop: on even splits, compute_average_loss's default denominator
+    (replicas x local batch) and the global batch size give the same steps."""
+    rng = np.random.default_rng(replicas)
+    params = [rng.uniform(-1, 1, s) for s in arch.shapes()]
+    steps = []
+    for b in (1, 2, 3):
+        n = b * replicas
+        x = rng.uniform(-2, 2, (n, arch.input_dim))
+        y = rng.integers(0, arch.outputs, n) if arch.head == "softmax" else rng.uniform(-2, 2, (n, arch.outputs))
+        steps.append((x, y, [b] * replicas))
+    default = ref_model.train(arch, params, "sgd", steps, "default")
+    single = ref_model.train(arch, params, "sgd", steps, "global")
+    for got, want in zip(default, single):
+        for a, b in zip(got["params"], want["params"]):
+            np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-13)
+
+
 def test_optimizer_updates_match_closed_forms():
     g = np.array([0.5, -2.0])
     w0 = np.zeros(2)
