@@ -109,10 +109,6 @@ class Check:
         if self.replicas is None:
             object.__setattr__(self, "replicas", getattr(self.spec, "replicas", None))
 
-    def but(self, **changes) -> Check:
-        """The same check with some fields changed (another dtype, case or repro)."""
-        return dataclasses.replace(self, **changes)
-
     # -- the failure ---------------------------------------------------------------------
     def fail(self, what: str, problem: str, hint: str = ""):
         """Raise PropertyFailure: ``[spec] what: problem``, the diagnosis, the case, the repro."""

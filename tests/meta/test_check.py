@@ -20,8 +20,8 @@ def test_values_within_tolerance_pass_and_outside_fail():
     with pytest.raises(PropertyFailure, match=r"\[s\] x: got 1.000001, but should be 1"):
         check.close(1.000001, 1.0, "x")
     with pytest.raises(PropertyFailure, match="got shape"):
-        check.but(dtype="float32").close(np.zeros(2), np.zeros(3), "x")
-    check.but(dtype="float32").close(np.nan, np.nan, "nan")
+        Check("s", "float32").close(np.zeros(2), np.zeros(3), "x")
+    Check("s", "float32").close(np.nan, np.nan, "nan")
 
 
 def test_tolerance_scales_atol_with_terms():
