@@ -50,6 +50,7 @@ MUTANTS = {
     "input_dropped_element": "the first row of the first step lost",
     "ps_step_scheduled_twice": "one parameter-server step scheduled once more than asked",
     "ps_shards_reversed": "a partitioned variable reassembled with its shards in reverse order",
+    "ps_shards_on_one_task": "ParameterServerStrategy's round-robin counter reset before every shard: all on ps task 0",
     "ps_loss_times_two": "compute_average_loss doubled inside a scheduled step",
     "ps_gradient_doubled": "parameter-server gradients doubled before apply_gradients",
 }

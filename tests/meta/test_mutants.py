@@ -48,6 +48,9 @@ CASES = {
     "ps_shards_reversed": (
         "tests/properties/test_parameter_server.py::test_partitioned_variables_reassemble[parameter_server:2w1ps]",
         "the variable reassembled (whole)"),
+    "ps_shards_on_one_task": (
+        "tests/properties/test_parameter_server.py::test_shards_go_round_robin_over_two_ps_tasks",
+        "ps task of each shard (round-robin): got [0, 0"),
     "ps_loss_times_two": (
         "tests/properties/test_parameter_server.py::test_num_replicas_and_loss_scaling"
         "[parameter_server:2w1ps-sum-none-float64]",
@@ -65,7 +68,8 @@ def test_every_mutant_has_a_case():
 @pytest.mark.parametrize("mutant", sorted(CASES))
 def test_property_catches_mutant(mutant):
     test_id, phrase = CASES[mutant]
-    spec = test_id.split("[", 1)[1].split("-", 1)[0].rstrip("]")
+    # the spec is the test id's first parameter; a test on a fixed spec runs under any selection
+    spec = test_id.split("[", 1)[1].split("-", 1)[0].rstrip("]") if "[" in test_id else "default"
     proc = run_pytest([test_id, "--strategies", spec, "-x", "--no-header"], 600,
                       TFDS_MUTANT=mutant, HYPOTHESIS_PROFILE="ci")
     out = proc.stdout + proc.stderr

@@ -16,6 +16,7 @@ from reference import model as ref_model
 from reference import parameter_server as ref_ps
 from reference.losses import Raises
 from suite.common.catalog import ADAPTIVE
+from suite.common.specs import parse_spec
 from suite.harness import cases
 from suite.harness.cases import ARCHS, arch_dict, training_cases
 from suite.harness.check import Check
@@ -103,12 +104,8 @@ def partition_cases(draw):
     return value, kind, params
 
 
-@given(case=partition_cases())
-def test_partitioned_variables_reassemble(engines, ps_spec, case):
-    """A variable created under a FixedShardsPartitioner or MinSizePartitioner is cut along
-    axis 0 into the reference's number of shards with the "div" row counts, shards go
-    round-robin over the ps tasks, and shards concatenated in order (and the variable read
-    as one tensor) give back the unpartitioned value."""
+def _check_partition(engines, ps_spec, case):
+    __tracebackhide__ = True
     value, kind, params = case
     r = engines.call(ps_spec, "ps.partition", value=value, kind=kind, params=params)[0]
     if kind == "fixed":
@@ -124,6 +121,26 @@ def test_partitioned_variables_reassemble(engines, ps_spec, case):
         check.exact(got, want, f"shard {i}")
     check.exact(r.whole, value, "the variable reassembled (whole)")
     check.exact(r.concat, value, "the shards concatenated in order")
+
+
+@given(case=partition_cases())
+def test_partitioned_variables_reassemble(engines, ps_spec, case):
+    """A variable created under a FixedShardsPartitioner or MinSizePartitioner is cut along
+    axis 0 into the reference's number of shards with the "div" row counts, shards go
+    round-robin over the ps tasks, and shards concatenated in order (and the variable read
+    as one tensor) give back the unpartitioned value."""
+    _check_partition(engines, ps_spec, case)
+
+
+TWO_PS = parse_spec("parameter_server:1w2ps")
+
+
+@given(case=partition_cases())
+def test_shards_go_round_robin_over_two_ps_tasks(engines, case):
+    """With one ps task the round-robin placement cannot be seen (every shard is on task 0), so
+    the same property also runs on parameter_server:1w2ps, whatever the selected specs: there
+    consecutive shards alternate between the two tasks."""
+    _check_partition(engines, TWO_PS, case)
 
 
 @pytest.mark.parametrize("dtype", cases.DTYPES)

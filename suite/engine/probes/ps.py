@@ -168,11 +168,20 @@ def partition(ctx, value, kind, params):
     extended = strategy.extended
     saved = extended._variable_partitioner
     extended._variable_partitioner = _partitioner(kind, params)
+    if mutants.on("ps_shards_on_one_task"):  # TF's round-robin counter reset before every shard
+        round_robin = type(extended)._create_variable_round_robin
+
+        def one_task(self, *args, **kwargs):
+            self._variable_count = 0
+            return round_robin(self, *args, **kwargs)
+
+        extended._create_variable_round_robin = one_task.__get__(extended)
     try:
         with strategy.scope():
             var = tf.Variable(value, name="partitioned")
     finally:
         extended._variable_partitioner = saved
+        extended.__dict__.pop("_create_variable_round_robin", None)
     shards = list(getattr(var, "variables", [var]))
     whole = tf.convert_to_tensor(var).numpy()
     if mutants.on("ps_shards_reversed"):
