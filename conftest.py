@@ -50,8 +50,8 @@ def pytest_configure(config):
     except agent.AgentError as exc:
         raise pytest.UsageError(f"--cluster-agents: {exc}") from None
     # mirrored:gpus learns its replica count from the GPUs visible here, so cases are drawn for it
-    config._tfds_specs = [dataclasses.replace(s, replicas=n, devices=n) if s.gpus else s
-                          for s in specs for n in [machine.gpu_count() if s.gpus else 0]]
+    gpus = machine.gpu_count() if any(s.gpus for s in specs) else 0
+    config._tfds_specs = [dataclasses.replace(s, replicas=gpus, devices=gpus) if s.gpus else s for s in specs]
     python = config.getoption("--engine-python")
     if python and not shutil.which(python) and not os.path.exists(python):
         raise pytest.UsageError(f"--engine-python: {python!r} is not an executable")

@@ -88,11 +88,6 @@ def describe(case: dict) -> str:
     return ", ".join(parts)
 
 
-def field(result, name: str):
-    """``result.name`` of a result record (or ``result[name]`` of a mapping)."""
-    return result[name] if isinstance(result, dict) else getattr(result, name)
-
-
 @dataclasses.dataclass(frozen=True)
 class Check:
     """The comparisons of one test case. ``spec`` (a Spec or a label) heads every message,
@@ -196,7 +191,7 @@ class Check:
         workers = len(results)
         for w, result in enumerate(results):
             mine = local_results(expected, w, workers)
-            got = result if attr is None else field(result, attr)
+            got = result if attr is None else getattr(result, attr)
             where = f"{what} (worker {w})" if workers > 1 else what
             self.equal(len(got), len(mine), f"{where}: local results")
             for r, (a, e) in enumerate(zip(got, mine)):
@@ -206,4 +201,4 @@ class Check:
         """A cross-replica value (a reduce, a metric result) equals the reference on every worker."""
         __tracebackhide__ = True
         for w, result in enumerate(results):
-            self.close(field(result, attr), expected, f"{what} (worker {w})" if len(results) > 1 else what, **tol)
+            self.close(getattr(result, attr), expected, f"{what} (worker {w})" if len(results) > 1 else what, **tol)

@@ -225,7 +225,6 @@ class Engine:
             raise EngineStartError(f"engine {spec.text!r} runs {self.infos[0].num_replicas_in_sync} replicas, but "
                                    f"{spec.replicas} GPUs are visible to the pytest process (nvidia-smi -L, "
                                    "CUDA_VISIBLE_DEVICES): cases would be drawn for the wrong replica count")
-        self.server_infos = [replies[i] for i in range(len(self.procs)) if i not in self.callees]
 
     def _launch(self, python: str, log_dir: Path):
         if self.spec.kind == "cluster":
