@@ -59,12 +59,17 @@ def cross_replica_result(kind: str, per_replica_states) -> float:
     return result(kind, total, count)
 
 
-def replica_context_result(kind: str, per_replica_states, replica: int, keras_version: tuple) -> float:
+def replica_context_result(kind: str, per_replica_states, replica: int, keras_version: tuple,
+                           one_copy: bool = False) -> float:
     """``result()`` read inside ``strategy.run`` on ``replica``.
 
     Keras 2 wraps ``result`` in ``metrics_utils.result_wrapper``, which merge_calls and reads the
     aggregated value: the global result. Keras 3's ``result`` is a plain read of sync-on-read
-    variables, which in replica context returns the local replica's component."""
-    if keras_version[0] < 3:
+    variables, which in replica context returns the local replica's component. Under
+    CentralStorageStrategy (``one_copy``) a metric's state is one AggregatingVariable on the
+    parameter device (central_storage_strategy.py: variables are placed once and updates from
+    every replica are aggregated into it), so every replica reads the merged state: the global
+    result in either generation."""
+    if keras_version[0] < 3 or one_copy:
         return cross_replica_result(kind, per_replica_states)
     return result(kind, *per_replica_states[replica])

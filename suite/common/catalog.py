@@ -53,4 +53,5 @@ MUTANTS = {
     "ps_shards_on_one_task": "ParameterServerStrategy's round-robin counter reset before every shard: all on ps task 0",
     "ps_loss_times_two": "compute_average_loss doubled inside a scheduled step",
     "ps_gradient_doubled": "parameter-server gradients doubled before apply_gradients",
+    "foreign_result": "every number of every probe result moved off its value, every caught exception renamed",
 }

@@ -14,7 +14,7 @@ from typing import Any
 
 record = dataclasses.dataclass(frozen=True)
 Arrays = list  # numpy arrays, one per replica / variable / step
-MESSAGE_CHARS = 600
+MESSAGE_CHARS = 8000  # whole TF messages (deviation signatures match them); Check shortens them for display
 
 
 @record
@@ -125,7 +125,8 @@ class LazyOptimizer:
     n_variables: int
     iterations: int
     distributed: list  # class names of the optimizer variables
-    copies_agree: bool
+    names: list  # every optimizer and model variable
+    disagreeing: list  # those whose replica copies differ
     changed: bool
 
 

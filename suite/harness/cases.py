@@ -4,7 +4,6 @@ tf.distribute strategy; the hypothesis strategies here are called cases."""
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import assume
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
@@ -28,7 +27,10 @@ def splits(draw, replicas: int, max_per_replica: int = 5, min_total: int = 0, ev
         return [b] * replicas
     sizes = draw(st.lists(st.integers(0, max_per_replica), min_size=replicas, max_size=replicas),
                  label="sizes")
-    assume(sum(sizes) >= min_total)
+    short = min_total - sum(sizes)
+    if short > 0:  # top up one drawn replica (no rejection): the others stay as drawn, empty or not
+        r = draw(st.integers(0, replicas - 1), label="replica topped up")
+        sizes[r] += short
     return sizes
 
 
@@ -87,6 +89,13 @@ def training_cases(draw, replicas: int, dtype: str, max_steps: int = 4):
     arch = ARCHS[arch_name]
     params = [draw(floats(dtype, shape, -1.0, 1.0), label=f"param {i}")
               for i, shape in enumerate(arch.shapes())]
+    return arch_name, params, draw(training_steps(arch_name, replicas, dtype, max_steps))
+
+
+@st.composite
+def training_steps(draw, arch_name: str, replicas: int, dtype: str, max_steps: int = 4):
+    """1..max_steps global batches (x, y, split) for the model ``arch_name`` on ``replicas``."""
+    arch = ARCHS[arch_name]
     steps = []
     for _ in range(draw(st.integers(1, max_steps), label="steps")):
         sizes = draw(splits(replicas, max_per_replica=4, min_total=1), label="sizes")
@@ -97,7 +106,7 @@ def training_cases(draw, replicas: int, dtype: str, max_steps: int = 4):
         else:
             y = draw(floats(dtype, (n, arch.outputs), -2.0, 2.0), label="y")
         steps.append((x, y, sizes))
-    return arch_name, params, steps
+    return steps
 
 
 def arch_dict(arch) -> dict:

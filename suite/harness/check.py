@@ -11,6 +11,11 @@ the same parts whatever failed::
       case: ...
     Reproduce with plain TensorFlow:   (an exception note)
     ...
+
+Inside a running test every comparison consults the known deviations in scope
+(``deviations.current``, set by conftest): a mismatch is tolerated only when an entry's signature
+explains what was observed (suite/harness/signatures.py); a result equal to the reference where an
+entry predicts otherwise fails. ``given`` hands a comparison's inputs to deviation models.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ import numpy as np
 
 from reference.distribute import local_results
 from suite.common.results import Raised
+from suite.harness import deviations
+from suite.harness.signatures import NOTHING, Seen
 from suite.harness.tolerances import tolerance
 
 
@@ -38,8 +45,13 @@ def _shown(x) -> str:
     if isinstance(x, np.ndarray):
         return f"{x.dtype.name}{list(x.shape)} {x.tolist()}" if x.size <= 24 else f"{x.dtype.name}{list(x.shape)}"
     if isinstance(x, Raised):
-        return f"{x.type}: {x.message}"
+        return f"{x.type}: {_short(x.message)}"
     return repr(x) if isinstance(x, str) else str(x)
+
+
+def _short(message: str, chars: int = 600) -> str:
+    """A long exception message as its head and tail (TF's carry the whole traced stack)."""
+    return message if len(message) <= chars else message[:200] + " ... " + message[-(chars - 205):]
 
 
 def ratio(actual, expected) -> float | None:
@@ -118,37 +130,80 @@ class Check:
             exc.add_note("Reproduce with plain TensorFlow:\n" + self.repro)
         raise exc
 
+    # -- known deviations ------------------------------------------------------------------
+    def _consult(self, what: str, ok: bool, actual, expected, same, given) -> tuple[bool, str]:
+        """Ask the known deviations in scope about one value comparison: ``(True, "")`` when it
+        stands (it passed, or a signature explains the mismatch), else ``(False, hint)`` naming
+        the entries in scope that did not explain it. A pass where an entry predicts another
+        value fails here: the entry is out of date."""
+        __tracebackhide__ = True
+        ledger = deviations.current
+        covering = [(d, s) for d, s in ledger.covering(what) if s.kind != "raises"] if ledger else []
+        if not covering:
+            return ok, ""
+        seen = Seen(what, actual, expected, same, self.spec, self.case, given)
+        if ok:
+            for dev, sig in covering:
+                if sig.kind == "band" and np.any(np.asarray(expected, np.float64) != 0):
+                    ledger.compared[(dev.id, sig.quantity)] += 1
+                predicted = sig.predicts(seen)
+                if predicted is not NOTHING and not same(predicted, expected):
+                    self.fail(what, f"got the reference's value {_shown(actual)}, but known deviation {dev.id} "
+                                    f"predicts {_shown(predicted)}",
+                              "TensorFlow no longer deviates here: update or retire the entry in known_deviations.toml")
+            return True, ""
+        for dev, sig in covering:
+            if sig.explains(seen):
+                ledger.explained[dev.id] += 1
+                return True, ""
+        return False, "; ".join(f"known deviation {d.id} in scope does not explain it ({s.describe()})"
+                                for d, s in covering)
+
     # -- comparisons ---------------------------------------------------------------------
     def close(self, actual, expected, what: str, *, kind: str = "value", n_terms: int = 1,
-              elements: int | None = None, override: dict | None = None):
+              elements: int | None = None, override: dict | None = None, given=None):
         """``actual`` equals ``expected`` within the dtype's tolerance (suite/harness/tolerances.py)."""
         __tracebackhide__ = True
+        tol = tolerance(self.dtype, kind, n_terms, override)
+
+        def mismatches(x, y):
+            x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+            return ~(np.abs(x - y) <= tol.bound(y)) & ~(np.isnan(x) & np.isnan(y))
+
         a = np.asarray(actual, dtype=np.float64)
         e = np.asarray(expected, dtype=np.float64)
         if a.shape != e.shape:
             self.fail(what, f"got shape {a.shape}, but should be {e.shape}")
-        tol = tolerance(self.dtype, kind, n_terms, override)
-        bad = ~(np.abs(a - e) <= tol.bound(e))
-        bad &= ~(np.isnan(a) & np.isnan(e))
-        if bad.any():
+        bad = mismatches(a, e)
+        stands, hint = self._consult(what, not bad.any(), a, e,
+                                     lambda x, y: np.shape(x) == np.shape(y) and not mismatches(x, y).any(), given)
+        if not stands:
             err = float(np.max(np.abs(a - e)[bad])) if np.isfinite(a[bad]).all() else float("nan")
             self.fail(what, f"got {_fmt(a)}, but should be {_fmt(e)} (max |diff| {err:.3g} > atol {tol.atol:.1g} + "
                             f"rtol {tol.rtol:.1g}*|expected|, {int(bad.sum())} of {bad.size} elements)",
-                      diagnose(a, e, self.replicas, elements))
+                      "; ".join(h for h in (diagnose(a, e, self.replicas, elements), hint) if h))
 
-    def exact(self, actual, expected, what: str, hint: str = ""):
+    def exact(self, actual, expected, what: str, hint: str = "", given=None):
         """Arrays equal bit for bit, with the same dtype and shape (when ``expected`` has a dtype)."""
         __tracebackhide__ = True
-        a, e = np.asarray(actual), np.asarray(expected)
-        same_kind = a.dtype == e.dtype or not isinstance(expected, np.ndarray)
-        if not (same_kind and a.shape == e.shape and np.array_equal(a, e)):
-            self.fail(what, f"got {_shown(a)}, but should be exactly {_shown(e)}", hint)
 
-    def equal(self, actual, expected, what: str, hint: str = ""):
+        def same(x, y):
+            x, y = np.asarray(x), np.asarray(y)
+            return (x.dtype == y.dtype or not isinstance(expected, np.ndarray)) and x.shape == y.shape \
+                and bool(np.array_equal(x, y))
+
+        stands, why = self._consult(what, same(actual, expected), actual, expected, same, given)
+        if not stands:
+            self.fail(what, f"got {_shown(np.asarray(actual))}, but should be exactly {_shown(np.asarray(expected))}",
+                      "; ".join(h for h in (hint, why) if h))
+
+    def equal(self, actual, expected, what: str, hint: str = "", given=None):
         """Plain data (numbers, strings, nested lists) equal."""
         __tracebackhide__ = True
-        if actual != expected:
-            self.fail(what, f"got {_shown(actual)}, but should be {_shown(expected)}", hint)
+        stands, why = self._consult(what, actual == expected, actual, expected, lambda x, y: x == y, given)
+        if not stands:
+            self.fail(what, f"got {_shown(actual)}, but should be {_shown(expected)}",
+                      "; ".join(h for h in (hint, why) if h))
 
     def that(self, holds: bool, what: str, got, should: str, hint: str = ""):
         """A stated condition: ``got`` must be what ``should`` says."""
@@ -170,32 +225,50 @@ class Check:
         if isinstance(outcome, Raised):
             if outcome.type == expected_type and message in outcome.message:
                 return
-            got = f"{outcome.type}: {outcome.message}"
+            got = f"{outcome.type}: {_short(outcome.message)}"
         else:
             got = f"no exception ({_shown(outcome)})"
         should = f"raise {expected_type}" + (f" with {message!r}" if message else "")
         self.fail(what, f"got {got}, but should {should}")
 
-    def returned(self, outcome, what: str):
-        """A probe's outcome is a value, not a caught exception."""
+    def returned(self, outcome, what: str) -> bool:
+        """A probe's outcome is a value, not a caught exception. False when it is an exception
+        that a known deviation in scope predicts (the caller skips what needs the value)."""
         __tracebackhide__ = True
+        ledger = deviations.current
+        covering = [(d, s) for d, s in ledger.covering(what) if s.kind == "raises"] if ledger else []
+        seen = Seen(what, outcome, None, lambda x, y: x == y, self.spec, self.case)
         if isinstance(outcome, Raised):
-            self.fail(what, f"raised {outcome.type}: {outcome.message} (in {outcome.where}), but should return a value")
+            for dev, sig in covering:
+                if sig.explains(seen):
+                    ledger.explained[dev.id] += 1
+                    return False
+            self.fail(what, f"raised {outcome.type}: {_short(outcome.message)} (in {outcome.where}), "
+                            "but should return a value",
+                      "; ".join(f"known deviation {d.id} in scope does not explain it ({s.describe()})"
+                                for d, s in covering))
+        for dev, sig in covering:
+            self.fail(what, f"returned a value, but known deviation {dev.id} predicts it {sig.describe()}",
+                      "TensorFlow no longer deviates here: update or retire the entry in known_deviations.toml")
+        return True
 
     # -- across workers ------------------------------------------------------------------
-    def per_replica(self, results: list, expected: list, what: str, attr: str | None = "local", **tol):
+    def per_replica(self, results: list, expected: list, what: str, attr: str | None = "local",
+                    given: list | None = None, **tol):
         """Every worker's local per-replica values (``experimental_local_results`` order; the
         field ``attr`` of each worker's result, or the result itself) against the reference's
-        values for the replicas that worker holds."""
+        values for the replicas that worker holds (``given``: per-replica inputs of deviation
+        models, in the same order as ``expected``)."""
         __tracebackhide__ = True
         workers = len(results)
         for w, result in enumerate(results):
             mine = local_results(expected, w, workers)
+            inputs = local_results(given, w, workers) if given is not None else [None] * len(mine)
             got = result if attr is None else getattr(result, attr)
             where = f"{what} (worker {w})" if workers > 1 else what
             self.equal(len(got), len(mine), f"{where}: local results")
-            for r, (a, e) in enumerate(zip(got, mine)):
-                self.close(a, e, f"{where} replica {w * len(mine) + r}", **tol)
+            for r, (a, e, g) in enumerate(zip(got, mine, inputs)):
+                self.close(a, e, f"{where} replica {w * len(mine) + r}", given=g, **tol)
 
     def on_workers(self, results: list, attr: str, expected, what: str, **tol):
         """A cross-replica value (a reduce, a metric result) equals the reference on every worker."""

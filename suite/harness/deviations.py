@@ -1,25 +1,32 @@
 """The known-deviations file: every place where installed TF/Keras differs from the reference.
 
 ``known_deviations.toml`` holds ``[[deviation]]`` tables with ``id``, ``tests`` (test id
-patterns: ``*`` and ``{a,b}``), ``tensorflow`` and ``keras`` version ranges (PEP 440 specifier sets), ``summary``,
-``evidence`` (links and/or repro files in the repo) and ``first_seen``. conftest turns the tests
-they match into strict xfails for the versions in range, so a fix in TF shows up as an XPASS.
-An entry with ``racy = true`` is a race that shows in most runs but not all (lost concurrent
-updates): its tests become non-strict xfails, and the summary must say so.
+patterns: ``*`` and ``{a,b}``: the tests the entry may excuse), ``tensorflow`` and ``keras``
+version ranges (PEP 440 specifier sets), ``summary``, ``evidence`` (links and/or repro files in
+the repo), ``first_seen`` and one or more ``[[deviation.signature]]`` tables that say what
+TensorFlow does instead (suite/harness/signatures.py).
+
+conftest gives each running test a ``Ledger`` of the entries in scope (``current``); every Check
+comparison consults it. A mismatch that a signature explains is tolerated and counted; any other
+mismatch fails as usual. After the test, one with tolerated mismatches is reported as an
+expected failure naming the entries and counts; a test whose results equal the reference where
+an entry predicts otherwise fails ("update the entry").
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
-import re
 import tomllib
 from pathlib import Path
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from suite.harness.signatures import Signature, _glob
+
 PATH = Path(__file__).resolve().parents[2] / "known_deviations.toml"
-REQUIRED = ("id", "tests", "tensorflow", "keras", "summary", "evidence", "first_seen")
+REQUIRED = ("id", "tests", "tensorflow", "keras", "summary", "evidence", "first_seen", "signature")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,7 +38,7 @@ class Deviation:
     summary: str
     evidence: tuple[str, ...]
     first_seen: str
-    racy: bool = False
+    signatures: tuple[Signature, ...] = ()
 
     def applies_to(self, tf_version: str | None, keras_version: str | None) -> bool:
         if not tf_version or not keras_version:
@@ -43,34 +50,60 @@ class Deviation:
         return any(_glob(pattern).fullmatch(nodeid) for pattern in self.tests)
 
 
-def _glob(pattern: str) -> re.Pattern:
-    """``*`` matches anything and ``{a,b}`` either alternative; everything else is literal
-    (test ids contain ``[`` and ``]``, which fnmatch would treat as character classes)."""
-    out = []
-    for token in re.split(r"(\*|\{[^{}]*\})", pattern):
-        if token == "*":
-            out.append(".*")
-        elif token.startswith("{") and token.endswith("}"):
-            out.append("(?:" + "|".join(re.escape(alt) for alt in token[1:-1].split(",")) + ")")
-        else:
-            out.append(re.escape(token))
-    return re.compile("".join(out))
-
-
 def load(path: Path = PATH) -> list[Deviation]:
     """Parse and validate the file; a malformed entry is an error naming the entry."""
     data = tomllib.loads(path.read_text())
     out = []
     for i, entry in enumerate(data.get("deviation", [])):
+        where = f"{path.name}: deviation #{i} ({entry.get('id')})"
         missing = [k for k in REQUIRED if k not in entry]
         if missing:
-            raise ValueError(f"{path.name}: deviation #{i} ({entry.get('id')}) lacks {missing}")
+            raise ValueError(f"{where} lacks {missing}")
+        unknown = set(entry) - set(REQUIRED)
+        if unknown:
+            raise ValueError(f"{where} has unknown keys {sorted(unknown)}")
         SpecifierSet(entry["tensorflow"])
         SpecifierSet(entry["keras"])
+        signatures = tuple(Signature.parse(t, where) for t in entry["signature"])
         out.append(Deviation(entry["id"], tuple(entry["tests"]), entry["tensorflow"],
                              entry["keras"], entry["summary"].strip(),
-                             tuple(entry["evidence"]), entry["first_seen"], bool(entry.get("racy", False))))
+                             tuple(entry["evidence"]), entry["first_seen"], signatures))
     ids = [d.id for d in out]
     if len(ids) != len(set(ids)):
         raise ValueError(f"{path.name}: duplicate deviation ids")
     return out
+
+
+@dataclasses.dataclass
+class Ledger:
+    """The deviations in scope of one running test, and what their signatures did in it."""
+
+    entries: tuple[Deviation, ...]
+    explained: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    compared: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+
+    def covering(self, what: str) -> list[tuple[Deviation, Signature]]:
+        return [(d, s) for d in self.entries for s in d.signatures if s.covers(what)]
+
+    def expected_failure(self) -> str | None:
+        """The xfail reason when some mismatch was tolerated, else None."""
+        if not self.explained:
+            return None
+        by_id = {d.id: d for d in self.entries}
+        return "; ".join(f"known deviation {i} (signature matched {n}x): {by_id[i].summary.splitlines()[0]}"
+                         for i, n in sorted(self.explained.items()))
+
+    def unseen_bands(self) -> str | None:
+        """A failure message when a rounding band covered comparisons of nonzero values in this
+        test but never had to explain one: the rounding is gone and the entry is stale."""
+        stale = [(d, s) for d in self.entries for s in d.signatures
+                 if s.kind == "band" and self.compared[(d.id, s.quantity)] and not self.explained[d.id]]
+        if not stale:
+            return None
+        return "\n".join(f"known deviation {d.id}: its rounding band ({s.describe()}) covered "
+                         f"{self.compared[(d.id, s.quantity)]} comparisons of {s.quantity!r} and every one "
+                         f"equalled the reference within its tolerance: TensorFlow no longer deviates here; "
+                         f"update the entry in known_deviations.toml" for d, s in stale)
+
+
+current: Ledger | None = None  # the running test's ledger (set by conftest around each test call)

@@ -14,7 +14,7 @@ _common = dict(deadline=None, print_blob=True,
                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                       HealthCheck.filter_too_much])
 # ci does not shrink: its failures are reproducible (derandomized) and shrinking a failure
-# of a costly property (or a strict xfail) would cost more than the rest of the run.
+# of a costly property would cost more than the rest of the run.
 settings.register_profile("ci", max_examples=PROFILES["ci"], derandomize=True, database=None,
                           phases=(Phase.explicit, Phase.reuse, Phase.generate), **_common)
 settings.register_profile("dev", max_examples=PROFILES["dev"], **_common)

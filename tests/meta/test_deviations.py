@@ -1,21 +1,30 @@
 """The known-deviations file: well-formed, its evidence exists, its patterns name real tests,
-and the README lists every entry."""
+the README lists every entry, and each entry excuses only what its signature describes: a
+foreign wrong value in a test it covers is a FAIL, never an XFAIL."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-from suite.harness import deviations
-from suite.harness.check import Check
+import numpy as np
+import pytest
+
+from suite.common.results import Raised
+from suite.common.specs import parse_spec
+from suite.harness import deviations, versions
+from suite.harness.check import Check, PropertyFailure
+from suite.harness.signatures import MODELS, Seen, Signature
+from tests.helpers import run_pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+ENTRIES = deviations.load()
 
 
 def test_file_parses_and_every_entry_has_existing_evidence():
-    entries = deviations.load()
-    assert entries
-    for d in entries:
+    Check("known_deviations.toml").that(len(ENTRIES) > 0, "entries", len(ENTRIES), "at least one")
+    for d in ENTRIES:
+        Check(d.id).that(len(d.signatures) > 0, "signatures", 0, "at least one (what TensorFlow does instead)")
         for item in d.evidence:
             path = item.split()[0]
             if path.startswith(("repros/", "tests/")):
@@ -23,7 +32,7 @@ def test_file_parses_and_every_entry_has_existing_evidence():
 
 
 def test_patterns_name_existing_test_functions():
-    for d in deviations.load():
+    for d in ENTRIES:
         for pattern in d.tests:
             module, rest = pattern.split("::", 1)
             function = re.match(r"\w+", rest).group(0)
@@ -33,14 +42,193 @@ def test_patterns_name_existing_test_functions():
 
 def test_readme_lists_every_deviation():
     readme = (ROOT / "README.md").read_text()
-    for d in deviations.load():
+    for d in ENTRIES:
         Check(d.id).that(d.id in readme, "the README's deviation table", "no row for it", "a row for it")
 
 
 def test_patterns_match_only_what_they_say():
     d = deviations.Deviation("x", ("t.py::f[mirrored:{2,3}-{Adam,Nadam}]", "t.py::g[*-float64]"),
                              ">=2.16", ">=3", "s", (), "now")
-    assert d.matches("t.py::f[mirrored:2-Adam]") and d.matches("t.py::f[mirrored:3-Nadam]")
-    assert not d.matches("t.py::f[mirrored:1-Adam]") and not d.matches("t.py::f[mirrored:2-SGD]")
-    assert d.matches("t.py::g[default-scalar-float64]") and not d.matches("t.py::g[default-float32]")
-    assert d.applies_to("2.21.0", "3.15.1") and not d.applies_to("2.15.1", "2.15.0")
+    check = Check("pattern")
+    for nodeid, want in [("t.py::f[mirrored:2-Adam]", True), ("t.py::f[mirrored:3-Nadam]", True),
+                         ("t.py::f[mirrored:1-Adam]", False), ("t.py::f[mirrored:2-SGD]", False),
+                         ("t.py::g[default-scalar-float64]", True), ("t.py::g[default-float32]", False)]:
+        check.equal(d.matches(nodeid), want, f"matches({nodeid!r})")
+    check.equal((d.applies_to("2.21.0", "3.15.1"), d.applies_to("2.15.1", "2.15.0")), (True, False), "applies_to")
+
+
+def test_malformed_signatures_are_one_line_errors(tmp_path):
+    base = ('[[deviation]]\nid = "x"\ntests = ["t.py::f"]\ntensorflow = ">=2"\nkeras = ">=2"\nsummary = "s"\n'
+            'evidence = []\nfirst_seen = "now"\n')
+    for table, phrase in [("", "lacks ['signature']"),
+                          ('[[deviation.signature]]\nquantity = "q"\nkind = "guess"\n', "kind 'guess'"),
+                          ('[[deviation.signature]]\nquantity = "q"\nkind = "model"\nmodel = "nope"\n', "model 'nope'"),
+                          ('[[deviation.signature]]\nquantity = "q"\nkind = "band"\n', "needs rtol or atol"),
+                          ('[[deviation.signature]]\nquantity = "q"\nkind = "raises"\ntype = "E"\n', "type and message")]:
+        path = tmp_path / "d.toml"
+        path.write_text(base + table)
+        with pytest.raises(ValueError) as info:
+            deviations.load(path)
+        Check("known_deviations.toml", case={"signature": table}).contains(str(info.value), [phrase, "deviation #0 (x)"],
+                                                                          "the loader's error")
+
+
+# -- each signature explains its deviation and nothing else ---------------------------------
+
+def _close(a, b):
+    return np.shape(a) == np.shape(b) and bool(np.allclose(np.asarray(a, float), np.asarray(b, float),
+                                                           rtol=1e-12, atol=0))
+
+
+# per model: (spec, expected, given, the deviant value the entry's summary states for that case)
+MODEL_CASES = {
+    "replica_scale_rounded_to_float32": ("mirrored:3", 0.7, None, 0.7 * 3 * float(np.float32(1 / 3))),
+    "metric_state_assigned_by_every_replica": (  # total 2 * 1 + 3, count 2 * 2 + 2
+        "central_storage:2", 1.0, {"kind": "mean", "increments": [(1.0, 2.0), (3.0, 2.0)]}, 5 / 6),
+    "partial_last_step_dropped": ("central_storage:2", [[[0], [1]], [[2], []]], {"partial": True}, [[[0], [1]]]),
+    "partial_last_step_missing": ("central_storage:2", [], {"dropped": [14]}, [14]),
+    "integer_sum_restored_by_division": ("mirrored:2", [1, 2, 3], None, [0, 2, 2]),
+    "increments_lost_between_workers": ("parameter_server:2w1ps", 8, None, (4, 8)),
+    "momentum_set_on_the_building_replica_only": ("mirrored:2:reduce_to_one", [], {"variables": [
+        "schedule_free_adam_w/iteration", "schedule_free_adam_w/sequential_dense_bias_momentum",
+        "schedule_free_adam_w/sequential_dense_kernel_momentum", "sequential/dense/bias", "sequential/dense/kernel"]},
+        ["schedule_free_adam_w/sequential_dense_kernel_momentum", "sequential/dense/kernel"]),
+}
+
+
+def _foreign(value):
+    """A wrong value of the same shape that no deviation describes (the foreign_result mutant's)."""
+    if isinstance(value, list):
+        return [_foreign(v) for v in value]
+    return value + 1 if isinstance(value, int) else value * 1.001 + 0.001
+
+
+def _signatures():
+    return [pytest.param(d, s, id=f"{d.id}:{s.kind}") for d in ENTRIES for s in d.signatures]
+
+
+@pytest.mark.parametrize("entry, signature", _signatures())
+def test_signature_explains_its_deviation_and_not_a_foreign_error(entry, signature):
+    check = Check(entry.id, case={"signature": signature.describe()})
+    if signature.kind == "raises":
+        predicted = Raised(signature.type, f"... {signature.message} ...".replace("\\", ""), "step")
+        seen = lambda outcome: Seen("q", outcome, None, lambda a, b: a == b, parse_spec("mirrored:2"))  # noqa: E731
+        check.equal(signature.explains(seen(predicted)), True, "the predicted exception explained")
+        for foreign in (Raised("ForeignError", predicted.message, "step"), Raised(signature.type, "other", "step"), 1.0):
+            check.equal(signature.explains(seen(foreign)), False, f"a foreign outcome {foreign!r} explained")
+        return
+    if signature.kind == "band":
+        expected = np.array([0.3, 2.0, 7.1])
+        inside = expected * (1 + 0.5 * signature.rtol)
+        seen = lambda actual: Seen("q", actual, expected, _close, parse_spec("mirrored:2"))  # noqa: E731
+        check.equal(signature.explains(seen(inside)), True, "an error inside the band explained")
+        check.equal(signature.explains(seen(_foreign(expected))), False, "a foreign error explained")
+        return
+    spec, expected, given, want = MODEL_CASES[signature.model]
+    seen = lambda actual: Seen("q", actual, expected, _close if isinstance(expected, float) else  # noqa: E731
+                               (lambda a, b: a == b), parse_spec(spec), None, given)
+    if signature.kind == "bounds":
+        low, high = MODELS[signature.model](seen(None))
+        check.equal((low, high), want, "the race's bounds")
+        check.that(low < high, "the race's bounds", (low, high), "a range that a lost update can fall in")
+        check.equal([signature.explains(seen(v)) for v in (low - 1, low, high, high + 1)],
+                    [False, True, True, False], f"explained values around the bounds {(low, high)}")
+        return
+    predicted = signature.predicts(seen(None))
+    check.that(seen(None).same(predicted, want), "the model's prediction", predicted, f"{want} (the entry's summary)")
+    check.equal(seen(None).same(predicted, expected), False, "the model's prediction differs from the reference")
+    check.equal(signature.explains(seen(predicted)), True, "the predicted value explained")
+    check.equal(signature.explains(seen(_foreign(expected))), False, "a foreign wrong value explained")
+
+
+def test_a_mismatch_outside_every_signature_fails_and_names_the_entry():
+    entry = deviations.Deviation("d", ("*",), ">=2", ">=2", "s", (), "now", (
+        Signature("q", "band", rtol=1e-6),))
+    check = Check("mirrored:2", "float64")
+    deviations.current = ledger = deviations.Ledger((entry,))
+    try:
+        check.close(1.0 + 1e-7, 1.0, "q")  # within the band: tolerated and counted
+        with pytest.raises(PropertyFailure) as info:
+            check.close(1.1, 1.0, "q")
+        check.close(1.1, 1.1, "other")  # another quantity: not covered
+    finally:
+        deviations.current = None
+    Check("ledger").equal(dict(ledger.explained), {"d": 1}, "mismatches the band explained")
+    Check("ledger").contains(str(info.value), ["got 1.1", "known deviation d in scope does not explain it"],
+                             "the failure of a foreign error")
+
+
+def test_a_result_equal_to_the_reference_where_a_model_predicts_otherwise_fails():
+    entry = deviations.Deviation("d", ("*",), ">=2", ">=2", "s", (), "now", (
+        Signature("int64*", "model", model="integer_sum_restored_by_division"),))
+    deviations.current = deviations.Ledger((entry,))
+    try:
+        with pytest.raises(PropertyFailure) as info:
+            Check(parse_spec("mirrored:2")).equal([1, 2, 3], [1, 2, 3], "int64 Sum metrics after a restore")
+    finally:
+        deviations.current = None
+    Check("ledger").contains(str(info.value), ["known deviation d predicts [0, 2, 2]", "update or retire the entry"],
+                             "the failure of a fixed deviation")
+
+
+# -- end to end: a foreign wrong value in a covered test is a FAIL --------------------------
+
+# entry -> a test id it covers (the spec is the id's first parameter)
+COVERED = {
+    "compute-average-loss-float64-sample-weight":
+        "tests/properties/test_losses.py::test_compute_average_loss_matches_reference[mirrored:2-per_example-float64]",
+    "keras3-loss-replica-scale-rounded-to-float32":
+        "tests/properties/test_losses.py::test_keras_loss_reduction_inside_strategy_run"
+        "[mirrored:3-mse-sum_over_batch_size-float64]",
+    "keras3-central-storage-metric-accumulation":
+        "tests/properties/test_metrics.py::test_metric_result_is_the_metric_of_the_global_data[central_storage:2-mean]",
+    "keras3-lazy-optimizer-slots-mirrored":
+        "tests/properties/test_training.py::test_optimizer_variables_created_lazily_in_a_distributed_step"
+        "[mirrored:2-Adam]",
+    "keras3-central-storage-replica-context-updates":
+        "tests/properties/test_training.py::test_optimizer_variables_created_lazily_in_a_distributed_step"
+        "[central_storage:2-Nadam]",
+    "keras3-schedule-free-adamw-replica-copies-diverge":
+        "tests/properties/test_training.py::test_optimizer_variables_created_lazily_in_a_distributed_step"
+        "[mirrored:4:reduce_to_one-ScheduleFreeAdamW]",
+    "central-storage-drops-partial-step":
+        "tests/properties/test_input.py::test_partial_last_step_is_delivered[central_storage:2-for]",
+    "sync-on-read-integer-sum-restore-truncates":
+        "tests/properties/test_checkpoint.py::test_integer_metric_state_survives_restore[mirrored:2]",
+    "keras3-ps-optimizer-iterations-race":
+        "tests/properties/test_parameter_server.py::test_optimizer_iterations_count_every_scheduled_step"
+        "[parameter_server:2w1ps]",
+}
+
+
+def test_every_entry_has_a_covered_test():
+    Check("COVERED").equal(sorted(COVERED), sorted(d.id for d in ENTRIES), "entries with a covered test")
+    for d in ENTRIES:
+        Check(d.id).that(d.matches(COVERED[d.id]), "its covered test", COVERED[d.id], "in the entry's scope")
+
+
+def test_a_foreign_wrong_value_in_each_covered_test_fails():
+    """Every covered test of the entries that apply to the installed versions, run against the
+    foreign_result mutant (each number moved, each exception renamed): each is a FAIL whose
+    message says the entry in scope does not explain it."""
+    v = versions.engine_versions(None)
+    active = {d.id: COVERED[d.id] for d in ENTRIES if d.applies_to(v["tensorflow"], v["keras"])}
+    by_id = {d.id: d for d in ENTRIES}
+    if not active:
+        pytest.skip(f"no entry applies to TensorFlow {v['tensorflow']}, Keras {v['keras']}")
+    specs = sorted({test_id.split("[", 1)[1].split("-", 1)[0].rstrip("]") for test_id in active.values()} | {"default"})
+    proc = run_pytest([*active.values(), "--strategies", ",".join(specs), "-rfEX", "--no-header", "--tb=short"],
+                      900, TFDS_MUTANT="foreign_result", HYPOTHESIS_PROFILE="ci")
+    out = proc.stdout + proc.stderr
+    # one section per failure, headed "____ test_function[params] ____"
+    sections = dict(re.findall(r"^_+ (\S+\[.*?\]) _+\n(.*?)(?=^_+ \S+\[|^={3,})", out, re.DOTALL | re.MULTILINE))
+    for entry, test_id in active.items():
+        check = Check(entry, case={"test": test_id})
+        check.contains(out, [f"FAILED {test_id}"], "the covered test against a foreign wrong value")
+        check.that(f"XFAIL {test_id}" not in out, "the covered test's outcome", "XFAIL", "FAILED")
+        if all(s.kind == "bounds" for s in by_id[entry].signatures):
+            continue  # a race's bounds may contain the moved value: the exact checks beside it fail
+        section = sections.get(test_id.rsplit("::", 1)[-1], "")
+        check.contains(section, [f"known deviation {entry} in scope does not explain it"],
+                       "the failure of the covered test (the entry's signature saw the value and refused it)")
+    Check("foreign_result").contains(out, [f"{len(active)} failed"], "the run's summary")

@@ -62,7 +62,8 @@ CASES = {
 
 
 def test_every_mutant_has_a_case():
-    assert sorted(CASES) == sorted(MUTANTS)
+    # foreign_result moves every probe result: tests/meta/test_deviations.py runs it
+    Check("MUTANTS").equal(sorted(CASES), sorted(set(MUTANTS) - {"foreign_result"}), "mutants with a property case")
 
 
 @pytest.mark.parametrize("mutant", sorted(CASES))

@@ -86,8 +86,10 @@ def test_optimizer_iterations_count_every_scheduled_step(engines, ps_spec, steps
     r = engines.call(ps_spec, "ps.exactly_once", w0=w0, c=np.ones(2, "float32"), lr=0.25, steps=steps)[0]
     check = Check(ps_spec, "float32", {"steps": steps})
     hint = f"the step counter reads {r.count}, the weights moved {float(-r.w[0]) / 0.25:g} steps"
-    check.equal(r.count, steps, "the step counter after the scheduled steps", hint)
     check.equal(r.iterations, steps, "optimizer.iterations after the scheduled steps", hint)
+    check.equal(r.count, steps, "the step counter after the scheduled steps", hint)
+    check.exact(r.w, (w0 - 0.25 * steps).astype("float32"), "the weights after the scheduled steps (loss c.w, lr 0.25)",
+                hint)
 
 
 @st.composite

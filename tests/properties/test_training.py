@@ -87,10 +87,12 @@ def test_optimizer_variables_created_lazily_in_a_distributed_step(engines, spec,
     check = Check(spec, case={"optimizer": name})
     for w, r in enumerate(engines.call(spec, "training.lazy_optimizer", name=name)):
         who = f"{name} (worker {w})"
-        check.returned(r, f"{who}: two distributed steps")
+        if not check.returned(r, f"{who}: two distributed steps"):
+            continue  # a known deviation raised, as its signature predicts
+        check.equal(r.disagreeing, [], f"{who}: variables whose replica copies differ",
+                    given={"variables": r.names})
         check.equal(r.iterations, 2, f"{who}: optimizer.iterations after two steps")
         check.that(r.n_variables >= 1, f"{who}: optimizer variables created", r.n_variables, "at least 1")
-        check.that(r.copies_agree, f"{who}: every replica's copy of every variable agrees", r.copies_agree, "True")
         if spec.kind not in ("default", "one_device"):
             check.that(r.distributed in (["MirroredVariable"], ["AggregatingVariable"]), f"{who}: optimizer variables",
                        r.distributed, "distributed variables of the strategy")
@@ -110,7 +112,9 @@ def test_short_last_batch_training_matches_the_reference_split(engines, spec, de
     arch_name, params, _ = data.draw(training_cases(spec.replicas, dtype, max_steps=1), label="model")
     arch = ARCHS[arch_name]
     g = data.draw(st.integers(max(2, spec.replicas), 6), label="global batch")
-    length = data.draw(st.integers(g + 1, 3 * g).filter(lambda n: n % g), label="dataset length")
+    # a length that is not a multiple of G, drawn as whole batches plus a short one
+    length = g * data.draw(st.integers(1, 2), label="whole batches") + data.draw(st.integers(1, g - 1),
+                                                                                 label="short batch")
     epochs = data.draw(st.integers(1, 3), label="epochs")
     x = data.draw(cases.floats(dtype, (length, arch.input_dim), -2.0, 2.0), label="x")
     if arch.head == "softmax":

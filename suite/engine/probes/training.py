@@ -89,11 +89,13 @@ def lazy_optimizer(ctx, name):
             ctx.request_restart()  # a failed collective poisons a multi-worker cluster
         return Raised.of(exc, f"training.lazy_optimizer({name}): the first distributed step")
     variables = compat.optimizer_variables(opt)
-    copies_agree = all(
-        all(np.array_equal(c, local(strategy, compat.tf_variable(v))[0]) for c in local(strategy, compat.tf_variable(v)))
-        for v in list(variables) + list(model.trainable_variables))
+    everything = list(variables) + list(model.trainable_variables)
+    names = [compat.tf_variable(v).name.split(":")[0] for v in everything]
+    disagreeing = [name for name, v in zip(names, everything) if not all(
+        np.array_equal(c, local(strategy, compat.tf_variable(v))[0]) for c in local(strategy, compat.tf_variable(v)))]
     return LazyOptimizer(len(variables), int(compat.tf_variable(opt.iterations).numpy()),
-                         sorted({type(compat.tf_variable(v)).__name__ for v in variables}), copies_agree,
+                         sorted({type(compat.tf_variable(v)).__name__ for v in variables}), sorted(names),
+                         sorted(disagreeing),
                          any(not np.array_equal(b, v.numpy()) for b, v in zip(before, model.trainable_variables)))
 
 

@@ -1,0 +1,205 @@
+"""What TensorFlow does instead: the signature of each known deviation.
+
+An entry of ``known_deviations.toml`` excuses a failure only when what the test observed is
+what the entry says TensorFlow does instead. Each entry has one or more ``[[deviation.signature]]``
+tables; a signature covers the checks whose quantity (the ``what`` of a Check comparison)
+matches its ``quantity`` glob, and states the deviant behaviour as one of:
+
+``model``
+    ``model = "<name>"``, a function of MODELS below: the value TensorFlow computes instead,
+    from the check's expected value, its ``given`` inputs and the spec. A mismatch explained
+    by it (the observation equals the prediction, by the check's own comparison) is tolerated;
+    a result equal to the reference where the prediction differs from it is a failure that
+    says the entry must be updated.
+``band``
+    ``rtol`` (and ``atol``): a rounding deviation. A mismatch whose error stays within the band
+    is tolerated. A test in which no covered comparison ever left the reference's tolerance is
+    a failure too (the rounding has gone: update the entry).
+``raises``
+    ``type`` and ``message`` (a regular expression): a probe outcome that is that exception
+    where a value was expected is tolerated (the check's caller then skips what depends on it);
+    a returned value is a failure that says the entry must be updated.
+``bounds``
+    ``model = "<name>"`` returning ``(low, high)``: a race. A value within the bounds is
+    tolerated (and so is the reference's own value, which the race may not disturb); one
+    outside them is a plain failure.
+
+A signature never widens a tolerance and never applies outside the test ids of its entry.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from reference import metrics as ref_metrics
+from suite.common.results import Raised
+
+KINDS = ("model", "band", "raises", "bounds")
+
+
+@dataclasses.dataclass(frozen=True)
+class Seen:
+    """One comparison a check made: the quantity, what TensorFlow gave, what the reference
+    expects, the check's own equality (``same(a, b)``), the spec, the case and the inputs the
+    test handed to the comparison for deviation models (``given``)."""
+
+    what: str
+    actual: Any
+    expected: Any
+    same: Callable[[Any, Any], bool]
+    spec: Any
+    case: dict | None = None
+    given: Any = None
+
+
+# -- models: what TensorFlow computes instead, as a function of the case --------------------
+
+def replica_scale_rounded_to_float32(seen: Seen):
+    """Keras 3 ``scale_loss_for_distribution``: ``loss * ops.cast(1.0 / replicas, dtype)``, the
+    factor built as a float32 constant first; the reference's value is ``mean / replicas``."""
+    r = seen.spec.replicas
+    return np.asarray(seen.expected, np.float64) * r * float(np.float32(1.0 / r))
+
+
+def metric_state_assigned_by_every_replica(seen: Seen):
+    """Keras 3 metrics under CentralStorage: ``assign_add(v)`` is ``assign(self + v)`` on a SUM
+    AggregatingVariable, so each replica assigns old + its increment and the strategy sums them:
+    ``new = replicas * old + sum of the increments``, for total and count alike.
+    ``given``: ``{"kind": metric, "increments": [(total, count) summed over replicas, per batch]}``."""
+    r = seen.spec.replicas
+    total = count = 0.0
+    for t, c in seen.given["increments"]:
+        total, count = r * total + t, r * count + c
+    return ref_metrics.result(seen.given["kind"], total, count)
+
+
+def partial_last_step_dropped(seen: Seen):
+    """The element ids of every step without a last step that needs dummy (empty) batches for
+    some replicas. ``given``: ``{"partial": whether the reference's last step needs them}``."""
+    steps = list(seen.expected)
+    return steps[:-1] if seen.given["partial"] and steps else steps
+
+
+def partial_last_step_missing(seen: Seen):
+    """The elements missing from a whole epoch: those of a last step that needed dummy batches.
+    ``given``: ``{"dropped": the element ids of that step (on every worker), or []}``."""
+    return sorted(set(seen.given["dropped"]) | set(seen.expected))
+
+
+def integer_sum_restored_by_division(seen: Seen):
+    """``get_on_read_restore_ops``: each of N copies gets ``cast(value / N, int64)`` (N the
+    replicas in sync), so the restored sum is ``N * (value // N)``."""
+    n = seen.spec.replicas
+    return [n * (v // n) for v in seen.expected]
+
+
+def momentum_set_on_the_building_replica_only(seen: Seen):
+    """ScheduleFreeAdamW's lazy ``build()`` runs on replica 0 only and assigns each variable's
+    value to its ``momentum`` slot there (aggregation NONE: one copy written); the first update
+    then sets each replica's variable to its own momentum. Variables that start at zero (biases)
+    stay equal; those with random initial values (kernels) and their momentum slots differ.
+    ``given``: ``{"variables": names of every model and optimizer variable}``."""
+    names = seen.given["variables"]
+    kernels = [n for n in names if n.endswith("/kernel")]
+    slots = [n for n in names if n.rsplit("/", 1)[-1] in {k.replace("/", "_") + "_momentum" for k in kernels}]
+    return sorted(kernels + slots)
+
+
+def increments_lost_between_workers(seen: Seen):
+    """Lost read-modify-write updates: with W workers stepping at once each applied step adds 1
+    unless another worker's step read the same value; at worst W steps add 1 together. The
+    count lies in [ceil(steps / W), steps]."""
+    steps = int(seen.expected)
+    return math.ceil(steps / max(seen.spec.workers, 1)), steps
+
+
+MODELS: dict[str, Callable[[Seen], Any]] = {f.__name__: f for f in (
+    replica_scale_rounded_to_float32, metric_state_assigned_by_every_replica, partial_last_step_dropped,
+    partial_last_step_missing,
+    integer_sum_restored_by_division, momentum_set_on_the_building_replica_only, increments_lost_between_workers)}
+
+NOTHING = object()  # a signature that predicts no particular value for this comparison
+
+
+@dataclasses.dataclass(frozen=True)
+class Signature:
+    quantity: str
+    kind: str
+    model: str | None = None
+    rtol: float = 0.0
+    atol: float = 0.0
+    type: str | None = None
+    message: str | None = None
+
+    @classmethod
+    def parse(cls, table: dict, where: str) -> Signature:
+        kind = table.get("kind")
+        if kind not in KINDS:
+            raise ValueError(f"{where}: signature kind {kind!r} is not one of {KINDS}")
+        if "quantity" not in table:
+            raise ValueError(f"{where}: a signature needs a quantity (a glob over check quantities)")
+        unknown = set(table) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise ValueError(f"{where}: unknown signature keys {sorted(unknown)}")
+        if kind in ("model", "bounds") and table.get("model") not in MODELS:
+            raise ValueError(f"{where}: model {table.get('model')!r} is not one of {sorted(MODELS)}")
+        if kind == "band" and not table.get("rtol", 0) and not table.get("atol", 0):
+            raise ValueError(f"{where}: a band needs rtol or atol")
+        if kind == "raises" and not (table.get("type") and table.get("message")):
+            raise ValueError(f"{where}: a raises signature needs type and message")
+        return cls(**table)
+
+    def covers(self, what: str) -> bool:
+        return _glob(self.quantity).fullmatch(what) is not None
+
+    def predicts(self, seen: Seen):
+        """The deviant value this signature predicts for the comparison, or NOTHING."""
+        if self.kind == "model":
+            return MODELS[self.model](seen)
+        if self.kind == "raises":
+            return Raised(self.type, self.message, "")
+        return NOTHING
+
+    def explains(self, seen: Seen) -> bool:
+        """Whether the observation is what the deviation does (checked only on a mismatch)."""
+        a = seen.actual
+        if self.kind == "raises":
+            return isinstance(a, Raised) and a.type == self.type and re.search(self.message, a.message) is not None
+        if isinstance(a, Raised):
+            return False
+        if self.kind == "model":
+            return seen.same(a, self.predicts(seen))
+        if self.kind == "band":
+            x, e = np.asarray(a, np.float64), np.asarray(seen.expected, np.float64)
+            return x.shape == e.shape and bool(np.all(np.abs(x - e) <= self.atol + self.rtol * np.abs(e)))
+        low, high = MODELS[self.model](seen)
+        return bool(np.all((low <= np.asarray(a)) & (np.asarray(a) <= high)))
+
+    def describe(self) -> str:
+        if self.kind == "model":
+            return f"model {self.model}"
+        if self.kind == "band":
+            return f"band rtol {self.rtol:g}, atol {self.atol:g}"
+        if self.kind == "raises":
+            return f"raises {self.type} matching {self.message!r}"
+        return f"bounds {self.model}"
+
+
+def _glob(pattern: str) -> re.Pattern:
+    """``*`` matches anything and ``{a,b}`` either alternative; everything else is literal
+    (test ids contain ``[`` and ``]``, which fnmatch would treat as character classes)."""
+    out = []
+    for token in re.split(r"(\*|\{[^{}]*\})", pattern):
+        if token == "*":
+            out.append(".*")
+        elif token.startswith("{") and token.endswith("}"):
+            out.append("(?:" + "|".join(re.escape(alt) for alt in token[1:-1].split(",")) + ")")
+        else:
+            out.append(re.escape(token))
+    return re.compile("".join(out), re.DOTALL)
