@@ -1,7 +1,7 @@
 """Loss scaling and cross-replica reductions: what ``strategy.run`` + ``strategy.reduce`` mean.
 
 Sources: ``tf.nn.compute_average_loss`` and ``tf.nn.scale_regularization_loss``
-(tensorflow/python/ops/nn_impl.py, and the "Custom training with tf.distribute.Strategy"
+(tensorflow/python/ops/nn_impl_distribute.py, and the "Custom training with tf.distribute.Strategy"
 guide), ``tf.distribute.Strategy.reduce`` and ``experimental_local_results``
 (tensorflow/python/distribute/distribute_lib.py docstrings).
 """
@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from reference.rules import documented, helper, observed
 
+
+@helper
 def split(global_batch: np.ndarray, sizes) -> list[np.ndarray]:
     """Cut a global batch into consecutive per-replica batches of the given sizes."""
     sizes = [int(s) for s in sizes]
@@ -20,6 +23,11 @@ def split(global_batch: np.ndarray, sizes) -> list[np.ndarray]:
     return [np.asarray(global_batch[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
+@documented(
+    "tf.nn.compute_average_loss: 'Defaults to (size of first dimension of losses) * (number of "
+    "replicas)', 'If global_batch_size is zero, the result is zero'; "
+    'https://www.tensorflow.org/tutorials/distribute/custom_training'
+)
 def compute_average_loss(per_example_loss, sample_weight=None, global_batch_size=None,
                          num_replicas: int = 1) -> float:
     """``tf.nn.compute_average_loss`` on one replica: sum(loss * weight) / global_batch_size.
@@ -27,7 +35,8 @@ def compute_average_loss(per_example_loss, sample_weight=None, global_batch_size
     The loss may have any rank >= 1 (every element is summed); a weight broadcasts against it
     (scalar or per-example, i.e. shape [B] against [B, ...] after expanding trailing axes).
     Without ``global_batch_size`` the denominator is ``num_replicas * local batch`` (the
-    documented default: "num_replicas_in_sync times the per-replica batch size"). A zero
+    documented default: "(size of first dimension of losses) * (number of replicas)"; the guide:
+    "num_replicas_in_sync times the actual batch size seen on the replica"). A zero
     denominator (an empty replica batch) gives 0 (TF divides with ``div_no_nan``).
     """
     loss = np.asarray(per_example_loss, dtype=np.float64)
@@ -42,12 +51,20 @@ def compute_average_loss(per_example_loss, sample_weight=None, global_batch_size
     return float(loss.sum() / global_batch_size) if global_batch_size else 0.0
 
 
+@documented(
+    "tf.nn.scale_regularization_loss: 'Scales the sum of the given regularization losses by number of"
+    " replicas'"
+)
 def scale_regularization_loss(regularization_loss, num_replicas: int) -> float:
     """``tf.nn.scale_regularization_loss``: sum of the losses divided by num_replicas_in_sync,
     so that summing it over replicas gives the regularization loss once."""
     return float(np.sum(np.asarray(regularization_loss, dtype=np.float64)) / num_replicas)
 
 
+@documented(
+    "tf.distribute.Strategy.reduce: 'using axis=0 will use the correct denominator' for MEAN over "
+    'uneven replicas'
+)
 def reduce(per_replica, op: str, axis=None) -> np.ndarray:
     """``strategy.reduce(op, value, axis)`` over a list of per-replica values.
 
@@ -65,6 +82,10 @@ def reduce(per_replica, op: str, axis=None) -> np.ndarray:
     return joined.sum(axis=axis) if op == "SUM" else joined.sum(axis=axis) / joined.shape[axis]
 
 
+@observed(
+    "experimental_local_results: 'ith element corresponds to ith replica' (documented); worker-major "
+    'replica ids: collective_all_reduce_strategy.py _get_replica_id_in_sync_group'
+)
 def local_results(per_replica: list, worker_index: int, num_workers: int) -> list:
     """``experimental_local_results`` on one worker: its replicas' values in replica-id order
     (replica ids are numbered worker by worker)."""
@@ -72,6 +93,7 @@ def local_results(per_replica: list, worker_index: int, num_workers: int) -> lis
     return list(per_replica[worker_index * per_worker:(worker_index + 1) * per_worker])
 
 
+@helper
 def replica_weights(sizes, global_batch_size=None) -> np.ndarray:
     """The weight each example's loss gets in the sum over replicas of
     ``compute_average_loss``: 1/denominator of its replica (per example)."""

@@ -37,6 +37,8 @@ from __future__ import annotations
 
 import math
 
+from reference.rules import documented, observed
+
 POLICIES = ("AUTO", "DATA", "OFF")  # for a Dataset.range source (FILE needs files)
 FILE_POLICIES = ("AUTO", "DATA", "FILE", "OFF")  # for a source of text files
 
@@ -51,6 +53,7 @@ class InputError(ValueError):
         self.blocked = blocked
 
 
+@documented("tf.data.Dataset.batch: the last element has N % batch_size rows unless drop_remainder")
 def global_batches(length: int, batch: int, drop_remainder: bool) -> list[list[int]]:
     """Element ids of each batch of ``Dataset.range(length).batch(batch, drop_remainder)``."""
     return _batch(list(range(length)), batch, drop_remainder)
@@ -63,6 +66,10 @@ def _batch(stream: list, batch: int, drop_remainder: bool) -> list[list]:
     return out
 
 
+@observed(
+    'tensorflow/python/data/experimental/ops/distribute.py: compute_batch_size (-1 when a later op '
+    'may change the batch size)'
+)
 def batch_size_known(map_after_batch: bool, drop_remainder: bool) -> bool:
     """Whether ``distribute.compute_batch_size`` finds the batch size: a static batch
     dimension (``drop_remainder=True``) is always found; otherwise the graph walk stops at an
@@ -70,6 +77,10 @@ def batch_size_known(map_after_batch: bool, drop_remainder: bool) -> bool:
     return drop_remainder or not map_after_batch
 
 
+@observed(
+    'AutoShardPolicy docstring (AUTO: FILE, falling back to DATA); FILE with one worker a no-op: '
+    'grappler auto_shard.cc OptimizeGraph'
+)
 def shard_policy(policy: str, has_reader: bool, workers: int) -> str:
     """What the auto-shard pass does: "FILE", "DATA" or "OFF". FILE on one worker is skipped
     (``auto_shard.cc`` ``OptimizeGraph``), reader or not, and counts as OFF."""
@@ -77,6 +88,10 @@ def shard_policy(policy: str, has_reader: bool, workers: int) -> str:
     return "OFF" if shard == "FILE" and workers == 1 else shard
 
 
+@observed(
+    'input_lib.py rebatch_fn: legacy rebatch when compute_batch_size == -1; DATA rewrites V2 to '
+    'legacy (distribute.py _AutoShardDataset)'
+)
 def split_rule(policy: str, batch_size_known: bool, has_reader: bool = False, workers: int = 1) -> str:
     """"L" or "V2" (see the module docstring)."""
     if not batch_size_known or shard_policy(policy, has_reader, workers) == "DATA":
@@ -84,6 +99,10 @@ def split_rule(policy: str, batch_size_known: bool, has_reader: bool = False, wo
     return "V2"
 
 
+@observed(
+    'tensorflow/python/data/experimental/ops/distribute.py: batch_sizes_for_worker (internal; the '
+    'input guide only says global batch / replicas)'
+)
 def batch_sizes_for_worker(batch: int, workers: int, replicas_per_worker: int, worker: int) -> list[int]:
     n = workers * replicas_per_worker
     f, c = divmod(batch, n)
@@ -114,6 +133,10 @@ def _rebatch_legacy(batches: list[list], n: int) -> list[list]:
     return out
 
 
+@observed(
+    'Dataset.rebatch (documented: unbatch().batch(N)); empty pieces, round-robin to replicas and step'
+    ' alignment: input_lib.py, MultiDeviceIterator'
+)
 def distribute_workers(source, batch: int, drop_remainder: bool, workers: int, replicas_per_worker: int,
                        policy: str = "AUTO", batch_size_known: bool = True) -> list[list[list[list[int]]]]:
     """Per worker, per step, per local replica: the element ids ``experimental_distribute_dataset``
@@ -136,6 +159,10 @@ def distribute_workers(source, batch: int, drop_remainder: bool, workers: int, r
             for p in pieces]
 
 
+@documented(
+    "https://www.tensorflow.org/tutorials/distribute/input: 'tf.distribute returns dummy batches of "
+    "batch size 0 on replicas that do not have any more data to process'"
+)
 def needs_dummies(source, batch: int, drop_remainder: bool, workers: int, replicas_per_worker: int,
                   policy: str = "AUTO", batch_size_known: bool = True) -> bool:
     """Whether some worker's stream ends part-way through a step, so that the strategy must
@@ -170,6 +197,10 @@ def _pieces(source, everything, batch, drop_remainder, w_, r_, policy, batch_siz
     return pieces
 
 
+@observed(
+    "the input guide's three examples (AUTO, one worker) are documented; OFF/FILE and rule V2 are "
+    'input_lib.py behaviour'
+)
 def distribute(length: int, batch: int, drop_remainder: bool, replicas: int, policy: str = "AUTO",
                batch_size_known: bool = True, workers: int = 1) -> list[list[list[int]]]:
     """Steps of a distributed ``Dataset.range(length).batch(batch, drop_remainder)``: for each
@@ -182,6 +213,10 @@ def distribute(length: int, batch: int, drop_remainder: bool, replicas: int, pol
     return [[part for w in range(workers) for part in per_worker[w][s]] for s in range(n_steps)]
 
 
+@documented(
+    'InputContext.get_per_replica_batch_size: ValueError if global_batch_size is not divisible by '
+    'num_replicas_in_sync'
+)
 def per_replica_batch_size(global_batch: int, replicas: int) -> int:
     """``InputContext.get_per_replica_batch_size``: global // replicas; a global batch that does
     not divide raises ValueError ("The `global_batch_size` G is not divisible by
@@ -192,6 +227,11 @@ def per_replica_batch_size(global_batch: int, replicas: int) -> int:
     return global_batch // replicas
 
 
+@observed(
+    "distribute_datasets_from_function: 'every replica on that worker will dequeue one batch of "
+    "inputs' (documented); round-robin order and padding: input_lib.py "
+    'DistributedDatasetsFromFunction'
+)
 def datasets_from_function(length: int, global_batch: int, replicas: int, workers: int = 1):
     """Steps of ``distribute_datasets_from_function`` for the guide's input function
     ``range(length).shard(num_input_pipelines, input_pipeline_id).batch(per-replica batch)``.

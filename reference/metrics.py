@@ -10,10 +10,16 @@ from __future__ import annotations
 
 import numpy as np
 
+from reference.rules import documented, helper, observed
+
 METRICS = ("mean", "sum", "accuracy", "binary_accuracy", "sparse_categorical_accuracy",
            "categorical_accuracy")
 
 
+@documented(
+    'keras.metrics.Accuracy etc.: how often predictions equal labels; tf.math.argmax: smallest index '
+    "on ties; BinaryAccuracy's strict > observed (accuracy_metrics.py)"
+)
 def values(kind: str, y_true, y_pred) -> np.ndarray:
     """Per-example values a metric accumulates: the value for Mean/Sum, 1.0/0.0 matches else.
 
@@ -34,6 +40,7 @@ def values(kind: str, y_true, y_pred) -> np.ndarray:
     raise ValueError(f"unknown metric {kind!r}")
 
 
+@helper
 def state(kind: str, batches) -> tuple[float, float]:
     """(total, count) after updating one replica's metric with each (y_true, y_pred) batch
     (rank-1 values: one value per example)."""
@@ -45,6 +52,7 @@ def state(kind: str, batches) -> tuple[float, float]:
     return total, count
 
 
+@documented("keras.metrics.Mean: 'simply total divided by count'; count 0 gives 0: divide_no_nan (observed)")
 def result(kind: str, total: float, count: float) -> float:
     """``result()`` from a (possibly summed) state; Sum is the total, others divide_no_nan."""
     if kind == "sum":
@@ -52,6 +60,11 @@ def result(kind: str, total: float, count: float) -> float:
     return total / count if count else 0.0
 
 
+@observed(
+    'tf.distribute: a SyncOnRead variable read in cross-replica context aggregates its components '
+    '(documented); Keras metric state is SUM on_read: keras metric.py add_variable, Keras 2 '
+    'base_metric.py'
+)
 def cross_replica_result(kind: str, per_replica_states) -> float:
     """``result()`` read in cross-replica context: states SUM-aggregated over replicas."""
     total = sum(s[0] for s in per_replica_states)
@@ -59,6 +72,10 @@ def cross_replica_result(kind: str, per_replica_states) -> float:
     return result(kind, total, count)
 
 
+@observed(
+    'Keras 2 metrics_utils.result_wrapper merge_call; Keras 3 plain read of an on_read variable '
+    '(values.py SyncOnReadVariable.value), on_read since Keras 3.10 (keras-team/keras#21072)'
+)
 def replica_context_result(kind: str, per_replica_states, replica: int, keras_version: tuple,
                            one_copy: bool = False) -> float:
     """``result()`` read inside ``strategy.run`` on ``replica``.

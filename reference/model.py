@@ -13,6 +13,7 @@ import dataclasses
 import numpy as np
 
 from reference import losses
+from reference.rules import documented, helper
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +44,7 @@ class Trace:
     head_output: np.ndarray
 
 
+@documented("keras.layers.Dense: output = activation(dot(input, kernel) + bias)")
 def forward(arch: Arch, params, x):
     h = np.asarray(x, dtype=np.float64)
     pre = []
@@ -57,12 +59,14 @@ def forward(arch: Arch, params, x):
     return out, pre, acts
 
 
+@documented("keras.regularizers.L2: loss = l2 * reduce_sum(square(x))")
 def regularization(arch: Arch, params) -> float:
     if not arch.l2:
         return 0.0
     return float(sum(arch.l2 * np.sum(np.asarray(k, np.float64) ** 2) for k in params[0::2]))
 
 
+@helper
 def loss_and_grads(arch: Arch, params, x, y, example_weights, reg_weight: float = 1.0) -> Trace:
     """Per-example losses and the gradient of ``sum_i w_i * loss_i + reg_weight * reg``.
 
@@ -96,6 +100,12 @@ def loss_and_grads(arch: Arch, params, x, y, example_weights, reg_weight: float 
     return Trace(per_ex, grads, pre, head)
 
 
+@documented(
+    "https://www.tensorflow.org/guide/distributed_training: 'it performs a sum-over-all-replicas of "
+    "the gradients' before applying them; "
+    "https://www.tensorflow.org/tutorials/distribute/custom_training: 'gradients are summed up across"
+    " replicas'"
+)
 def train(arch: Arch, params, optimizer: str, steps, denominator: str = "global") -> list[dict]:
     """Run the steps of a distributed custom loop in the reference.
 

@@ -36,14 +36,24 @@ class TrainStep:
         model = self.model
         with tf.GradientTape() as tape:
             per_example = self.per_example_loss(y, model(x, training=True))
-            loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch_size)
-            if model.losses:
+            if mutants.on("step_local_batch_denominator"):
+                loss = tf.math.divide_no_nan(tf.reduce_sum(per_example), tf.cast(tf.size(per_example), per_example.dtype))
+            elif mutants.on("default_denominator_is_global") and global_batch_size is None:
+                # the default (replicas x local batch) replaced by the global batch, all-reduced
+                total = tf.distribute.get_replica_context().all_reduce(SUM, tf.shape(per_example)[0])
+                loss = tf.nn.compute_average_loss(per_example, global_batch_size=total)
+            else:
+                loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch_size)
+            if model.losses and not mutants.on("step_regularization_left_out"):
                 loss += tf.nn.scale_regularization_loss(tf.add_n(model.losses))
         if self.observe is not None:
             self.observe(per_example, x)
         grads = tape.gradient(loss, model.trainable_variables)
         if mutants.on("double_gradient_aggregation"):
             grads = tf.distribute.get_replica_context().all_reduce(SUM, grads)
+        if mutants.on("step_one_replica_dropped"):  # replica 1's gradients never reach the sum
+            keep = tf.cast(tf.not_equal(tf.distribute.get_replica_context().replica_id_in_sync_group, 1), loss.dtype)
+            grads = [g * tf.cast(keep, g.dtype) for g in grads]
         if mutants.on("ps_gradient_doubled"):
             grads = [2 * g for g in grads]
         self.optimizer.apply_gradients(zip(grads, model.trainable_variables))

@@ -43,11 +43,24 @@ def floats(dtype: str, shape, lo: float = -4.0, hi: float = 4.0):
                                          allow_subnormal=False))
 
 
+def magnitudes(dtype: str, shape, lo: float, hi: float):
+    """Arrays of ``dtype`` whose values have magnitudes in [lo, hi] and either sign, drawn as a
+    sign and a magnitude (no filter): training inputs and parameters bounded away from zero, so
+    that exact zeros (a dead input times a weight) and tiny products that cancel are not drawn
+    and the relu kinks the conditioning filter guards against are rare by construction."""
+    width = 32 if dtype == "float32" else 64
+    value = st.tuples(st.booleans(), st.floats(lo, hi, width=width)).map(lambda t: -t[1] if t[0] else t[1])
+    return hnp.arrays(np.dtype(dtype), shape, elements=value)
+
+
 # Margins below which float rounding could flip a relu or make an adaptive optimizer's
 # update ill-conditioned (its sensitivity to the gradient is ~eps/|g|^2): cases closer
-# than this are discarded, not compared with a wider tolerance.
-RELU_MARGIN = {"float32": 1e-4, "float64": 1e-9}
-ADAPTIVE_GRAD_FLOOR = {"float32": 1e-3, "float64": 1e-6}
+# than this are discarded, not compared with a wider tolerance. With inputs and parameters
+# drawn away from zero (magnitudes) the float32 margins were lowered from 1e-4 and 1e-3 and
+# measured: python -m suite.harness.measure_error leaves out 0% of SGD cases and 5-7% of
+# adaptive ones, and the largest error stays under 5 u (docs/reference.md).
+RELU_MARGIN = {"float32": 1e-5, "float64": 1e-9}
+ADAPTIVE_GRAD_FLOOR = {"float32": 1e-5, "float64": 1e-6}
 
 
 def well_conditioned(history, dtype: str, adaptive: bool) -> bool:
@@ -87,7 +100,7 @@ def training_cases(draw, replicas: int, dtype: str, max_steps: int = 4):
     """(arch name, initial parameters, steps): each step a global batch (x, y) and its split."""
     arch_name = draw(st.sampled_from(sorted(ARCHS)), label="arch")
     arch = ARCHS[arch_name]
-    params = [draw(floats(dtype, shape, -1.0, 1.0), label=f"param {i}")
+    params = [draw(magnitudes(dtype, shape, 1 / 16, 1.0), label=f"param {i}")
               for i, shape in enumerate(arch.shapes())]
     return arch_name, params, draw(training_steps(arch_name, replicas, dtype, max_steps))
 
@@ -100,7 +113,7 @@ def training_steps(draw, arch_name: str, replicas: int, dtype: str, max_steps: i
     for _ in range(draw(st.integers(1, max_steps), label="steps")):
         sizes = draw(splits(replicas, max_per_replica=4, min_total=1), label="sizes")
         n = sum(sizes)
-        x = draw(floats(dtype, (n, arch.input_dim), -2.0, 2.0), label="x")
+        x = draw(magnitudes(dtype, (n, arch.input_dim), 1 / 16, 2.0), label="x")
         if arch.head == "softmax":
             y = draw(hnp.arrays(np.int32, n, elements=st.integers(0, arch.outputs - 1)), label="labels")
         else:

@@ -103,14 +103,17 @@ def describe(case: dict) -> str:
 @dataclasses.dataclass(frozen=True)
 class Check:
     """The comparisons of one test case. ``spec`` (a Spec or a label) heads every message,
-    ``dtype`` picks the tolerance, ``case`` and ``repro`` are attached to every failure, and
-    ``replicas`` (the spec's, unless given) lets ``close`` diagnose replica factors."""
+    ``dtype`` picks the tolerance, ``case`` and ``repro`` are attached to every failure,
+    ``replicas`` (the spec's, unless given) lets ``close`` diagnose replica factors, and
+    ``rule`` (the reference function behind the expected values) says whether a failure
+    breaks documented behaviour or changes observed behaviour."""
 
     spec: Any
     dtype: str | None = None
     case: dict | None = None
     repro: str | None = None
     replicas: int | None = None
+    rule: Any = None  # the reference function (reference/rules.py) the expected values come from
 
     def __post_init__(self):
         if self.replicas is None:
@@ -123,6 +126,9 @@ class Check:
         lines = [f"[{self.spec}] {what}: {problem}"]
         if hint:
             lines.append(f"  diagnosis: {hint}")
+        rule = getattr(self.rule, "rule", self.rule)
+        if rule is not None:
+            lines.append(f"  rule: {rule.describe()}")
         if self.case:
             lines.append("  case: " + describe(self.case))
         exc = PropertyFailure("\n".join(lines))

@@ -67,6 +67,12 @@ def replica_scale_rounded_to_float32(seen: Seen):
     return np.asarray(seen.expected, np.float64) * r * float(np.float32(1.0 / r))
 
 
+def local_mean_not_scaled_by_replicas(seen: Seen):
+    """Keras 3.0-3.7 ``sum_over_batch_size`` inside ``strategy.run``: the local mean, which is
+    the reference's value (mean / replicas) times the replica count."""
+    return np.asarray(seen.expected, np.float64) * seen.spec.replicas
+
+
 def metric_state_assigned_by_every_replica(seen: Seen):
     """Keras 3 metrics under CentralStorage: ``assign_add(v)`` is ``assign(self + v)`` on a SUM
     AggregatingVariable, so each replica assigns old + its increment and the strategy sums them:
@@ -93,9 +99,10 @@ def partial_last_step_missing(seen: Seen):
 
 
 def integer_sum_restored_by_division(seen: Seen):
-    """``get_on_read_restore_ops``: each of N copies gets ``cast(value / N, int64)`` (N the
-    replicas in sync), so the restored sum is ``N * (value // N)``."""
-    n = seen.spec.replicas
+    """``get_on_read_restore_ops``: each of N copies of a sync-on-read variable gets
+    ``cast(value / N, int64)`` (N the replicas in sync), so the restored sum is ``N * (value // N)``.
+    CentralStorage keeps one copy (an AggregatingVariable): nothing is divided."""
+    n = 1 if seen.spec.strategy == "central_storage" else seen.spec.replicas
     return [n * (v // n) for v in seen.expected]
 
 
@@ -120,7 +127,8 @@ def increments_lost_between_workers(seen: Seen):
 
 
 MODELS: dict[str, Callable[[Seen], Any]] = {f.__name__: f for f in (
-    replica_scale_rounded_to_float32, metric_state_assigned_by_every_replica, partial_last_step_dropped,
+    replica_scale_rounded_to_float32, local_mean_not_scaled_by_replicas, metric_state_assigned_by_every_replica,
+    partial_last_step_dropped,
     partial_last_step_missing,
     integer_sum_restored_by_division, momentum_set_on_the_building_replica_only, increments_lost_between_workers)}
 

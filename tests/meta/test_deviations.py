@@ -83,6 +83,7 @@ def _close(a, b):
 # per model: (spec, expected, given, the deviant value the entry's summary states for that case)
 MODEL_CASES = {
     "replica_scale_rounded_to_float32": ("mirrored:3", 0.7, None, 0.7 * 3 * float(np.float32(1 / 3))),
+    "local_mean_not_scaled_by_replicas": ("mirrored:2", 0.5, None, 1.0),
     "metric_state_assigned_by_every_replica": (  # total 2 * 1 + 3, count 2 * 2 + 2
         "central_storage:2", 1.0, {"kind": "mean", "increments": [(1.0, 2.0), (3.0, 2.0)]}, 5 / 6),
     "partial_last_step_dropped": ("central_storage:2", [[[0], [1]], [[2], []]], {"partial": True}, [[[0], [1]]]),
@@ -180,6 +181,9 @@ COVERED = {
     "keras3-loss-replica-scale-rounded-to-float32":
         "tests/properties/test_losses.py::test_keras_loss_reduction_inside_strategy_run"
         "[mirrored:3-mse-sum_over_batch_size-float64]",
+    "keras3-loss-unscaled-before-3.8":
+        "tests/properties/test_losses.py::test_keras_loss_reduction_inside_strategy_run"
+        "[mirrored:2-mse-sum_over_batch_size-float32]",
     "keras3-central-storage-metric-accumulation":
         "tests/properties/test_metrics.py::test_metric_result_is_the_metric_of_the_global_data[central_storage:2-mean]",
     "keras3-lazy-optimizer-slots-mirrored":
@@ -232,3 +236,11 @@ def test_a_foreign_wrong_value_in_each_covered_test_fails():
         check.contains(section, [f"known deviation {entry} in scope does not explain it"],
                        "the failure of the covered test (the entry's signature saw the value and refused it)")
     Check("foreign_result").contains(out, [f"{len(active)} failed"], "the run's summary")
+
+
+def test_central_storage_keeps_one_copy_of_a_restored_integer_sum():
+    """Found by the signature check itself: CentralStorage restores an int64 Sum exactly (one
+    aggregating copy), so the truncation model predicts no deviation there."""
+    model = MODELS["integer_sum_restored_by_division"]
+    seen = Seen("q", None, [1, 3], lambda a, b: a == b, parse_spec("central_storage:2"))
+    Check("central_storage:2").equal(model(seen), [1, 3], "the restored counts the model predicts")

@@ -98,7 +98,7 @@ def test_replica_batches_follow_the_split_rule(engines, spec, style, data):
     results = engines.call(spec, "input.distribute", style=style, **case)
     known = ref_input.batch_size_known(not case["batch_size_known"], case["drop_remainder"])
     rule = ref_input.split_rule(case["policy"], known, case["files"] is not None, spec.workers)
-    check = Check(spec, case=dict(case, style=style, rule=rule))
+    check = Check(spec, case=dict(case, style=style, rule=rule), rule=ref_input.distribute_workers)
     try:
         per_worker = _expected(spec, case)
     except ref_input.InputError as exc:
@@ -161,7 +161,7 @@ def test_distribute_datasets_from_function_follows_input_context(engines, spec, 
     get_per_replica_batch_size divides the global batch (or raises when it does not divide);
     the per-worker dataset's elements reach the worker's replicas one whole element each."""
     results = engines.call(spec, "input.from_function", length=length, global_batch=global_batch)
-    check = Check(spec, case={"length": length, "global_batch": global_batch})
+    check = Check(spec, case={"length": length, "global_batch": global_batch}, rule=ref_input.datasets_from_function)
     for w, r in enumerate(results):
         check.equal(r.contexts, [[spec.workers, w, spec.replicas]],
                     f"input contexts (num_input_pipelines, input_pipeline_id, num_replicas_in_sync) of worker {w}")
@@ -193,7 +193,7 @@ def test_partial_last_step_is_delivered(engines, spec, style):
     case = {"length": 15, "batch": 7, "drop_remainder": False, "policy": "OFF", "batch_size_known": True,
             "feature_shape": (), "dtype": "int64", "files": None}
     per_worker = _expected(spec, case)
-    check = Check(spec, case=dict(case, style=style))
+    check = Check(spec, case=dict(case, style=style), rule=ref_input.needs_dummies)
     check.that(ref_input.needs_dummies(15, 7, False, spec.workers, spec.replicas // spec.workers, "OFF"),
                "the reference's last step", per_worker[0][-1], "a step that needs empty batches")
     for w, result in enumerate(engines.call(spec, "input.distribute", style=style, **case)):

@@ -194,7 +194,7 @@ def test_keras_loss_reduction_inside_strategy_run(engines, spec, engine_versions
     snippet = repro.replica_run(spec, {"y_true": y_true, "y_pred": y_pred, "sizes": sizes},
                                 f"loss = tf.keras.losses.{cls}(reduction={reduction!r}, **{kwargs!r})\n"
                                 "return loss(*my_slice(y_true, y_pred))")
-    check = Check(spec, dtype, case, snippet)
+    check = Check(spec, dtype, case, snippet, rule=ref_losses.keras_loss_in_replica)
     what = f"{kind} loss, reduction {reduction!r}"
     if isinstance(expected[0], ref_losses.Raises):
         for r in results:

@@ -3,6 +3,8 @@ global data; result() read inside replica context behaves as documented per Kera
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -79,6 +81,7 @@ def test_metric_result_is_the_metric_of_the_global_data(engines, spec, engine_ve
             break  # plain variables, or CentralStorage's single aggregating copy
         check.that(len(set(r.variables)) == 1 and "SyncOnRead" in r.variables[0],
                    f"{kind} state variables on worker {w}", r.variables, "sync-on-read (SyncOnReadVariable)")
+    check = dataclasses.replace(check, rule=ref_metrics.replica_context_result)
     for step, expected in enumerate(in_replica_expected):
         check.per_replica([r.in_replica[step] for r in results], expected,
                           f"{kind}.result() inside strategy.run after batch {step + 1}", attr=None, n_terms=n + 1,

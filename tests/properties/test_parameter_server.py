@@ -114,7 +114,8 @@ def _check_partition(engines, ps_spec, case):
         n = ref_ps.fixed_shards(value.shape[0], params["num_shards"])
     else:
         n = ref_ps.min_size_shards(value.shape, value.dtype.itemsize, params["min_shard_bytes"], params["max_shards"])
-    check = Check(ps_spec, case={"partitioner": kind, **params, "variable": value})
+    check = Check(ps_spec, case={"partitioner": kind, **params, "variable": value},
+                  rule=ref_ps.fixed_shards if kind == "fixed" else ref_ps.min_size_shards)
     rows = ref_ps.shard_rows(value.shape[0], n)
     check.equal(r.rows, rows, "rows of each shard")
     first = r.ps_tasks[0]

@@ -39,6 +39,10 @@ def _dataset(length, batch, drop_remainder, batch_size_known, policy, feature_sh
              folder=None):
     """Element i is ``i`` broadcast to ``feature_shape`` (so every row names its element)."""
     ds = _source(length, files, feature_shape, dtype, folder)
+    if mutants.on("input_dropped_element"):
+        ds = ds.skip(1)  # the source loses its first element before batching
+    if mutants.on("input_rows_to_first_replica"):
+        batch = max(1, batch // 2)  # batched with a per-replica size, the classic mistake
     ds = ds.batch(batch, drop_remainder=drop_remainder)
     if not batch_size_known:
         ds = ds.map(lambda x: x)  # Map hides the batch node from compute_batch_size (unless static)
@@ -86,24 +90,20 @@ def _distribute(ctx, ds, style, dtype, feature_shape):
         except StopIteration:
             after_end = "StopIteration"
     elif style == "get_next_as_optional":
-        it = iter(dist)
+        it, skipped = iter(dist), False
         while True:
             opt = it.get_next_as_optional()
             if not opt.has_value():
                 break
+            if mutants.on("optional_iteration_skips_first") and not steps and not skipped:
+                skipped = True  # the first element fetched and thrown away
+                continue
             steps.append(local(strategy, opt.get_value()))
         after_end = "has_value=False" if not bool(it.get_next_as_optional().has_value()) else "has_value=True"
     elif style == "tf_function_for":
         steps = _collect_in_tf_function(ctx, dist, dtype, list(feature_shape))
     else:
         raise ValueError(f"style must be one of {STYLES}")
-    if mutants.on("input_rows_to_first_replica"):
-        steps = [[np.concatenate(step)] + [p[:0] for p in step[1:]] for step in steps]
-    if mutants.on("input_dropped_element"):
-        for step in steps:
-            if len(step[0]):
-                step[0] = step[0][1:]
-                break
     return Delivered(steps, after_end)
 
 

@@ -30,6 +30,11 @@ def update(ctx, kind, batches, dtype):
 
             def replica_fn():
                 y, p = replica_slice(sizes, y_true, y_pred)
+                if mutants.on("metric_read_before_update"):  # the read no longer sees this batch
+                    before = tf.identity(metric.result())
+                    with tf.control_dependencies([before]):
+                        metric.update_state(y, p) if kind not in ("mean", "sum") else metric.update_state(p)
+                    return before
                 metric.update_state(y, p) if kind not in ("mean", "sum") else metric.update_state(p)
                 return tf.identity(metric.result())
 
@@ -43,7 +48,7 @@ def update(ctx, kind, batches, dtype):
     for y_true, y_pred, sizes in batches:
         in_replica.append(local(strategy, step(y_true, y_pred, np.asarray(sizes, np.int32))))
     result = metric.result()
-    if mutants.on("metric_first_replica") and ctx.num_replicas > 1:
-        first = [local(strategy, compat.tf_variable(v))[0] for v in metric.variables]  # (total, count)
-        result = first[0] if kind == "sum" else (first[0] / first[1] if first[1] else 0.0)
+    if mutants.on("metric_first_replica") and ctx.num_replicas > 1:  # read one copy, not the SUM
+        first = [compat.tf_variable(v).values[0] for v in metric.variables]  # (total, count) of replica 0
+        result = first[0] if kind == "sum" else tf.math.divide_no_nan(first[0], first[1])
     return MetricReads(in_replica, result, [type(compat.tf_variable(v)).__name__ for v in metric.variables])

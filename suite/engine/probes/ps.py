@@ -168,6 +168,10 @@ def partition(ctx, value, kind, params):
     extended = strategy.extended
     saved = extended._variable_partitioner
     extended._variable_partitioner = _partitioner(kind, params)
+    if mutants.on("ps_shards_reversed"):  # the partitioner's shard count off by one
+        asked = extended._variable_partitioner
+        extended._variable_partitioner = lambda shape, dtype: [asked(shape, dtype)[0] + 1] + list(
+            asked(shape, dtype)[1:])
     if mutants.on("ps_shards_on_one_task"):  # TF's round-robin counter reset before every shard
         round_robin = type(extended)._create_variable_round_robin
 
@@ -184,8 +188,6 @@ def partition(ctx, value, kind, params):
         extended.__dict__.pop("_create_variable_round_robin", None)
     shards = list(getattr(var, "variables", [var]))
     whole = tf.convert_to_tensor(var).numpy()
-    if mutants.on("ps_shards_reversed"):
-        whole = np.concatenate([s.numpy() for s in reversed(shards)]) if len(shards) > 1 else whole
     return Partition(type(var).__name__, [int(s.shape[0]) for s in shards],
                      [tf.DeviceSpec.from_string(s.device).task for s in shards], [s.numpy() for s in shards], whole,
                      np.concatenate([s.numpy() for s in shards]) if shards else value[:0])

@@ -29,6 +29,8 @@ def reduce(ctx, rows, sizes):
             def replica_fn():
                 (mine,) = replica_slice(sizes, rows)
                 rid = tf.distribute.get_replica_context().replica_id_in_sync_group
+                if mutants.on("reversed_local_results"):  # each replica reports the mirror image's id
+                    rid = strategy.num_replicas_in_sync - 1 - rid
                 return mine, tf.reduce_sum(mine, axis=0), tf.constant(1, tf.int32) * rid
 
             mine, row_sum, rid = strategy.run(replica_fn)
@@ -46,6 +48,4 @@ def reduce(ctx, rows, sizes):
 
     out = ctx.cached(key, build)(rows, np.asarray(sizes, np.int32))
     row_sums, replica_ids = local(strategy, out["row_sum"]), local(strategy, out["rid"])
-    if mutants.on("reversed_local_results"):
-        row_sums, replica_ids = row_sums[::-1], replica_ids[::-1]
     return Reductions(out["sum_axis0"], out["mean_axis0"], out["sum_none"], out["mean_none"], row_sums, replica_ids)

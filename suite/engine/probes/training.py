@@ -7,7 +7,7 @@ import numpy as np
 import tensorflow as tf
 
 from suite.common.results import Epoch, EpochTraining, LazyOptimizer, Raised, Step, Training
-from suite.engine import compat
+from suite.engine import compat, mutants
 from suite.engine.probes.common import counted, local, replica_slice
 from suite.engine.probes.registry import probe
 from suite.engine.steps import TrainStep, arch_key, family_loss, family_model_and_optimizer, load, optimizer_state, reported
@@ -71,6 +71,9 @@ def lazy_optimizer(ctx, name):
     with strategy.scope():
         model = compat.build_model({"input_dim": 2, "hidden": [], "outputs": 1, "head": "linear", "l2": 0.0},
                                    "float32")
+        if not mutants.on("optimizer_outside_scope"):
+            opt = getattr(compat.keras.optimizers, name)()
+    if mutants.on("optimizer_outside_scope"):
         opt = getattr(compat.keras.optimizers, name)()
     before = [v.numpy() for v in model.trainable_variables]
     x = tf.constant([[1.0, 2.0], [3.0, -1.0], [0.5, 0.5], [-2.0, 1.0]])
@@ -114,7 +117,7 @@ def train_dataset(ctx, arch, optimizer, dtype, params, x, y, global_batch, epoch
     model, opt = family_model_and_optimizer(strategy, arch, optimizer, dtype)
     load(model, params, dtype)
     dist = strategy.experimental_distribute_dataset(
-        tf.data.Dataset.from_tensor_slices((x, y)).batch(global_batch))
+        tf.data.Dataset.from_tensor_slices((x, y)).batch(global_batch, drop_remainder=mutants.on("short_batch_dropped")))
     train_step = TrainStep(model, opt, family_loss(arch))
     gbs = global_batch if denominator == "constant" else None
 
