@@ -96,9 +96,10 @@ ARCHS = {
 
 
 @st.composite
-def training_cases(draw, replicas: int, dtype: str, max_steps: int = 4):
-    """(arch name, initial parameters, steps): each step a global batch (x, y) and its split."""
-    arch_name = draw(st.sampled_from(sorted(ARCHS)), label="arch")
+def training_cases(draw, replicas: int, dtype: str, max_steps: int = 4, arch: str | None = None):
+    """(arch name, initial parameters, steps): each step a global batch (x, y) and its split
+    (the model ``arch``, or one drawn)."""
+    arch_name = arch or draw(st.sampled_from(sorted(ARCHS)), label="arch")
     arch = ARCHS[arch_name]
     params = [draw(magnitudes(dtype, shape, 1 / 16, 1.0), label=f"param {i}")
               for i, shape in enumerate(arch.shapes())]

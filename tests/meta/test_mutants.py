@@ -24,7 +24,7 @@ CASES = {
         "tests/properties/test_losses.py::test_scale_regularization_loss_divides_by_replicas[mirrored:2-float64]",
         "= replicas"),
     "double_gradient_aggregation": (
-        "tests/properties/test_training.py::test_training_steps_match_reference_on_the_global_batch[mirrored:2-sgd-float64]",
+        "tests/properties/test_training.py::test_training_steps_match_reference_on_the_global_batch[mirrored:2-mlp_softmax-sgd-float64]",
         "after step 1"),
     "metric_first_replica": (
         "tests/properties/test_metrics.py::test_metric_result_is_the_metric_of_the_global_data[mirrored:2-sum]",
@@ -77,9 +77,9 @@ CASES = {
         "iterating with 'get_next_as_optional'"),
     # float32 alone: a classic training-loop mistake moves float32 results beyond the float32
     # tolerance (docs/reference.md derives it from measured error)
-    "step_local_batch_denominator": (TRAINING + "[mirrored:2-sgd-float32]", "summed loss at step 1"),
-    "step_regularization_left_out": (TRAINING + "[mirrored:2-sgd-float32]", "summed loss at step 1"),
-    "step_one_replica_dropped": (TRAINING + "[mirrored:2-sgd-float32]", "after step 1"),
+    "step_local_batch_denominator": (TRAINING + "[mirrored:2-mlp_linear_l2-sgd-float32]", "summed loss at step 1"),
+    "step_regularization_left_out": (TRAINING + "[mirrored:2-linear_l2-sgd-float32]", "summed loss at step 1"),
+    "step_one_replica_dropped": (TRAINING + "[mirrored:2-mlp_linear_l2-sgd-float32]", "after step 1"),
     "ps_gradient_doubled": (
         "tests/properties/test_parameter_server.py::test_ordered_training_equals_the_reference[parameter_server:2w1ps-sgd]",
         "after"),
@@ -94,7 +94,7 @@ def test_every_mutant_has_a_case():
 # gradients summed twice, in float32 alone, under the optimizers whose update scales with the
 # gradient (Adam's first steps are nearly scale-invariant: float64 and the other optimizers catch it)
 FLOAT32_DOUBLE_GRADIENT = {f"double_gradient_aggregation/{opt}": ("double_gradient_aggregation", (
-    TRAINING + f"[mirrored:2-{opt}-float32]", "after step 1")) for opt in ("sgd", "sgd_momentum", "rmsprop")}
+    TRAINING + f"[mirrored:2-mlp_linear_l2-{opt}-float32]", "after step 1")) for opt in ("sgd", "sgd_momentum", "rmsprop")}
 
 
 @pytest.mark.parametrize("mutant", sorted(CASES) + sorted(FLOAT32_DOUBLE_GRADIENT))

@@ -33,13 +33,14 @@ def _check_history(results, history, check):
 
 @pytest.mark.parametrize("dtype", cases.DTYPES)
 @pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
-@examples(0.5)
+@pytest.mark.parametrize("arch", sorted(ARCHS))
+@examples(0.2)
 @given(data=st.data())
-def test_training_steps_match_reference_on_the_global_batch(engines, spec, optimizer, dtype, data):
+def test_training_steps_match_reference_on_the_global_batch(engines, spec, arch, optimizer, dtype, data):
     """compute_average_loss with the global batch size + scale_regularization_loss, gradients
     summed once by apply_gradients: every step equals the reference step on the global batch,
-    whatever the split (uneven and empty replicas included)."""
-    arch_name, params, steps = data.draw(training_cases(spec.replicas, dtype), label="case")
+    whatever the split (uneven and empty replicas included), for every model with every optimizer."""
+    arch_name, params, steps = data.draw(training_cases(spec.replicas, dtype, arch=arch), label="case")
     arch = ARCHS[arch_name]
     history = ref_model.train(arch, params, optimizer, steps, "global")
     assume(cases.well_conditioned(history, dtype, optimizer in ADAPTIVE))
