@@ -6,7 +6,8 @@
 first is the baseline and every later one gets a column with its ratio to the first, marked
 ``≈`` where the two differ by less than the noise (their rounds' inter-quartile ranges of step
 time overlap). ``*.xml`` files are JUnit reports of ``pytest tests --junitxml``: a grid of pass,
-known deviation (strict xfail from known_deviations.toml), fail and skip per property and spec.
+known deviation (an XFAIL: a mismatch a known_deviations.toml signature explains), fail and skip per
+property and spec.
 Writes ``DIR/report.md`` and ``DIR/*.png``. No TensorFlow needed.
 """
 

@@ -78,11 +78,25 @@ def metric_state_assigned_by_every_replica(seen: Seen):
     AggregatingVariable, so each replica assigns old + its increment and the strategy sums them:
     ``new = replicas * old + sum of the increments``, for total and count alike.
     ``given``: ``{"kind": metric, "increments": [(total, count) summed over replicas, per batch]}``."""
+    if seen.spec.strategy != "central_storage":
+        return seen.expected
     r = seen.spec.replicas
     total = count = 0.0
     for t, c in seen.given["increments"]:
         total, count = r * total + t, r * count + c
     return ref_metrics.result(seen.given["kind"], total, count)
+
+
+def metric_variables_assigned_by_every_replica(seen: Seen):
+    """The same CentralStorage mechanism, on the state variables themselves: each update under
+    CentralStorage makes every variable ``replicas * old + increment`` (other strategies add the
+    increment); a checkpoint carries the state across. ``given``: ``{"start": the initial state,
+    "increments": [per update, each variable's increment], "under": [per update, its spec]}``."""
+    state = list(seen.given["start"])
+    for step, spec in zip(seen.given["increments"], seen.given["under"]):
+        r = spec.replicas if spec.strategy == "central_storage" else 1
+        state = [r * old + inc for old, inc in zip(state, step)]
+    return state
 
 
 def partial_last_step_dropped(seen: Seen):
@@ -128,6 +142,7 @@ def increments_lost_between_workers(seen: Seen):
 
 MODELS: dict[str, Callable[[Seen], Any]] = {f.__name__: f for f in (
     replica_scale_rounded_to_float32, local_mean_not_scaled_by_replicas, metric_state_assigned_by_every_replica,
+    metric_variables_assigned_by_every_replica,
     partial_last_step_dropped,
     partial_last_step_missing,
     integer_sum_restored_by_division, momentum_set_on_the_building_replica_only, increments_lost_between_workers)}

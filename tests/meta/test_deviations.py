@@ -86,6 +86,9 @@ MODEL_CASES = {
     "local_mean_not_scaled_by_replicas": ("mirrored:2", 0.5, None, 1.0),
     "metric_state_assigned_by_every_replica": (  # total 2 * 1 + 3, count 2 * 2 + 2
         "central_storage:2", 1.0, {"kind": "mean", "increments": [(1.0, 2.0), (3.0, 2.0)]}, 5 / 6),
+    "metric_variables_assigned_by_every_replica": (  # total 2 * (2 * 0 + 1) + 3, count 2 * 2 + 2
+        "central_storage:2", [4.0, 4.0], {"start": [0.0, 0.0], "increments": [[1.0, 2.0], [3.0, 2.0]],
+                                          "under": [parse_spec("central_storage:2")] * 2}, [5.0, 6.0]),
     "partial_last_step_dropped": ("central_storage:2", [[[0], [1]], [[2], []]], {"partial": True}, [[[0], [1]]]),
     "partial_last_step_missing": ("central_storage:2", [], {"dropped": [14]}, [14]),
     "integer_sum_restored_by_division": ("mirrored:2", [1, 2, 3], None, [0, 2, 2]),
@@ -244,3 +247,17 @@ def test_central_storage_keeps_one_copy_of_a_restored_integer_sum():
     model = MODELS["integer_sum_restored_by_division"]
     seen = Seen("q", None, [1, 3], lambda a, b: a == b, parse_spec("central_storage:2"))
     Check("central_storage:2").equal(model(seen), [1, 3], "the restored counts the model predicts")
+
+
+def test_the_central_storage_metric_models_predict_nothing_elsewhere():
+    """The checkpoint property is in the metric entry's scope on every spec; only a state held
+    under CentralStorage deviates."""
+    model = MODELS["metric_variables_assigned_by_every_replica"]
+    increments = [[1.0, 2.0], [3.0, 2.0], [1.0, 1.0]]
+    mirrored, central = parse_spec("mirrored:2"), parse_spec("central_storage:2")
+    seen = lambda under: Seen("q", None, [5.0, 5.0], lambda a, b: a == b, mirrored, None,  # noqa: E731
+                              {"start": [0.0, 0.0], "increments": increments, "under": under})
+    check = Check("checkpoint")
+    check.equal(model(seen([mirrored] * 3)), [5.0, 5.0], "the state of updates under mirrored:2")
+    # saved under central_storage:2 after two updates (2 * 1 + 3, 2 * 2 + 2), one more update elsewhere
+    check.equal(model(seen([central, central, mirrored])), [6.0, 7.0], "the state carried from central storage")

@@ -34,15 +34,18 @@ def restore_specs(request):
     return [specs[k] for k in sorted(specs)]
 
 
-def _metric_state(history) -> tuple[float, int]:
-    """The reference state of the step's metrics after ``history``: the loss Mean's (total,
-    count) over every example's loss at the parameters of its step, and the examples counted."""
+def _increments(history) -> list[tuple[float, int]]:
+    """What each step adds to the step's metrics: the loss Mean's total (every example's loss at
+    the parameters of its step) and count, which the int64 Sum counts too."""
     losses = [np.asarray(step["trace"].per_example_loss, np.float64) for step in history]
-    count = sum(int(v.shape[0]) for v in losses)
-    return float(sum(v.sum() for v in losses)), count
+    return [(float(v.sum()), int(v.shape[0])) for v in losses]
 
 
-def _check_state(got, history, check, what, counted=True):
+def _check_state(got, history, under, check, what, counted=False):
+    """``got`` against the reference state after ``history``, whose steps ran under the specs
+    ``under`` (one per step: deviation models read where each metric update happened). The
+    int64 Sum is compared where ``counted`` (the saved state; its restore is the property of
+    test_integer_metric_state_survives_restore)."""
     __tracebackhide__ = True
     last = history[-1]
     for v, (copies, expected) in enumerate(zip(got.params, last["params"])):
@@ -55,11 +58,13 @@ def _check_state(got, history, check, what, counted=True):
     for i, slot in enumerate(last["slots"]):
         check.that(any(p.shape == slot.shape and np.all(np.abs(p - slot) <= tol.bound(slot)) for p in pool),
                    f"{what}: optimizer variables", [p.shape for p in pool], f"one equal to reference slot {i} {slot}")
-    total, count = _metric_state(history)
+    increments = _increments(history)
+    total, count = sum(t for t, _ in increments), sum(n for _, n in increments)
     check.close(got.metrics["loss"], [total, count], f"{what}: loss Mean state (total, count)", kind="trained",
-                n_terms=16)
+                n_terms=16, given={"start": [0.0, 0.0], "increments": [[t, n] for t, n in increments], "under": under})
     if counted:
-        check.equal([int(v) for v in got.metrics["examples"]], [count], f"{what}: int64 Sum of the examples seen")
+        check.equal([int(v) for v in got.metrics["examples"]], [count], f"{what}: int64 Sum of the examples seen",
+                    given={"start": [0], "increments": [[n] for _, n in increments], "under": under})
 
 
 @examples(0.3)
@@ -80,7 +85,8 @@ def test_checkpoint_restores_under_another_strategy(engines, spec, restore_specs
                              params=params, steps=steps, directory=directory)
         case = {"arch": arch_name, "optimizer": optimizer, "restored under": target.text}
         for w, state in enumerate(saved):
-            _check_state(state, before, Check(spec, dtype, case), f"saved state (worker {w})")
+            _check_state(state, before, [spec] * len(steps), Check(spec, dtype, case), f"saved state (worker {w})",
+                         counted=True)
         out = engines.call(target, "checkpoint.restore", arch=arch_dict(arch), optimizer=optimizer, dtype=dtype,
                            path=saved[0].path, steps=more)
     finally:
@@ -88,10 +94,9 @@ def test_checkpoint_restores_under_another_strategy(engines, spec, restore_specs
     where = f"saved under {spec}, restored under {target}"
     check = Check(target, dtype, case)
     for w, r in enumerate(out):
-        _check_state(r.restored, before, check, f"{where}: restored (worker {w})")
-        # the int64 count after a restore and a step adds the restored count (itself checked above)
-        _check_state(r.after, uninterrupted, check, f"{where}: one step after restore vs uninterrupted run (worker {w})",
-                     counted=False)
+        _check_state(r.restored, before, [spec] * len(steps), check, f"{where}: restored (worker {w})")
+        _check_state(r.after, uninterrupted, [spec] * len(steps) + [target] * len(more), check,
+                     f"{where}: one step after restore vs uninterrupted run (worker {w})")
 
 
 def test_integer_metric_state_survives_restore(engines, spec):
