@@ -66,7 +66,9 @@ SCALINGS = ("weak", "strong")
 def steps_per_round(step_seconds: float, floor_seconds: float) -> int:
     """K: enough steps for a round of ``ROUND_SECONDS`` and ``floor / FLOOR_SHARE``, at least 1."""
     target = max(ROUND_SECONDS, floor_seconds / FLOOR_SHARE)
-    return max(1, min(MAX_STEPS, math.ceil(target / max(step_seconds, 1e-9))))
+    # the quotient can land an ulp above a whole number (1.0568842130350748 / 0.010568842130350748
+    # is 100.00000000000001): do not count a step for the rounding
+    return max(1, min(MAX_STEPS, math.ceil(target / max(step_seconds, 1e-9) * (1 - 1e-12))))
 
 
 def median(values) -> float:
