@@ -182,11 +182,11 @@ class Signature:
         return _glob(self.quantity).fullmatch(what) is not None
 
     def predicts(self, seen: Seen):
-        """The deviant value this signature predicts for the comparison, or NOTHING."""
+        """The deviant value this signature predicts for a value comparison, or NOTHING (a band
+        or a race predicts no particular value; a raises signature is consulted by
+        ``Check.returned`` instead)."""
         if self.kind == "model":
             return MODELS[self.model](seen)
-        if self.kind == "raises":
-            return Raised(self.type, self.message, "")
         return NOTHING
 
     def explains(self, seen: Seen) -> bool:
