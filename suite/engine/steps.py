@@ -52,7 +52,7 @@ class TrainStep:
         if mutants.on("double_gradient_aggregation"):
             grads = tf.distribute.get_replica_context().all_reduce(SUM, grads)
         if mutants.on("step_one_replica_dropped"):  # replica 1's gradients never reach the sum
-            keep = tf.cast(tf.not_equal(tf.distribute.get_replica_context().replica_id_in_sync_group, 1), loss.dtype)
+            keep = tf.not_equal(tf.distribute.get_replica_context().replica_id_in_sync_group, 1)
             grads = [g * tf.cast(keep, g.dtype) for g in grads]
         if mutants.on("ps_gradient_doubled"):
             grads = [2 * g for g in grads]

@@ -57,8 +57,8 @@ def magnitudes(dtype: str, shape, lo: float, hi: float):
 # update ill-conditioned (its sensitivity to the gradient is ~eps/|g|^2): cases closer
 # than this are discarded, not compared with a wider tolerance. With inputs and parameters
 # drawn away from zero (magnitudes) the float32 margins were lowered from 1e-4 and 1e-3 and
-# measured: python -m suite.harness.measure_error leaves out 0% of SGD cases and 5-7% of
-# adaptive ones, and the largest error stays under 5 u (docs/reference.md).
+# measured: python -m suite.harness.measure_error leaves out 0% of SGD cases and 9-10% of
+# adaptive ones, and the largest error is 8.9 u against a bound of 67 u (docs/reference.md).
 RELU_MARGIN = {"float32": 1e-5, "float64": 1e-9}
 ADAPTIVE_GRAD_FLOOR = {"float32": 1e-5, "float64": 1e-6}
 

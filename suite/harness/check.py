@@ -147,7 +147,7 @@ class Check:
         covering = [(d, s) for d, s in ledger.covering(what) if s.kind != "raises"] if ledger else []
         if not covering:
             return ok, ""
-        seen = Seen(what, actual, expected, same, self.spec, self.case, given)
+        seen = Seen(what, actual, expected, same, self.spec, given)
         if ok:
             for dev, sig in covering:
                 if sig.kind == "band" and np.any(np.asarray(expected, np.float64) != 0):
@@ -243,7 +243,7 @@ class Check:
         __tracebackhide__ = True
         ledger = deviations.current
         covering = [(d, s) for d, s in ledger.covering(what) if s.kind == "raises"] if ledger else []
-        seen = Seen(what, outcome, None, lambda x, y: x == y, self.spec, self.case)
+        seen = Seen(what, outcome, None, lambda x, y: x == y, self.spec)
         if isinstance(outcome, Raised):
             for dev, sig in covering:
                 if sig.explains(seen):

@@ -23,7 +23,7 @@ from pathlib import Path
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from suite.harness.signatures import Signature, _glob
+from suite.harness.signatures import Signature, glob
 
 PATH = Path(__file__).resolve().parents[2] / "known_deviations.toml"
 REQUIRED = ("id", "tests", "tensorflow", "keras", "summary", "evidence", "first_seen", "signature")
@@ -47,7 +47,7 @@ class Deviation:
                 and Version(keras_version) in SpecifierSet(self.keras))
 
     def matches(self, nodeid: str) -> bool:
-        return any(_glob(pattern).fullmatch(nodeid) for pattern in self.tests)
+        return any(glob(pattern).fullmatch(nodeid) for pattern in self.tests)
 
 
 def load(path: Path = PATH) -> list[Deviation]:

@@ -30,6 +30,7 @@ A signature never widens a tolerance and never applies outside the test ids of i
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 from collections.abc import Callable
@@ -46,15 +47,14 @@ KINDS = ("model", "band", "raises", "bounds")
 @dataclasses.dataclass(frozen=True)
 class Seen:
     """One comparison a check made: the quantity, what TensorFlow gave, what the reference
-    expects, the check's own equality (``same(a, b)``), the spec, the case and the inputs the
-    test handed to the comparison for deviation models (``given``)."""
+    expects, the check's own equality (``same(a, b)``), the spec and the inputs the test handed
+    to the comparison for deviation models (``given``)."""
 
     what: str
     actual: Any
     expected: Any
     same: Callable[[Any, Any], bool]
     spec: Any
-    case: dict | None = None
     given: Any = None
 
 
@@ -73,6 +73,16 @@ def local_mean_not_scaled_by_replicas(seen: Seen):
     return np.asarray(seen.expected, np.float64) * seen.spec.replicas
 
 
+def _assigned_by_every_replica(start, increments, under) -> list:
+    """Each update under CentralStorage (``under``: the spec of each update) makes every state
+    variable ``replicas * old + increment``; under other strategies it adds the increment."""
+    state = list(start)
+    for step, spec in zip(increments, under):
+        r = spec.replicas if spec.strategy == "central_storage" else 1
+        state = [r * old + inc for old, inc in zip(state, step)]
+    return state
+
+
 def metric_state_assigned_by_every_replica(seen: Seen):
     """Keras 3 metrics under CentralStorage: ``assign_add(v)`` is ``assign(self + v)`` on a SUM
     AggregatingVariable, so each replica assigns old + its increment and the strategy sums them:
@@ -80,10 +90,8 @@ def metric_state_assigned_by_every_replica(seen: Seen):
     ``given``: ``{"kind": metric, "increments": [(total, count) summed over replicas, per batch]}``."""
     if seen.spec.strategy != "central_storage":
         return seen.expected
-    r = seen.spec.replicas
-    total = count = 0.0
-    for t, c in seen.given["increments"]:
-        total, count = r * total + t, r * count + c
+    increments = seen.given["increments"]
+    total, count = _assigned_by_every_replica([0.0, 0.0], increments, [seen.spec] * len(increments))
     return ref_metrics.result(seen.given["kind"], total, count)
 
 
@@ -92,11 +100,7 @@ def metric_variables_assigned_by_every_replica(seen: Seen):
     CentralStorage makes every variable ``replicas * old + increment`` (other strategies add the
     increment); a checkpoint carries the state across. ``given``: ``{"start": the initial state,
     "increments": [per update, each variable's increment], "under": [per update, its spec]}``."""
-    state = list(seen.given["start"])
-    for step, spec in zip(seen.given["increments"], seen.given["under"]):
-        r = spec.replicas if spec.strategy == "central_storage" else 1
-        state = [r * old + inc for old, inc in zip(state, step)]
-    return state
+    return _assigned_by_every_replica(seen.given["start"], seen.given["increments"], seen.given["under"])
 
 
 def partial_last_step_dropped(seen: Seen):
@@ -179,7 +183,7 @@ class Signature:
         return cls(**table)
 
     def covers(self, what: str) -> bool:
-        return _glob(self.quantity).fullmatch(what) is not None
+        return glob(self.quantity).fullmatch(what) is not None
 
     def predicts(self, seen: Seen):
         """The deviant value this signature predicts for a value comparison, or NOTHING (a band
@@ -214,7 +218,8 @@ class Signature:
         return f"bounds {self.model}"
 
 
-def _glob(pattern: str) -> re.Pattern:
+@functools.cache
+def glob(pattern: str) -> re.Pattern:
     """``*`` matches anything and ``{a,b}`` either alternative; everything else is literal
     (test ids contain ``[`` and ``]``, which fnmatch would treat as character classes)."""
     out = []

@@ -130,7 +130,7 @@ def test_signature_explains_its_deviation_and_not_a_foreign_error(entry, signatu
         return
     spec, expected, given, want = MODEL_CASES[signature.model]
     seen = lambda actual: Seen("q", actual, expected, _close if isinstance(expected, float) else  # noqa: E731
-                               (lambda a, b: a == b), parse_spec(spec), None, given)
+                               (lambda a, b: a == b), parse_spec(spec), given)
     if signature.kind == "bounds":
         low, high = MODELS[signature.model](seen(None))
         check.equal((low, high), want, "the race's bounds")
@@ -255,7 +255,7 @@ def test_the_central_storage_metric_models_predict_nothing_elsewhere():
     model = MODELS["metric_variables_assigned_by_every_replica"]
     increments = [[1.0, 2.0], [3.0, 2.0], [1.0, 1.0]]
     mirrored, central = parse_spec("mirrored:2"), parse_spec("central_storage:2")
-    seen = lambda under: Seen("q", None, [5.0, 5.0], lambda a, b: a == b, mirrored, None,  # noqa: E731
+    seen = lambda under: Seen("q", None, [5.0, 5.0], lambda a, b: a == b, mirrored,  # noqa: E731
                               {"start": [0.0, 0.0], "increments": increments, "under": under})
     check = Check("checkpoint")
     check.equal(model(seen([mirrored] * 3)), [5.0, 5.0], "the state of updates under mirrored:2")

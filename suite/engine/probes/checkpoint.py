@@ -31,12 +31,15 @@ def _run_steps(step, steps):
         step(x, y, np.asarray(sizes, np.int32), np.int64(len(x)))
 
 
+def _metric_states(metrics: dict) -> dict:
+    """Keras 3 metrics are not tf.train trackables: checkpoint their (sync-on-read) tf.Variables."""
+    return {name: [compat.tf_variable(v) for v in m.variables] for name, m in metrics.items()}
+
+
 def _fresh(ctx, arch, optimizer, dtype):
     metrics: dict = {}
     model, opt, _, step = _trainer(ctx, arch, optimizer, dtype, False, metrics)
-    # Keras 3 metrics are not tf.train trackables: checkpoint their (sync-on-read) tf.Variables
-    states = {name: [compat.tf_variable(v) for v in m.variables] for name, m in metrics.items()}
-    return model, opt, metrics, step, tf.train.Checkpoint(model=model, optimizer=opt, **states)
+    return model, opt, metrics, step, tf.train.Checkpoint(model=model, optimizer=opt, **_metric_states(metrics))
 
 
 @probe
@@ -56,8 +59,7 @@ def restore(ctx, arch, optimizer, dtype, path, steps):
     """Build the same objects fresh under this strategy, restore ``path``, then run ``steps``."""
     model, opt, metrics, step, ckpt = _fresh(ctx, arch, optimizer, dtype)
     if mutants.on("checkpoint_without_optimizer"):  # the optimizer's slots and iterations not restored
-        states = {name: [compat.tf_variable(v) for v in m.variables] for name, m in metrics.items()}
-        tf.train.Checkpoint(model=model, **states).restore(path).expect_partial()
+        tf.train.Checkpoint(model=model, **_metric_states(metrics)).restore(path).expect_partial()
     else:
         ckpt.restore(path).assert_existing_objects_matched()
     restored = _state(ctx, model, opt, metrics)
