@@ -13,7 +13,7 @@ import hypothesis
 import pytest
 
 from suite.common.specs import DEFAULT_SPECS, SpecError, parse_specs
-from suite.harness import agent, deviations, draws, machine, profiles, versions
+from suite.harness import agent, deviations, draws, machine, parallel, profiles, versions
 from suite.harness.engines import Engines
 from suite.harness.findings import Findings
 from suite.harness.pool import EnginePool
@@ -58,7 +58,13 @@ def pytest_configure(config):
     if python and not shutil.which(python) and not os.path.exists(python):
         raise pytest.UsageError(f"--engine-python: {python!r} is not an executable")
     config._tfds_versions = versions.engine_versions(python)
+    # what the terminal summary shows; under pytest-xdist each worker sends its part to the
+    # controller (pytest_sessionfinish below, XdistController)
     config._tfds_draws = {}  # test id -> draws.Tally of its hypothesis examples
+    config._tfds_findings = Findings()
+    config._tfds_engines = {"starts": {}, "traces": {}}  # spec -> engine starts, probe -> traces
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(XdistController(), "tfds-xdist")
     try:
         config._tfds_deviations = deviations.load()
     except (ValueError, OSError) as exc:
@@ -101,6 +107,20 @@ def pytest_collection_modifyitems(config, items):
         item._tfds_in_scope = tuple(d for d in active if d.matches(item.nodeid))
 
 
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto`` (the default, pyproject addopts): one worker per core, at most 4. Each worker
+    runs whole specs (parallel.SpecScheduling), and there are about ten default specs of unequal
+    cost, so more workers than that mostly wait."""
+    return max(1, min(os.cpu_count() or 1, 4))
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadscope`` (the default): the scope of a test is its strategy spec."""
+    if config.getoption("dist") == "loadscope":
+        return parallel.SpecScheduling(config, [s.text for s in config._tfds_specs], log)
+    return None
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item):
     if getattr(item.obj, "is_hypothesis_test", False) and hypothesis.settings.default.derandomize:
@@ -139,9 +159,11 @@ def pool(request):
                    start_timeout=cfg.getoption("--engine-start-timeout"),
                    call_timeout=cfg.getoption("--engine-timeout"))
     atexit.register(p.close)  # backstop if the session is interrupted
-    cfg._tfds_pool = p
     yield p
     p.close()
+    for key, n in p.starts.items():
+        cfg._tfds_engines["starts"][key] = cfg._tfds_engines["starts"].get(key, 0) + n
+    cfg._tfds_engines["traces"].update(p.trace_report)
 
 
 @pytest.fixture(scope="session")
@@ -151,7 +173,6 @@ def engines(pool):
 
 @pytest.fixture(scope="session")
 def findings(request):
-    request.config._tfds_findings = Findings()
     return request.config._tfds_findings
 
 
@@ -161,26 +182,53 @@ def engine_versions(request):
     return {"tensorflow": versions.as_tuple(v["tensorflow"]), "keras": versions.as_tuple(v["keras"])}
 
 
+def pytest_sessionfinish(session):
+    config = session.config
+    if hasattr(config, "workeroutput"):  # a pytest-xdist worker: hand the summary to the controller
+        config.workeroutput["tfds"] = {
+            "draws": {k: [t.examples, t.rejected] for k, t in config._tfds_draws.items() if t.examples},
+            "findings": config._tfds_findings.dump(), "engines": config._tfds_engines}
+
+
+class XdistController:
+    """Gathers the workers' draws, findings and engine counts for the terminal summary."""
+
+    def pytest_testnodedown(self, node, error):
+        config = node.config
+        part = getattr(node, "workeroutput", {}).get("tfds")
+        if not part:
+            return
+        for nodeid, (examples, rejected) in part["draws"].items():
+            config._tfds_draws[nodeid] = draws.Tally(examples, rejected)
+        config._tfds_findings.merge(part["findings"])
+        worker = node.gateway.id
+        for key, n in part["engines"]["starts"].items():
+            config._tfds_engines["starts"][f"{key} ({worker})"] = n
+        for key, counts in part["engines"]["traces"].items():
+            config._tfds_engines["traces"][f"{key} ({worker})"] = counts
+
+
 def pytest_terminal_summary(terminalreporter, config):
     tr = terminalreporter
-    tallies = {k: t for k, t in getattr(config, "_tfds_draws", {}).items() if t.examples}
+    tallies = {k: t for k, t in config._tfds_draws.items() if t.examples}
     if tallies:
         tr.section("tf-distribute-suite draws (accepted/rejected per property and spec)")
         for line in draws.table(tallies):
             tr.write_line(line)
-    found = getattr(config, "_tfds_findings", None)
-    if found is not None and found.lines():
+    if config._tfds_findings.lines():
         tr.section("tf-distribute-suite findings")
-        for line in found.lines():
+        for line in config._tfds_findings.lines():
             tr.write_line(line)
-    pool = getattr(config, "_tfds_pool", None)
-    if pool is None or not pool.starts:
+    engines = config._tfds_engines
+    if not engines["starts"]:
         return
     tr.section("tf-distribute-suite engines")
-    for key, n in sorted(pool.starts.items()):
+    for key, n in sorted(engines["starts"].items()):
         tr.write_line(f"{key}: started {n}x")
-    for key, counts in sorted(pool.trace_report.items()):
+    for key, counts in sorted(engines["traces"].items()):
         if not counts:
             continue
         shown = ", ".join(f"{k}={v}" for k, v in sorted(counts.items()))
         tr.write_line(f"traces under {key}: {shown}")
+
+

@@ -10,6 +10,13 @@ import pytest
 from suite.harness import bench, machine
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_auto_num_workers(config):
+    """The suite's default ``-n auto`` does not apply here: benchmarks time one step at a time
+    in one process (pytest-benchmark switches itself off under pytest-xdist)."""
+    return 0
+
+
 def pytest_addoption(parser):
     group = parser.getgroup("tf-distribute-suite benchmarks")
     group.addoption("--bench-workloads", default=",".join(bench.WORKLOADS),

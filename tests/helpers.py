@@ -51,7 +51,8 @@ def check_replaced(check, pool, spec, old: list[int]):
 
 
 def run_pytest(args: list[str], timeout: float, **env) -> subprocess.CompletedProcess:
-    """``python -m pytest ARGS -q -p no:cacheprovider`` in the repository root, with ``env``
-    added to this environment; its output as text."""
-    return subprocess.run([sys.executable, "-m", "pytest", *args, "-q", "-p", "no:cacheprovider"],
+    """``python -m pytest -n 0 ARGS -q -p no:cacheprovider`` in the repository root (in this
+    process, without pytest-xdist workers unless ARGS say ``-n``), with ``env`` added to this
+    environment; its output as text."""
+    return subprocess.run([sys.executable, "-m", "pytest", "-n", "0", *args, "-q", "-p", "no:cacheprovider"],
                           cwd=ROOT, env=dict(os.environ, **env), capture_output=True, text=True, timeout=timeout)

@@ -13,6 +13,14 @@ class Findings:
     def record(self, name: str, spec, value: float):
         self._values[(name, str(spec))].append(float(value))
 
+    def dump(self) -> list:
+        """Plain data (to send from a pytest-xdist worker to the controller)."""
+        return [[name, spec, vals] for (name, spec), vals in self._values.items()]
+
+    def merge(self, dumped: list):
+        for name, spec, vals in dumped:
+            self._values[(name, spec)].extend(vals)
+
     def lines(self) -> list[str]:
         out = []
         for (name, spec), vals in sorted(self._values.items()):

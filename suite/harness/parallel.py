@@ -1,0 +1,35 @@
+"""Specs in parallel: pytest-xdist workers, each running whole strategy specs.
+
+An engine is a process (or a local cluster of them) per spec, started on first use and kept
+for the session; splitting one spec's tests over two workers would start it twice and leave
+both copies mostly idle. ``SpecScheduling`` is xdist's load-scope scheduling with the spec as
+the scope: every test parametrized by a selected spec (the first parameter of its id, as
+``draws.split_nodeid`` reads it) goes to the worker that has that spec; any other test is a
+scope of its own. Scopes go out largest first and a worker that finishes takes the next, so the
+costly specs start early and the small tests fill the gaps.
+
+conftest.py selects it for ``--dist loadscope`` (pyproject's addopts: ``-n auto --dist
+loadscope``); ``-n 0`` runs everything in the pytest process, as before.
+"""
+
+from __future__ import annotations
+
+from xdist.scheduler import LoadScopeScheduling
+
+from suite.harness.draws import split_nodeid
+
+
+class SpecScheduling(LoadScopeScheduling):
+    def __init__(self, config, specs: list[str], log=None):
+        super().__init__(config, log)
+        self.specs = frozenset(specs)
+
+    def _split_scope(self, nodeid: str) -> str:
+        return scope_of(nodeid, self.specs)
+
+
+def scope_of(nodeid: str, specs: frozenset[str]) -> str:
+    """The spec a test runs under (its first parameter, when that is a selected spec), else the
+    test id itself."""
+    spec = split_nodeid(nodeid)[1]
+    return f"spec {spec}" if spec in specs else nodeid
