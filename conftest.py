@@ -4,6 +4,7 @@ hypothesis profiles and the report header. The pytest process never imports Tens
 from __future__ import annotations
 
 import atexit
+import collections
 import dataclasses
 import os
 import shutil
@@ -103,8 +104,18 @@ def pytest_collection_modifyitems(config, items):
     # and only a mismatch that an entry's signature explains is tolerated (suite/harness/check.py).
     v = config._tfds_versions
     active = [d for d in config._tfds_deviations if d.applies_to(v["tensorflow"], v["keras"])]
+    per_spec = collections.Counter()  # (test function, spec) -> items
     for item in items:
         item._tfds_in_scope = tuple(d for d in active if d.matches(item.nodeid))
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        spec = next((params[name] for name in SPEC_ARGUMENTS if name in params), None)
+        if spec is not None:
+            per_spec[(item.obj, spec.text)] += 1
+    # each property draws the profile's examples per spec, spread over its items (profiles.py)
+    items_of: dict = {}
+    for (fn, _), n in per_spec.items():
+        items_of[fn] = min(n, items_of.get(fn, n))
+    profiles.allot(items_of)
 
 
 def pytest_xdist_auto_num_workers(config):
@@ -213,7 +224,7 @@ def pytest_terminal_summary(terminalreporter, config):
     tallies = {k: t for k, t in config._tfds_draws.items() if t.examples}
     if tallies:
         tr.section("tf-distribute-suite draws (accepted/rejected per property and spec)")
-        for line in draws.table(tallies):
+        for line in draws.table(tallies, hypothesis.settings.default.max_examples):
             tr.write_line(line)
     if config._tfds_findings.lines():
         tr.section("tf-distribute-suite findings")

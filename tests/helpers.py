@@ -54,5 +54,7 @@ def run_pytest(args: list[str], timeout: float, **env) -> subprocess.CompletedPr
     """``python -m pytest -n 0 ARGS -q -p no:cacheprovider`` in the repository root (in this
     process, without pytest-xdist workers unless ARGS say ``-n``), with ``env`` added to this
     environment; its output as text."""
+    # a session of its own: nothing of a pytest-xdist worker this may run in
+    base = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
     return subprocess.run([sys.executable, "-m", "pytest", "-n", "0", *args, "-q", "-p", "no:cacheprovider"],
-                          cwd=ROOT, env=dict(os.environ, **env), capture_output=True, text=True, timeout=timeout)
+                          cwd=ROOT, env=dict(base, **env), capture_output=True, text=True, timeout=timeout)

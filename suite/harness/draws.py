@@ -64,8 +64,9 @@ def split_nodeid(nodeid: str) -> tuple[str, str]:
     return name.rsplit("::", 1)[-1], params.rstrip("]").split("-", 1)[0] if params else ""
 
 
-def table(tallies: dict[str, Tally]) -> list[str]:
-    """Lines: per property, its accepted/rejected draws per spec and overall."""
+def table(tallies: dict[str, Tally], per_spec: int = 0) -> list[str]:
+    """Lines: per property, its accepted/rejected draws per spec and overall; a property that
+    rejects more than ``LIMIT``, or accepts fewer than ``per_spec`` under some spec, is marked."""
     by_property: dict[str, dict[str, Tally]] = collections.defaultdict(lambda: collections.defaultdict(Tally))
     for nodeid, t in tallies.items():
         prop, spec = split_nodeid(nodeid)
@@ -77,6 +78,9 @@ def table(tallies: dict[str, Tally]) -> list[str]:
         cells = by_property[prop]
         total = Tally(sum(c.examples for c in cells.values()), sum(c.rejected for c in cells.values()))
         flag = f"  REJECTS MORE THAN {LIMIT:.0%}" if total.rate > LIMIT else ""
+        short = sorted(spec for spec, c in cells.items() if spec and c.accepted < per_spec)
+        if short:
+            flag += f"  FEWER THAN {per_spec} UNDER {', '.join(short)} (all its cases, or a failure)"
         lines.append(f"{prop}: {total.accepted} accepted, {total.rejected} rejected ({total.rate:.0%}){flag}")
         lines.append("    " + ", ".join(f"{spec or '-'} {c.accepted}/{c.rejected}" for spec, c in sorted(cells.items())))
     return lines

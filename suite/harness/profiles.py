@@ -1,14 +1,27 @@
-"""Hypothesis profiles, chosen by HYPOTHESIS_PROFILE: ``ci`` (derandomized, sized for the
-15-minute CI budget on 2 cores), ``dev`` (the default) and ``thorough``. No deadlines: an
-example's time includes a round trip to an engine process."""
+"""Hypothesis profiles, chosen by HYPOTHESIS_PROFILE: ``ci`` (derandomized), ``dev`` (the
+default: the same size, random seeds, so each run explores new cases) and ``thorough``. No
+deadlines: an example's time includes a round trip to an engine process.
+
+A profile's number is the examples **per property per spec**: a property parametrized by a
+strategy spec and by K other parameters (optimizers, dtypes, ...) gets ``per_item(K)`` examples
+for each of its K items under a spec, so it sees at least that many cases under every spec
+whatever its parametrization (conftest.py applies it at collection; draws.table reports the
+counts). A hypothesis test with no spec parameter gets the profile's number itself.
+"""
 
 from __future__ import annotations
 
+import math
 import os
 
 from hypothesis import HealthCheck, Phase, settings
+from hypothesis.errors import InvalidArgument
 
-PROFILES = {"ci": 10, "dev": 20, "thorough": 200}
+PROFILES = {"ci": 25, "dev": 25, "thorough": 250}
+
+# Every item draws at least this many: its first derandomized draw is hypothesis's simplest
+# case, the same for every item, so one example per item would test little.
+MIN_PER_ITEM = 2
 
 _common = dict(deadline=None, print_blob=True,
                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
@@ -29,7 +42,23 @@ def load() -> str:
     return name
 
 
-def examples(weight: float = 1.0):
-    """``@examples(0.5)``: this property's share of the active profile's max_examples
-    (for properties whose examples cost many engine calls)."""
-    return settings(max_examples=max(2, int(settings().max_examples * weight)))
+def per_item(items: int, per_spec: int | None = None) -> int:
+    """Examples for each of a property's ``items`` test items under one spec, so that together
+    they draw at least ``per_spec`` (the active profile's number)."""
+    per_spec = settings.default.max_examples if per_spec is None else per_spec
+    return max(MIN_PER_ITEM, math.ceil(per_spec / max(items, 1)))
+
+
+def allot(functions: dict) -> dict:
+    """``{test function: items per spec}`` -> ``{test function: max_examples}``, applied as a
+    ``settings`` decorator to each hypothesis test not decorated with settings of its own."""
+    out = {}
+    for fn, items in functions.items():
+        if not getattr(fn, "is_hypothesis_test", False):
+            continue
+        try:
+            settings(max_examples=per_item(items))(fn)
+        except InvalidArgument:  # its own @settings (or allotted already in this process)
+            continue
+        out[fn] = per_item(items)
+    return out

@@ -8,16 +8,31 @@ round, so the most per-call work outside the engine's timer)."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from suite.harness import bench
 from suite.harness.check import Check
+from tests.helpers import run_pytest
 
 LAYOUTS = ("default", "multi_worker", "parameter_server", "cluster")
 
 
 @pytest.mark.specs(lambda s: s.kind in LAYOUTS or s.gpus)
-def test_reported_step_time_agrees_with_the_engine_timer(benchmark, engines, any_spec):
+@pytest.mark.filterwarnings("ignore:Benchmark fixture was not used")  # the child pytest uses it
+def test_reported_step_time_agrees_with_the_engine_timer(benchmark, engines, any_spec, request):
+    if benchmark.disabled and os.environ.get("PYTEST_XDIST_WORKER") and not request.config.getoption("benchmark_disable"):
+        # pytest-benchmark times nothing in a pytest-xdist worker: this test id runs in a child
+        # pytest of its own (-n 0), which must pass
+        args = [f"{request.node.nodeid}", "--strategies", any_spec.text]
+        for option in ("--engine-python", "--cluster-agents"):
+            if request.config.getoption(option):
+                args += [option, request.config.getoption(option)]
+        r = run_pytest(args, timeout=900)
+        Check(any_spec, case={"output": r.stdout[-3000:]}).equal(
+            (r.returncode, "1 passed" in r.stdout), (0, True), "the test run alone (-n 0): exit status, passed")
+        return
     if benchmark.disabled:
         pytest.skip("--benchmark-disable: nothing is timed")
     bencher = bench.Bencher(engines, rounds=5, trace_rounds=1, smoke=False)

@@ -39,10 +39,10 @@ def test_two_workers_start_each_engine_once_and_report_every_draw():
     check.equal(sorted((spec, n) for spec, _, n in starts), [("default", "1"), ("mirrored:2", "1")],
                 "engine starts per spec over both workers")
     check.equal(len({w for _, w, _ in starts}), 2, "workers that ran a spec")
-    # the ci profile's max_examples per item (this property has no @example and draws no rejects)
-    n = PROFILES["ci"]
-    check.that(f"test_experimental_local_results_are_in_replica_order: {2 * n} accepted, 0 rejected" in r.stdout
-               and f"    default {n}/0, mirrored:2 {n}/0" in r.stdout,
-               "draws of test_experimental_local_results_are_in_replica_order",
-               re.findall(r"^    default .*$", r.stdout, re.M),
-               "both specs' draws, gathered from both workers")
+    # the ci profile's examples per spec, gathered from the worker that ran each spec
+    lines = r.stdout.splitlines()
+    at = [i for i, ln in enumerate(lines) if ln.startswith("test_reduce_sum_and_mean_over_uneven_replicas: ")]
+    cells = dict(re.findall(r"(\S+) (\d+)/0", lines[at[0] + 1])) if at else {}
+    check.equal(sorted(cells), ["default", "mirrored:2"], "specs in the reduce property's draws")
+    check.that(all(int(n) >= PROFILES["ci"] for n in cells.values()), "accepted draws per spec", cells,
+               f"at least {PROFILES['ci']} (the ci profile's examples per spec)")

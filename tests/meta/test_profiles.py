@@ -1,4 +1,5 @@
-"""Hypothesis profiles: derandomized draws are seeded by the test id, so specs with the same
+"""Hypothesis profiles: each property draws the profile's examples per spec over its items;
+derandomized draws are seeded by the test id, so specs with the same
 replica count see different cases, and a rerun of one test id sees the same ones."""
 
 from __future__ import annotations
@@ -62,3 +63,44 @@ def test_draws_count_accepted_and_rejected_examples():
     check.contains("\n".join(lines), [f"test_p: {tally.accepted} accepted, {tally.rejected} rejected",
                                       f"mirrored:2 {tally.accepted}/{tally.rejected}", "REJECTS MORE THAN 10%"],
                    "the draws table")
+
+
+def test_draws_table_marks_a_spec_below_the_examples_per_spec():
+    from suite.harness import draws
+
+    tallies = {"tests/properties/t.py::test_p[mirrored:2-float32]": draws.Tally(12, 0),
+               "tests/properties/t.py::test_p[mirrored:2-float64]": draws.Tally(13, 0),
+               "tests/properties/t.py::test_p[default-float32]": draws.Tally(12, 0)}
+    text = "\n".join(draws.table(tallies, per_spec=25))
+    Check("draws").contains(text, ["test_p: 37 accepted, 0 rejected (0%)  FEWER THAN 25 UNDER default (",
+                                   "default 12/0, mirrored:2 25/0"], "the draws table")
+
+
+def test_each_property_draws_the_profiles_examples_per_spec_over_its_items():
+    """profiles.allot: K items of a property under a spec share the profile's number (at least
+    MIN_PER_ITEM each); a test with settings of its own keeps them."""
+    from suite.harness import profiles
+
+    check = Check("profiles.per_item")
+    for items, want in [(1, 25), (2, 13), (6, 5), (12, 3), (13, 2), (72, 2)]:
+        check.equal(profiles.per_item(items, 25), want, f"examples per item of {items} items (25 per spec)")
+        check.that(items * profiles.per_item(items, 25) >= 25, f"{items} items together", items, "at least 25")
+
+    @hypothesis.given(st.integers())
+    def shared(x):
+        pass
+
+    @hypothesis.settings(max_examples=3)
+    @hypothesis.given(st.integers())
+    def own(x):
+        pass
+
+    def plain():
+        pass
+
+    allotted = profiles.allot({shared: 6, own: 1, plain: 1})
+    n = hypothesis.settings.default.max_examples
+    check.equal(allotted, {shared: profiles.per_item(6, n)}, "tests given an allotment")
+    check.equal(shared._hypothesis_internal_use_settings.max_examples, profiles.per_item(6, n),
+                "max_examples of the shared property")
+    check.equal(own._hypothesis_internal_use_settings.max_examples, 3, "max_examples of a test with its own settings")

@@ -13,7 +13,6 @@ from reference import losses as ref_losses
 from suite.common.catalog import LOSS_CLASSES
 from suite.harness import cases, repro
 from suite.harness.check import Check
-from suite.harness.profiles import examples
 
 DTYPES = pytest.mark.parametrize("dtype", cases.DTYPES)
 
@@ -175,7 +174,6 @@ def _keras_loss_inputs(data, kind, dtype, n):
 @DTYPES
 @pytest.mark.parametrize("reduction", REDUCTIONS)
 @pytest.mark.parametrize("kind", KERAS_LOSSES)
-@examples(0.5)
 @given(data=st.data())
 def test_keras_loss_reduction_inside_strategy_run(engines, spec, engine_versions, kind, reduction,
                                                   dtype, data):

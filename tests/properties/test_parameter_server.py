@@ -20,7 +20,6 @@ from suite.common.specs import parse_spec
 from suite.harness import cases
 from suite.harness.cases import ARCHS, arch_dict, training_cases
 from suite.harness.check import Check
-from suite.harness.profiles import examples
 
 
 def _modes(spec):
@@ -29,7 +28,6 @@ def _modes(spec):
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "sgd_momentum", "adam"])
-@examples(0.5)
 @given(data=st.data())
 def test_ordered_training_equals_the_reference(engines, ps_spec, optimizer, data):
     """Variables on the ps tasks, steps run by the workers: with the steps in order (one

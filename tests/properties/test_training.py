@@ -15,7 +15,6 @@ from suite.common.catalog import ADAPTIVE, OPTIMIZERS
 from suite.harness import cases, repro
 from suite.harness.cases import ARCHS, arch_dict, training_cases
 from suite.harness.check import Check
-from suite.harness.profiles import examples
 
 
 def _check_history(results, history, check):
@@ -34,7 +33,6 @@ def _check_history(results, history, check):
 @pytest.mark.parametrize("dtype", cases.DTYPES)
 @pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
 @pytest.mark.parametrize("arch", sorted(ARCHS))
-@examples(0.2)
 @given(data=st.data())
 def test_training_steps_match_reference_on_the_global_batch(engines, spec, arch, optimizer, dtype, data):
     """compute_average_loss with the global batch size + scale_regularization_loss, gradients
@@ -51,7 +49,6 @@ def test_training_steps_match_reference_on_the_global_batch(engines, spec, arch,
     _check_history(results, history, Check(spec, dtype, case, snippet))
 
 
-@examples(0.5)
 @given(data=st.data())
 def test_default_denominator_weights_each_replica_by_its_own_batch(engines, spec, findings, data):
     """With compute_average_loss's default denominator (replicas x local batch) training equals
@@ -99,7 +96,6 @@ def test_optimizer_variables_created_lazily_in_a_distributed_step(engines, spec,
                        r.distributed, "distributed variables of the strategy")
 
 
-@examples(0.5)
 @pytest.mark.parametrize("denominator", ["constant", "default"])
 @given(data=st.data())
 def test_short_last_batch_training_matches_the_reference_split(engines, spec, denominator, data):

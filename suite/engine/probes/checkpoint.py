@@ -13,7 +13,7 @@ from suite.common.results import Counters, Prediction, Restored, TrainingState
 from suite.engine import compat, mutants
 from suite.engine.probes.registry import probe
 from suite.engine.probes.training import _trainer
-from suite.engine.steps import load
+from suite.engine.steps import arch_key, load
 
 
 def _state(ctx, model, opt, metrics, path=None) -> TrainingState:
@@ -37,8 +37,21 @@ def _metric_states(metrics: dict) -> dict:
 
 
 def _fresh(ctx, arch, optimizer, dtype):
-    metrics: dict = {}
-    model, opt, _, step = _trainer(ctx, arch, optimizer, dtype, False, metrics)
+    """Model, optimizer, metrics and traced step of ``(arch, optimizer, dtype)`` holding the values
+    of fresh objects (the model's initial weights, the optimizer's initial state, empty metrics),
+    and a new Checkpoint of them. The objects and the step are built and traced once per engine
+    (a trace per call cost most of a call); every variable is reset here, so nothing carries
+    over from an earlier call."""
+    def build():
+        metrics: dict = {}
+        model, opt, initial, step = _trainer(ctx, arch, optimizer, dtype, False, metrics)
+        weights = [np.array(v.numpy()) for v in model.trainable_variables]
+        return model, opt, initial, weights, metrics, step
+
+    model, opt, initial, weights, metrics, step = ctx.cached(("checkpoint", arch_key(arch), optimizer, dtype), build)
+    load(model, weights, dtype, opt, initial)
+    for m in metrics.values():
+        m.reset_state()
     return model, opt, metrics, step, tf.train.Checkpoint(model=model, optimizer=opt, **_metric_states(metrics))
 
 

@@ -114,18 +114,23 @@ def train_dataset(ctx, arch, optimizer, dtype, params, x, y, global_batch, epoch
     the guide's GLOBAL_BATCH_SIZE) or its default; return every replica's copy of every
     variable after each epoch, and each step's replica batch sizes."""
     strategy = ctx.strategy
-    model, opt = family_model_and_optimizer(strategy, arch, optimizer, dtype)
-    load(model, params, dtype)
-    dist = strategy.experimental_distribute_dataset(
-        tf.data.Dataset.from_tensor_slices((x, y)).batch(global_batch, drop_remainder=mutants.on("short_batch_dropped")))
-    train_step = TrainStep(model, opt, family_loss(arch))
     gbs = global_batch if denominator == "constant" else None
 
-    @tf.function
-    def step(batch):
-        counted(ctx, "training.train_dataset")
-        return strategy.run(lambda xs, ys: (train_step(xs, ys, gbs), tf.shape(xs)[0]), args=batch)[1]
+    def build():
+        model, opt = family_model_and_optimizer(strategy, arch, optimizer, dtype)
+        train_step = TrainStep(model, opt, family_loss(arch))
 
+        @tf.function
+        def step(batch):  # traced once per element spec (the model's, for every dataset of it)
+            counted(ctx, "training.train_dataset")
+            return strategy.run(lambda xs, ys: (train_step(xs, ys, gbs), tf.shape(xs)[0]), args=batch)[1]
+
+        return model, opt, optimizer_state(opt), step
+
+    model, opt, initial, step = ctx.cached(("train_dataset", arch_key(arch), optimizer, dtype, gbs), build)
+    load(model, params, dtype, opt, initial)
+    dist = strategy.experimental_distribute_dataset(
+        tf.data.Dataset.from_tensor_slices((x, y)).batch(global_batch, drop_remainder=mutants.on("short_batch_dropped")))
     epochs_out = []
     for _ in range(epochs):
         sizes = [[int(n) for n in local(strategy, step(batch))] for batch in dist]
