@@ -109,7 +109,7 @@ def pytest_collection_modifyitems(config, items):
         item._tfds_in_scope = tuple(d for d in active if d.matches(item.nodeid))
         params = getattr(getattr(item, "callspec", None), "params", {})
         spec = next((params[name] for name in SPEC_ARGUMENTS if name in params), None)
-        if spec is not None:
+        if hasattr(spec, "text"):  # not NOTSET (a test whose specs are all deselected)
             per_spec[(item.obj, spec.text)] += 1
     # each property draws the profile's examples per spec, spread over its items (profiles.py)
     items_of: dict = {}
