@@ -64,6 +64,7 @@ def pytest_configure(config):
     config._tfds_draws = {}  # test id -> draws.Tally of its hypothesis examples
     config._tfds_findings = Findings()
     config._tfds_engines = {"starts": {}, "traces": {}}  # spec -> engine starts, probe -> traces
+    config._tfds_bands = {}  # (deviation, quantity, band) -> [comparisons, explained] (deviations.stale_bands)
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistController(), "tfds-xdist")
     try:
@@ -150,16 +151,14 @@ def pytest_runtest_call(item):
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     """A passed test whose mismatches were all explained by known deviations is an expected
-    failure naming them; one where a rounding band never showed fails (the entry is stale)."""
+    failure naming them. Rounding bands are counted for the session (pytest_sessionfinish)."""
     outcome = yield
     ledger = getattr(item, "_tfds_ledger", None)
     rep = outcome.get_result()
-    if call.when != "call" or ledger is None or not rep.passed:
+    if call.when != "call" or ledger is None:
         return
-    stale = ledger.unseen_bands()
-    if stale:
-        rep.outcome, rep.longrepr = "failed", stale
-    elif ledger.expected_failure():
+    deviations.merge_bands(item.config._tfds_bands, ledger.band_counts())
+    if rep.passed and ledger.expected_failure():
         rep.outcome, rep.wasxfail = "skipped", ledger.expected_failure()
 
 
@@ -198,7 +197,13 @@ def pytest_sessionfinish(session):
     if hasattr(config, "workeroutput"):  # a pytest-xdist worker: hand the summary to the controller
         config.workeroutput["tfds"] = {
             "draws": {k: [t.examples, t.rejected] for k, t in config._tfds_draws.items() if t.examples},
-            "findings": config._tfds_findings.dump(), "engines": config._tfds_engines}
+            "findings": config._tfds_findings.dump(), "engines": config._tfds_engines,
+            "bands": [[*key, *v] for key, v in config._tfds_bands.items()]}
+        return
+    # a rounding band that never showed over the session's comparisons: the entry is stale
+    config._tfds_stale = deviations.stale_bands(config._tfds_bands)
+    if config._tfds_stale and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 class XdistController:
@@ -212,6 +217,7 @@ class XdistController:
         for nodeid, (examples, rejected) in part["draws"].items():
             config._tfds_draws[nodeid] = draws.Tally(examples, rejected)
         config._tfds_findings.merge(part["findings"])
+        deviations.merge_bands(config._tfds_bands, part["bands"])
         worker = node.gateway.id
         for key, n in part["engines"]["starts"].items():
             config._tfds_engines["starts"][f"{key} ({worker})"] = n
@@ -221,6 +227,11 @@ class XdistController:
 
 def pytest_terminal_summary(terminalreporter, config):
     tr = terminalreporter
+    stale = getattr(config, "_tfds_stale", ())
+    if stale:
+        tr.section("tf-distribute-suite stale known deviations (the run fails)")
+        for line in stale:
+            tr.write_line(line, red=True)
     tallies = {k: t for k, t in config._tfds_draws.items() if t.examples}
     if tallies:
         tr.section("tf-distribute-suite draws (accepted/rejected per property and spec)")

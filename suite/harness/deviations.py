@@ -93,17 +93,35 @@ class Ledger:
         return "; ".join(f"known deviation {i} (signature matched {n}x): {by_id[i].summary.splitlines()[0]}"
                          for i, n in sorted(self.explained.items()))
 
-    def unseen_bands(self) -> str | None:
-        """A failure message when a rounding band covered comparisons of nonzero values in this
-        test but never had to explain one: the rounding is gone and the entry is stale."""
-        stale = [(d, s) for d in self.entries for s in d.signatures
-                 if s.kind == "band" and self.compared[(d.id, s.quantity)] and not self.explained[d.id]]
-        if not stale:
-            return None
-        return "\n".join(f"known deviation {d.id}: its rounding band ({s.describe()}) covered "
-                         f"{self.compared[(d.id, s.quantity)]} comparisons of {s.quantity!r} and every one "
-                         f"equalled the reference within its tolerance: TensorFlow no longer deviates here; "
-                         f"update the entry in known_deviations.toml" for d, s in stale)
+    def band_counts(self) -> list[list]:
+        """``[id, quantity, band, comparisons covered, mismatches explained]`` of each rounding
+        band in scope (summed over the session by conftest: ``stale_bands``)."""
+        return [[d.id, s.quantity, s.describe(), self.compared[(d.id, s.quantity)], self.explained[d.id]]
+                for d in self.entries for s in d.signatures if s.kind == "band" and self.compared[(d.id, s.quantity)]]
+
+
+# A rounding band shows only where a value is not representable in the rounded format, so one
+# test (a few cases) may never see it; over a session's comparisons it always has. Below this
+# many comparisons a band that never showed is not judged.
+BAND_JUDGED_AFTER = 50
+
+
+def merge_bands(into: dict, counts: list[list]):
+    """Add ``band_counts`` rows to ``into`` ({(id, quantity, band): [compared, explained]})."""
+    for ident, quantity, band, compared, explained in counts:
+        cell = into.setdefault((ident, quantity, band), [0, 0])
+        cell[0] += compared
+        cell[1] += explained
+
+
+def stale_bands(totals: dict) -> list[str]:
+    """A message per rounding band that covered at least BAND_JUDGED_AFTER comparisons in the
+    session and never had to explain one: the rounding is gone and the entry is stale."""
+    return [f"known deviation {ident}: its rounding band ({band}) covered {compared} comparisons of {quantity!r} "
+            f"and every one equalled the reference within its tolerance: TensorFlow no longer deviates here; "
+            f"update the entry in known_deviations.toml"
+            for (ident, quantity, band), (compared, explained) in sorted(totals.items())
+            if compared >= BAND_JUDGED_AFTER and not explained]
 
 
 current: Ledger | None = None  # the running test's ledger (set by conftest around each test call)

@@ -261,3 +261,19 @@ def test_the_central_storage_metric_models_predict_nothing_elsewhere():
     check.equal(model(seen([mirrored] * 3)), [5.0, 5.0], "the state of updates under mirrored:2")
     # saved under central_storage:2 after two updates (2 * 1 + 3, 2 * 2 + 2), one more update elsewhere
     check.equal(model(seen([central, central, mirrored])), [6.0, 7.0], "the state carried from central storage")
+
+
+def test_a_rounding_band_is_judged_stale_over_the_session_not_per_test():
+    """A band that never showed in one test (a few cases whose values happen to be representable)
+    is not stale; one that never showed over BAND_JUDGED_AFTER comparisons of a session is."""
+    totals: dict = {}
+    n = deviations.BAND_JUDGED_AFTER
+    deviations.merge_bands(totals, [["rounded", "*loss*", "band rtol 1e-07", n - 1, 0]])
+    check = Check("deviations.stale_bands")
+    check.equal(deviations.stale_bands(totals), [], f"a band unseen in {n - 1} comparisons")
+    deviations.merge_bands(totals, [["rounded", "*loss*", "band rtol 1e-07", 1, 0],
+                                    ["seen", "*sum*", "band rtol 1e-07", 400, 3]])
+    stale = deviations.stale_bands(totals)
+    check.equal(len(stale), 1, "stale bands after one more comparison (and a band that showed 3 times)")
+    check.contains(stale[0] if stale else "", ["known deviation rounded", f"covered {n} comparisons",
+                                               "update the entry"], "the stale band's message")
