@@ -58,20 +58,30 @@ def distribute(ctx, length, batch, drop_remainder, policy, style, batch_size_kno
     once exhausted; or the error ``experimental_distribute_dataset`` raised (FILE sharding
     of a source without files). Errors while iterating propagate (in a cluster they leave
     peers blocked in a collective, so the pool must replace it)."""
+    return distribute_styles(ctx, length, batch, drop_remainder, policy, [style], batch_size_known, feature_shape,
+                             dtype, files)[0]
+
+
+@probe
+def distribute_styles(ctx, length, batch, drop_remainder, policy, styles, batch_size_known=True,
+                      feature_shape=(), dtype="float32", files=None):
+    """``distribute`` read in each of ``styles`` in turn: one dataset, distributed once, and a
+    new iterator per style (a distributed dataset can be iterated again)."""
     folder = tempfile.mkdtemp(prefix="tfds-input-")
     try:
-        return _distribute(ctx, _dataset(length, batch, drop_remainder, batch_size_known, policy,
-                                         list(feature_shape), dtype, files, folder), style, dtype, feature_shape)
+        ds = _dataset(length, batch, drop_remainder, batch_size_known, policy, list(feature_shape), dtype, files,
+                      folder)
+        try:
+            dist = ctx.strategy.experimental_distribute_dataset(ds)
+        except tf.errors.OpError as exc:
+            return [Raised.of(exc, "input.distribute: experimental_distribute_dataset")] * len(styles)
+        return [_iterate(ctx, dist, style, dtype, feature_shape) for style in styles]
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _distribute(ctx, ds, style, dtype, feature_shape):
+def _iterate(ctx, dist, style, dtype, feature_shape):
     strategy = ctx.strategy
-    try:
-        dist = strategy.experimental_distribute_dataset(ds)
-    except tf.errors.OpError as exc:
-        return Raised.of(exc, "input.distribute: experimental_distribute_dataset")
     steps, after_end = [], None
     if style == "for":
         for x in dist:
