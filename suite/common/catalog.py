@@ -56,6 +56,7 @@ MUTANTS = {
     "step_local_batch_denominator": "the train step divides each replica's loss by its own batch, not the global one",
     "step_regularization_left_out": "the train step leaves scale_regularization_loss(model.losses) out of the loss",
     "step_one_replica_dropped": "the train step zeroes replica 1's gradients before apply_gradients sums them",
+    "step_applies_nothing": "the train step computes the gradients and never calls apply_gradients",
     "default_denominator_is_global": "compute_average_loss's default denominator replaced by the all-reduced global batch",
     "checkpoint_without_optimizer": "the restore reads the model and metrics but not the optimizer's slots and iterations",
     "short_batch_dropped": "the training dataset batched with drop_remainder=True: the short last batch never trains",

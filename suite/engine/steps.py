@@ -56,7 +56,8 @@ class TrainStep:
             grads = [g * tf.cast(keep, g.dtype) for g in grads]
         if mutants.on("ps_gradient_doubled"):
             grads = [2 * g for g in grads]
-        self.optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        if not mutants.on("step_applies_nothing"):
+            self.optimizer.apply_gradients(zip(grads, model.trainable_variables))
         return loss
 
 

@@ -80,6 +80,7 @@ CASES = {
     "step_local_batch_denominator": (TRAINING + "[mirrored:2-mlp_linear_l2-sgd-float32]", "summed loss at step 1"),
     "step_regularization_left_out": (TRAINING + "[mirrored:2-linear_l2-sgd-float32]", "summed loss at step 1"),
     "step_one_replica_dropped": (TRAINING + "[mirrored:2-mlp_linear_l2-sgd-float32]", "after step 1"),
+    "step_applies_nothing": (TRAINING + "[mirrored:2-mlp_linear_l2-sgd-float32]", "changed from the initial parameters"),
     "ps_gradient_doubled": (
         "tests/properties/test_parameter_server.py::test_ordered_training_equals_the_reference[parameter_server:2w1ps-sgd]",
         "after"),

@@ -15,12 +15,29 @@ from suite.common.catalog import ADAPTIVE, OPTIMIZERS
 from suite.harness import cases, repro
 from suite.harness.cases import ARCHS, arch_dict, training_cases
 from suite.harness.check import Check
+from suite.harness.tolerances import tolerance
 
 
-def _check_history(results, history, check):
+def _check_history(results, history, check, initial=None):
+    """Every step's loss and every replica's copy of every variable against the reference; with
+    ``initial`` (the parameters before the steps), first that trained variables changed: every
+    element the reference's steps move by more than the tolerance differs from its initial value
+    (a step that updates nothing fails by name, before the value comparisons)."""
     __tracebackhide__ = True
     for w, result in enumerate(results):
         who = f" (worker {w})" if len(results) > 1 else ""
+        if initial is not None and history:
+            tol = tolerance(check.dtype, "trained", n_terms=4)
+            for v, (copies, before, after) in enumerate(zip(result.history[-1].params, initial, history[-1]["params"])):
+                before, after = np.asarray(before, np.float64), np.asarray(after, np.float64)
+                moved = np.abs(after - before) > tol.bound(after)  # elements the reference visibly changes
+                if not moved.any():
+                    continue
+                for r, copy in enumerate(copies):
+                    check.that(bool(np.all(np.asarray(copy)[moved] != before.astype(copy.dtype)[moved])),
+                               f"variable {v} on local replica {r} after {len(history)} steps{who}", copy,
+                               f"changed from the initial parameters where the reference's steps change it by "
+                               f"more than the tolerance ({int(moved.sum())} of {moved.size} elements)")
         for s, (got, want) in enumerate(zip(result.history, history)):
             check.close(got.loss, want["loss"], f"summed loss at step {s + 1}{who}", kind="trained")
             for v, (copies, expected) in enumerate(zip(got.params, want["params"])):
@@ -46,7 +63,7 @@ def test_training_steps_match_reference_on_the_global_batch(engines, spec, arch,
                            dtype=dtype, params=params, steps=steps)
     snippet = repro.training(spec, arch_dict(arch), OPTIMIZERS[optimizer], dtype, params, steps)
     case = {"arch": arch_name, "optimizer": optimizer, "sizes": [s[2] for s in steps]}
-    _check_history(results, history, Check(spec, dtype, case, snippet))
+    _check_history(results, history, Check(spec, dtype, case, snippet), initial=params)
 
 
 @given(data=st.data())
