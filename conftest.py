@@ -252,5 +252,3 @@ def pytest_terminal_summary(terminalreporter, config):
             continue
         shown = ", ".join(f"{k}={v}" for k, v in sorted(counts.items()))
         tr.write_line(f"traces under {key}: {shown}")
-
-
