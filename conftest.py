@@ -148,6 +148,16 @@ def pytest_runtest_call(item):
         item._tfds_ledger, deviations.current = deviations.current, None
 
 
+def _causes(exc: BaseException, limit: int = 300) -> list[str]:
+    """``exc``'s root causes, a line each: the members of exception groups (a hypothesis
+    FlakyFailure holds the failure it could not repeat), else the exception itself."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [line for sub in exc.exceptions for line in _causes(sub, limit)]
+    text = " ".join(str(exc).split())
+    line = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return [line if len(line) <= limit else line[:limit - 3] + "..."]
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     """A passed test whose mismatches were all explained by known deviations is an expected
@@ -155,6 +165,8 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     ledger = getattr(item, "_tfds_ledger", None)
     rep = outcome.get_result()
+    if rep.failed and call.excinfo is not None:  # carried to the controller with the report
+        rep.user_properties.append(("tfds_causes", _causes(call.excinfo.value)))
     if call.when != "call" or ledger is None:
         return
     deviations.merge_bands(item.config._tfds_bands, ledger.band_counts())
@@ -252,3 +264,16 @@ def pytest_terminal_summary(terminalreporter, config):
             continue
         shown = ", ".join(f"{k}={v}" for k, v in sorted(counts.items()))
         tr.write_line(f"traces under {key}: {shown}")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_terminal_summary(terminalreporter):
+    """Last, so that a log cut to its head and tail still shows it: each failed test's root
+    causes, a line each (a hypothesis FlakyFailure's or an exception group's members too)."""
+    failed = [rep for rep in terminalreporter.stats.get("failed", ()) if rep.when in ("setup", "call", "teardown")]
+    lines = [f"{rep.nodeid} ({rep.when}): {cause}" for rep in failed
+             for key, causes in rep.user_properties if key == "tfds_causes" for cause in causes]
+    if lines:
+        terminalreporter.section("tf-distribute-suite failure causes")
+        for line in lines:
+            terminalreporter.write_line(line, red=True)

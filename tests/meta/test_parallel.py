@@ -46,3 +46,25 @@ def test_two_workers_start_each_engine_once_and_report_every_draw():
     check.equal(sorted(cells), ["default", "mirrored:2"], "specs in the reduce property's draws")
     check.that(all(int(n) >= PROFILES["ci"] for n in cells.values()), "accepted draws per spec", cells,
                f"at least {PROFILES['ci']} (the ci profile's examples per spec)")
+
+
+def test_the_summary_ends_with_each_failure_cause_from_every_worker():
+    """A log cut to its head and tail still says why each test failed: the last section has a
+    line per failed test, gathered from both workers (here engines that cannot start)."""
+    test = "tests/properties/test_reduce.py::test_experimental_local_results_are_in_replica_order"
+    r = run_pytest(["-n", "2", test, "--strategies", "default,mirrored:2", "--engine-python", "/bin/false"],
+                   timeout=300, HYPOTHESIS_PROFILE="ci")
+    check = Check("pytest -n 2", case={"output": r.stdout[-3000:]})
+    check.equal(r.returncode, 1, "exit status")
+    section = r.stdout.rsplit("tf-distribute-suite failure causes", 1)[-1].split("short test summary info")[0]
+    for spec in ("default", "mirrored:2"):
+        check.contains(section, [f"{test}[{spec}] (call): EngineStartError: engine '{spec}' exited with code 1"],
+                       "the failure causes section")
+
+
+def test_failure_causes_unpack_exception_groups():
+    from conftest import _causes
+
+    flaky = ExceptionGroup("unreliable", [ValueError("first\n  call"), ExceptionGroup("g", [KeyError("k")])])
+    Check("causes").equal(_causes(flaky), ["ValueError: first call", "KeyError: 'k'"], "one line per root cause")
+    Check("causes").equal(_causes(RuntimeError("x" * 400))[0][-3:], "...", "a long cause is cut")
