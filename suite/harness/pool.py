@@ -196,6 +196,7 @@ class Engine:
         self.alive = False
         self.start_seconds = None
         self._restart = False
+        self.mutant = os.environ.get("TFDS_MUTANT") or None  # what its processes start with
         if spec.kind == "cluster":
             start_attempts = 1  # the user chose those ports
         for attempt in range(1, start_attempts + 1):
@@ -425,6 +426,19 @@ class EnginePool:
         self._log_dir = Path(tempfile.mkdtemp(prefix="tfds-engines-"))
         self.starts: dict[str, int] = {}
         self.trace_report: dict[str, dict] = {}  # spec -> probe -> traces, read at close()
+        self.mutant: str | None = None  # the meta tests' deliberately wrong engines (set_mutant)
+
+    def set_mutant(self, name: str | None):
+        """Every engine of the pool, running or started later, computes with mutant ``name``
+        (None: none) from the next call on (suite/engine/mutants.py)."""
+        self.mutant = name
+        for engine in self._engines.values():
+            if engine.alive and engine.mutant != name:
+                self._switch(engine)
+
+    def _switch(self, engine: "Engine"):
+        engine.call("engine.mutant", name=self.mutant)
+        engine.mutant = self.mutant
 
     def get(self, spec: Spec) -> Engine:
         key = spec.text
@@ -440,6 +454,8 @@ class EnginePool:
                 raise
             self._engines[key] = engine
             self.starts[key] = self.starts.get(key, 0) + 1
+        if engine.mutant != self.mutant:
+            self._switch(engine)
         return engine
 
     def call(self, spec: Spec, probe: str, timeout: float | None = None, **kwargs) -> list:

@@ -213,12 +213,14 @@ def test_file_sharding_with_fewer_files_than_workers_fails(pool, spec, policy):
     with pytest.raises(ref_input.InputError) as expected:
         ref_input.distribute_workers(files, 2, False, spec.workers, spec.replicas // spec.workers, policy)
     old = pool.get(spec).pids()
-    with pytest.raises(ProbeError) as info:
-        pool.call(spec, "input.distribute", length=0, files=files, batch=2, drop_remainder=False, policy=policy,
-                  style="for")
+    try:
+        outcome = pool.call(spec, "input.distribute", length=0, files=files, batch=2, drop_remainder=False,
+                            policy=policy, style="for")
+    except ProbeError as exc:
+        outcome = exc.raised
     want_type, want_prefix = expected.value.raised[0]
     check = Check(spec, case={"files": files, "policy": policy})
-    check.raises(info.value.raised, want_type, "distributing fewer files than workers", want_prefix)
+    check.raises(outcome, want_type, "distributing fewer files than workers", want_prefix)
     new = pool.get(spec).pids()
     check.that(set(new).isdisjoint(old), "the cluster's processes after the failure", new,
                f"all new (the pool replaces the cluster of {old})")

@@ -86,10 +86,14 @@ def export(ctx, arch, dtype, params, x, directory):
     (the chief to ``directory``, other workers to their own folders)."""
     with ctx.strategy.scope():
         model = compat.build_model(arch, dtype)
+    target = directory if ctx.worker_index == 0 else os.path.join(directory, f"worker{ctx.worker_index}")
+    signature = tf.TensorSpec([None, arch["input_dim"]], dtype)
+    if mutants.on("saved_model_before_load"):  # the initial weights exported
+        compat.export_saved_model(model, target, signature)
     load(model, params, dtype)
     prediction = model(tf.constant(x), training=False)
-    target = directory if ctx.worker_index == 0 else os.path.join(directory, f"worker{ctx.worker_index}")
-    compat.export_saved_model(model, target, tf.TensorSpec([None, arch["input_dim"]], dtype))
+    if not mutants.on("saved_model_before_load"):
+        compat.export_saved_model(model, target, signature)
     return Prediction(np.asarray(prediction))
 
 
@@ -122,5 +126,6 @@ def counters_restore(ctx, n, path):
     with ctx.strategy.scope():
         counters = [compat.make_metric("sum", "int64") for _ in range(n)]
     states = {f"c{i}": [compat.tf_variable(v) for v in c.variables] for i, c in enumerate(counters)}
-    tf.train.Checkpoint(**states).restore(path).assert_existing_objects_matched()
+    if not mutants.on("counters_not_restored"):
+        tf.train.Checkpoint(**states).restore(path).assert_existing_objects_matched()
     return Counters([int(c.result()) for c in counters])

@@ -47,6 +47,8 @@ def _dataset(length, batch, drop_remainder, batch_size_known, policy, feature_sh
     if not batch_size_known:
         ds = ds.map(lambda x: x)  # Map hides the batch node from compute_batch_size (unless static)
     options = tf.data.Options()
+    if mutants.on("input_policy_data"):
+        policy = "DATA"
     options.experimental_distribute.auto_shard_policy = getattr(tf.data.experimental.AutoShardPolicy, policy)
     return ds.with_options(options)
 
@@ -169,6 +171,8 @@ def from_function(ctx, length, global_batch):
         contexts.append([input_context.num_input_pipelines, input_context.input_pipeline_id,
                          input_context.num_replicas_in_sync])
         b = input_context.get_per_replica_batch_size(global_batch)
+        if mutants.on("input_fn_global_batch"):
+            b = global_batch
         ds = tf.data.Dataset.range(length).shard(input_context.num_input_pipelines,
                                                  input_context.input_pipeline_id)
         return ds.batch(b)
@@ -184,6 +188,11 @@ def from_function(ctx, length, global_batch):
 def values_from_function(ctx):
     """``experimental_distribute_values_from_function``: each replica's ValueContext."""
     strategy = ctx.strategy
-    value = strategy.experimental_distribute_values_from_function(
-        lambda c: tf.constant([c.replica_id_in_sync_group, c.num_replicas_in_sync]))
+    def value_fn(c):
+        rid = c.replica_id_in_sync_group
+        if mutants.on("values_fn_mirror_ids"):
+            rid = c.num_replicas_in_sync - 1 - rid
+        return tf.constant([rid, c.num_replicas_in_sync])
+
+    value = strategy.experimental_distribute_values_from_function(value_fn)
     return ReplicaValues(local(strategy, value))

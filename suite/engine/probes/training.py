@@ -104,7 +104,8 @@ def lazy_optimizer(ctx, name):
 
 @probe
 def optimizer_names(ctx):
-    return compat.builtin_optimizer_names()
+    names = compat.builtin_optimizer_names()
+    return names + ["Prodigy"] if mutants.on("optimizer_names_extra") else names
 
 
 @probe
