@@ -254,26 +254,19 @@ def pytest_terminal_summary(terminalreporter, config):
         for line in config._tfds_findings.lines():
             tr.write_line(line)
     engines = config._tfds_engines
-    if not engines["starts"]:
-        return
-    tr.section("tf-distribute-suite engines")
-    for key, n in sorted(engines["starts"].items()):
-        tr.write_line(f"{key}: started {n}x")
-    for key, counts in sorted(engines["traces"].items()):
-        if not counts:
-            continue
-        shown = ", ".join(f"{k}={v}" for k, v in sorted(counts.items()))
-        tr.write_line(f"traces under {key}: {shown}")
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_terminal_summary(terminalreporter):
-    """Last, so that a log cut to its head and tail still shows it: each failed test's root
-    causes, a line each (a hypothesis FlakyFailure's or an exception group's members too)."""
-    failed = [rep for rep in terminalreporter.stats.get("failed", ()) if rep.when in ("setup", "call", "teardown")]
-    lines = [f"{rep.nodeid} ({rep.when}): {cause}" for rep in failed
-             for key, causes in rep.user_properties if key == "tfds_causes" for cause in causes]
-    if lines:
-        terminalreporter.section("tf-distribute-suite failure causes")
-        for line in lines:
-            terminalreporter.write_line(line, red=True)
+    if engines["starts"]:
+        tr.section("tf-distribute-suite engines")
+        for key, n in sorted(engines["starts"].items()):
+            tr.write_line(f"{key}: started {n}x")
+        for key, counts in sorted(engines["traces"].items()):
+            if counts:
+                tr.write_line(f"traces under {key}: " + ", ".join(f"{k}={v}" for k, v in sorted(counts.items())))
+    # last, so that a log cut to its head and tail still shows it: each failed test's root
+    # causes, a line each (a hypothesis FlakyFailure's or an exception group's members too)
+    failed = [rep for rep in tr.stats.get("failed", ()) if rep.when in ("setup", "call", "teardown")]
+    causes = [f"{rep.nodeid} ({rep.when}): {cause}" for rep in failed
+              for key, values in rep.user_properties if key == "tfds_causes" for cause in values]
+    if causes:
+        tr.section("tf-distribute-suite failure causes")
+        for line in causes:
+            tr.write_line(line, red=True)

@@ -436,7 +436,7 @@ class EnginePool:
             if engine.alive and engine.mutant != name:
                 self._switch(engine)
 
-    def _switch(self, engine: "Engine"):
+    def _switch(self, engine: Engine):
         engine.call("engine.mutant", name=self.mutant)
         engine.mutant = self.mutant
 
