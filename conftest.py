@@ -208,7 +208,7 @@ def pytest_sessionfinish(session):
     config = session.config
     if hasattr(config, "workeroutput"):  # a pytest-xdist worker: hand the summary to the controller
         config.workeroutput["tfds"] = {
-            "draws": {k: [t.examples, t.rejected] for k, t in config._tfds_draws.items() if t.examples},
+            "draws": {k: t.dump() for k, t in config._tfds_draws.items() if t.examples},
             "findings": config._tfds_findings.dump(), "engines": config._tfds_engines,
             "bands": [[*key, *v] for key, v in config._tfds_bands.items()]}
         return
@@ -226,8 +226,8 @@ class XdistController:
         part = getattr(node, "workeroutput", {}).get("tfds")
         if not part:
             return
-        for nodeid, (examples, rejected) in part["draws"].items():
-            config._tfds_draws[nodeid] = draws.Tally(examples, rejected)
+        for nodeid, counts in part["draws"].items():
+            config._tfds_draws[nodeid] = draws.Tally(*counts)
         config._tfds_findings.merge(part["findings"])
         deviations.merge_bands(config._tfds_bands, part["bands"])
         worker = node.gateway.id

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from reference import model as ref_model
+from suite.harness import draws
 
 DTYPES = ("float32", "float64")
 
@@ -20,10 +21,13 @@ def dtypes():
 def splits(draw, replicas: int, max_per_replica: int = 5, min_total: int = 0, even: bool | None = None):
     """Per-replica batch sizes (replica-id order). Uneven and empty replicas are drawn unless
     ``even``; ``even=True`` gives equal sizes; ``min_total`` bounds the global batch below."""
-    if even is None:
+    drawn = even is None  # the draws table counts the drawn shapes (draws.saw_split), not forced ones
+    if drawn:
         even = draw(st.booleans(), label="even split")
     if even:
         b = draw(st.integers(max(1, -(-min_total // replicas)), max_per_replica), label="per-replica batch")
+        if drawn:
+            draws.saw_split([b] * replicas)
         return [b] * replicas
     sizes = draw(st.lists(st.integers(0, max_per_replica), min_size=replicas, max_size=replicas),
                  label="sizes")
@@ -31,6 +35,7 @@ def splits(draw, replicas: int, max_per_replica: int = 5, min_total: int = 0, ev
     if short > 0:  # top up one drawn replica (no rejection): the others stay as drawn, empty or not
         r = draw(st.integers(0, replicas - 1), label="replica topped up")
         sizes[r] += short
+    draws.saw_split(sizes)  # drawn: not even
     return sizes
 
 

@@ -76,6 +76,47 @@ def test_draws_table_marks_a_spec_below_the_examples_per_spec():
                                    "default 12/0, mirrored:2 25/0"], "the draws table")
 
 
+def test_draws_count_the_examples_with_an_uneven_split_and_an_empty_replica():
+    """An example counts as uneven (empty) when any split it drew is; a forced even split is not
+    counted. Expected counts come from the sizes the test saw."""
+    from suite.harness import cases, draws
+
+    seen = []
+
+    @hypothesis.settings(max_examples=40, database=None, derandomize=True,
+                         suppress_health_check=list(hypothesis.HealthCheck))
+    @hypothesis.given(first=cases.splits(3), data=st.data())
+    def prop(first, data):
+        second = data.draw(cases.splits(3, min_total=2))
+        third = data.draw(cases.splits(3, even=False))
+        data.draw(cases.splits(3, even=True))  # forced even: not a drawn shape
+        seen.append([first, second, third])
+
+    tally = draws.Tally()
+    with draws.counting(prop, tally):
+        prop()
+    check = Check("draws")
+    check.equal(tally.split, len(seen), "examples that drew a split")
+    check.equal(tally.uneven, sum(any(len(set(s)) > 1 for s in ex) for ex in seen), "examples with an uneven split")
+    check.equal(tally.empty, sum(any(0 in s for s in ex) for ex in seen), "examples with an empty replica")
+    check.that(0 < tally.empty < tally.split, "examples with an empty replica", tally.empty, "some, not all")
+    lines = "\n".join(draws.table({"tests/properties/t.py::test_p[mirrored:3]": tally}))
+    check.contains(lines, [f"mirrored:3 {tally.accepted}/0 ({tally.uneven} uneven, {tally.empty} empty)"],
+                   "the draws table")
+    check.that("NO UNEVEN" not in lines and "NO EMPTY" not in lines, "the draws table", lines, "no mark")
+
+
+def test_draws_table_marks_a_spec_whose_splits_were_never_uneven_or_never_empty():
+    from suite.harness import draws
+
+    tallies = {"tests/properties/t.py::test_p[mirrored:2]": draws.Tally(25, 0, 25, 0, 0),
+               "tests/properties/t.py::test_p[mirrored:3]": draws.Tally(25, 0, 25, 10, 0),
+               "tests/properties/t.py::test_p[default]": draws.Tally(25, 0)}
+    text = "\n".join(draws.table(tallies, per_spec=25))
+    Check("draws").contains(text, ["NO UNEVEN SPLIT UNDER mirrored:2  NO EMPTY SPLIT UNDER mirrored:2, mirrored:3",
+                                   "default 25/0, mirrored:2 25/0 (0 uneven, 0 empty)"], "the draws table")
+
+
 def test_each_property_draws_the_profiles_examples_per_spec_over_its_items():
     """profiles.allot: K items of a property under a spec share the profile's number (at least
     MIN_PER_ITEM each); a test with settings of its own keeps them."""
