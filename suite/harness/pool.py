@@ -426,7 +426,8 @@ class EnginePool:
         self._log_dir = Path(tempfile.mkdtemp(prefix="tfds-engines-"))
         self.starts: dict[str, int] = {}
         self.trace_report: dict[str, dict] = {}  # spec -> probe -> traces, read at close()
-        self.mutant: str | None = None  # the meta tests' deliberately wrong engines (set_mutant)
+        # the meta tests' deliberately wrong engines (set_mutant); engines start with TFDS_MUTANT
+        self.mutant: str | None = os.environ.get("TFDS_MUTANT") or None
 
     def set_mutant(self, name: str | None):
         """Every engine of the pool, running or started later, computes with mutant ``name``
