@@ -35,8 +35,9 @@ METRIC_CLASSES = {
     "categorical_accuracy": "CategoricalAccuracy",
 }
 
-# Deliberately wrong engines for tests/meta/test_mutants.py: ``TFDS_MUTANT=<name>`` in an engine's
-# environment switches one on (suite/engine/mutants.py).
+# Deliberately wrong engines for tests/meta/test_mutants.py: the pool switches one on per call
+# (probe ``engine.mutant``), or ``TFDS_MUTANT=<name>`` in an engine's environment at start
+# (suite/engine/mutants.py).
 MUTANTS = {
     "local_batch_denominator": "compute_average_loss replaced by a per-replica mean",
     "unnormalised_multi_dim": "multi-dimensional per-element losses never normalised",
