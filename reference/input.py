@@ -36,8 +36,9 @@ F. Steps are aligned across the cluster: every step all-reduces how many replica
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
-from reference.rules import documented, observed
+from reference.rules import Rule, documented, observed
 
 POLICIES = ("AUTO", "DATA", "OFF")  # for a Dataset.range source (FILE needs files)
 FILE_POLICIES = ("AUTO", "DATA", "FILE", "OFF")  # for a source of text files
@@ -252,3 +253,57 @@ def datasets_from_function(length: int, global_batch: int, replicas: int, worker
         out.append([step + [[]] * (local - len(step)) for step in steps])
     n_steps = max(len(steps) for steps in out)
     return [steps + [[[]] * local] * (n_steps - len(steps)) for steps in out]
+
+
+@dataclass(frozen=True)
+class GuideExample:
+    """One worked example of the distributed input guide
+    (https://www.tensorflow.org/tutorials/distribute/input, "Batching" and "Sharding"):
+    ``Dataset.range(source)`` or text files (``source`` a list of files, each its ids) batched
+    by ``batch``, distributed on ``workers`` x ``replicas_per_worker`` with ``policy``.
+    ``steps``: per worker, per step, per local replica, the ids as the guide lists them.
+    ``exact``: whether the guide's step boundaries are the contract; where not (``note`` says
+    why), what it documents is each worker's elements in order."""
+
+    name: str
+    source: object
+    batch: int
+    workers: int
+    replicas_per_worker: int
+    policy: str
+    steps: list
+    exact: bool = True
+    note: str = ""
+
+    @property
+    def replicas(self) -> int:
+        return self.workers * self.replicas_per_worker
+
+    @property
+    def rule(self) -> Rule:
+        what = "its step boundaries" if self.exact else "each worker's elements in order"
+        return Rule("documented", f"{GUIDE}, worked example {self.name}: {what}")
+
+    def elements(self, per_worker_steps) -> list[list[int]]:
+        """Each worker's ids in the order its replicas receive them."""
+        return [[i for step in steps for part in step for i in part] for steps in per_worker_steps]
+
+
+GUIDE = "https://www.tensorflow.org/tutorials/distribute/input"
+_TWELVE = [list(range(12))]  # the DATA and OFF examples' one file (global batch 4, as in the FILE one)
+GUIDE_EXAMPLES = (
+    GuideExample("range6_batch4_on_2", 6, 4, 1, 2, "AUTO", [[[[0, 1], [2, 3]], [[4], [5]]]]),
+    GuideExample("range4_batch4_on_5", 4, 4, 1, 5, "AUTO", [[[[0], [1], [2], [3], []]]]),
+    GuideExample("range8_batch4_on_3", 8, 4, 1, 3, "AUTO", [[[[0, 1], [2, 3], []], [[4, 5], [6, 7], []]]]),
+    GuideExample("file_2files_on_2x1", [list(range(6)), list(range(6, 12))], 4, 2, 1, "FILE",
+                 [[[[0, 1]], [[2, 3]], [[4]], [[5]]], [[[6, 7]], [[8, 9]], [[10]], [[11]]]], exact=False,
+                 note="the guide's FILE example ends each worker with [4] and [5] ([10] and [11]), which "
+                      "contradicts its own batching rule (per-replica batches of global / replicas = 2); "
+                      "TF 2.15.1 and 2.21.0 deliver [4, 5] and [10, 11] in one step (rule V2 cuts each "
+                      "worker's stream into the worker's share, docs/research/multi_worker_input.md). The "
+                      "file assignment it illustrates, worker w reads file w, holds"),
+    GuideExample("data_1file_on_2x1", _TWELVE, 4, 2, 1, "DATA",
+                 [[[[0, 1]], [[4, 5]], [[8, 9]]], [[[2, 3]], [[6, 7]], [[10, 11]]]]),
+    GuideExample("off_1file_on_2x1", _TWELVE, 4, 2, 1, "OFF",
+                 [[[[0, 1]], [[2, 3]], [[4, 5]], [[6, 7]], [[8, 9]], [[10, 11]]]] * 2),
+)

@@ -70,3 +70,14 @@ def test_file_sharding_errors_follow_the_observations():
         ref_input.distribute_workers(5, 2, False, 2, 1, "FILE")
     assert set(info.value.raised) == {0, 1} and info.value.raised[0][0] == "NotFoundError"
     assert ref_input.distribute_workers(5, 2, False, 1, 2, "FILE") == ref_input.distribute_workers(5, 2, False, 1, 2, "OFF")
+
+
+@pytest.mark.parametrize("example", ref_input.GUIDE_EXAMPLES, ids=lambda e: e.name)
+def test_reference_reproduces_the_input_guides_worked_examples(example):
+    """The guide's examples are documented: the reference gives what the guide lists (its step
+    boundaries where they are the contract, each worker's elements in order everywhere)."""
+    got = ref_input.distribute_workers(example.source, example.batch, False, example.workers,
+                                       example.replicas_per_worker, example.policy)
+    assert example.elements(got) == example.elements(example.steps)
+    # an inexact example stays inexact: if the reference ever agrees, its note is out of date
+    assert (got == example.steps) is example.exact, example.note

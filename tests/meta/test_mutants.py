@@ -97,6 +97,8 @@ CASES = [
          "replicas the local results come from (worker 0): got [1", MULTI),
     Case("input_rows_to_first_replica", INPUT + "test_replica_batches_follow_the_split_rule[{spec}-for]",
          "element ids of every step's local replica batches"),
+    Case("input_rows_to_first_replica", INPUT + "test_the_input_guides_worked_examples[{spec}]", "the guide's",
+         MULTI),
     Case("input_dropped_element", INPUT + "test_every_element_is_delivered_exactly_once[{spec}]",
          "elements missing: got [0"),
     Case("input_dropped_element", INPUT + "test_partial_last_step_is_delivered[{spec}-for]",

@@ -118,6 +118,34 @@ def test_replica_batches_follow_the_split_rule(engines, spec, style, data):
             check.equal(result.after_end, AFTER_END[style], f"the exhausted iterator{who}")
 
 
+def _guide_examples(spec) -> list:
+    """The input guide's worked examples shaped like ``spec`` (its workers and replicas)."""
+    return [e for e in ref_input.GUIDE_EXAMPLES
+            if spec.kind != "parameter_server" and (e.workers, e.replicas) == (spec.workers, spec.replicas)]
+
+
+@pytest.mark.specs(lambda spec: bool(_guide_examples(spec)))
+def test_the_input_guides_worked_examples(engines, spec):
+    """The distributed input guide's examples (reference/input.py GUIDE_EXAMPLES), run as the
+    guide writes them where a selected spec has their shape; the expected ids are the guide's
+    (for its FILE example, each worker's elements in order: its step boundaries contradict
+    its own batching rule, see the example's note)."""
+    for example in _guide_examples(spec):
+        files = example.source if isinstance(example.source, list) else None
+        case = {"length": 0 if files else example.source, "batch": example.batch, "drop_remainder": False,
+                "policy": example.policy, "files": files}
+        results = engines.call(spec, "input.distribute", style="for", **case)
+        check = Check(spec, case=dict(case, example=example.name), rule=example.rule)
+        for w, result in enumerate(results):
+            check.returned(result, f"the guide's {example.name} (worker {w})")
+        got = [[[_ids(p) for p in step] for step in r.steps] for r in results]
+        if example.exact:
+            check.equal(got, example.steps, f"the guide's {example.name}: every worker's steps of replica batches")
+        else:
+            check.equal(example.elements(got), example.elements(example.steps),
+                        f"the guide's {example.name}: every worker's elements in order")
+
+
 @given(data=st.data())
 def test_every_element_is_delivered_exactly_once(engines, spec, data):
     """Conservation, measured on TensorFlow's output alone: over all steps, replicas and workers
