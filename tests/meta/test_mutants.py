@@ -92,6 +92,8 @@ CASES = [
          "inside strategy.run after batch"),
     Case("reduce_mean_of_means", "tests/properties/test_reduce.py::test_reduce_sum_and_mean_over_uneven_replicas"
          "[{spec}-{dtype}]", "reduce(MEAN, axis=0)", MULTI, BOTH),
+    Case("reduce_mean_of_means", "tests/properties/test_reduce.py::test_reduce_docstrings_worked_examples[{spec}]",
+         "partial_batch_6_mean_axis_0: mean_axis0", MULTI),
     Case("reversed_local_results",
          "tests/properties/test_reduce.py::test_experimental_local_results_are_in_replica_order[{spec}]",
          "replicas the local results come from (worker 0): got [1", MULTI),
