@@ -115,25 +115,32 @@ def train_dataset(ctx, arch, optimizer, dtype, params, x, y, global_batch, epoch
     the guide's GLOBAL_BATCH_SIZE) or its default; return every replica's copy of every
     variable after each epoch, and each step's replica batch sizes."""
     strategy = ctx.strategy
-    gbs = global_batch if denominator == "constant" else None
+    constant = denominator == "constant"
 
     def build():
         model, opt = family_model_and_optimizer(strategy, arch, optimizer, dtype)
         train_step = TrainStep(model, opt, family_loss(arch))
 
-        @tf.function
-        def step(batch):  # traced once per element spec (the model's, for every dataset of it)
+        # Iterated eagerly, a distributed dataset gives each replica's batch its static shape, so
+        # every new split would retrace (the guide's step does); reduce_retracing generalises the
+        # shapes after the first traces (static shapes, empty replicas included), as
+        # element_spec would
+        @tf.function(reduce_retracing=True)
+        def step(batch, g):
             counted(ctx, "training.train_dataset")
-            return strategy.run(lambda xs, ys: (train_step(xs, ys, gbs), tf.shape(xs)[0]), args=batch)[1]
+            # G is a tensor argument (one trace for every G), as the guide's constant would be
+            return strategy.run(lambda xs, ys: (train_step(xs, ys, g if constant else None), tf.shape(xs)[0]),
+                                args=batch)[1]
 
         return model, opt, optimizer_state(opt), step
 
-    model, opt, initial, step = ctx.cached(("train_dataset", arch_key(arch), optimizer, dtype, gbs), build)
+    model, opt, initial, step = ctx.cached(("train_dataset", arch_key(arch), optimizer, dtype, constant), build)
     load(model, params, dtype, opt, initial)
     dist = strategy.experimental_distribute_dataset(
         tf.data.Dataset.from_tensor_slices((x, y)).batch(global_batch, drop_remainder=mutants.on("short_batch_dropped")))
+    g = np.int64(global_batch)
     epochs_out = []
     for _ in range(epochs):
-        sizes = [[int(n) for n in local(strategy, step(batch))] for batch in dist]
+        sizes = [[int(n) for n in local(strategy, step(batch, g))] for batch in dist]
         epochs_out.append(Epoch(sizes, [compat.local_values(strategy, v) for v in model.trainable_variables]))
     return EpochTraining(epochs_out)
