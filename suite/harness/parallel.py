@@ -28,8 +28,18 @@ class SpecScheduling(LoadScopeScheduling):
         return scope_of(nodeid, self.specs)
 
 
+# Properties that call the engines of every selected spec (a checkpoint saved under the test's
+# spec is restored under a drawn one): all their items form one scope, so one worker runs them
+# and only that worker starts every spec's engine and traces their trainers (split by spec, both
+# workers did). tests/meta/test_parallel.py keeps this list equal to the properties taking
+# ``restore_specs``.
+CROSS_SPEC = ("tests/properties/test_checkpoint.py::test_checkpoint_restores_under_another_strategy",)
+
+
 def scope_of(nodeid: str, specs: frozenset[str]) -> str:
-    """The spec a test runs under (its first parameter, when that is a selected spec), else the
-    test id itself."""
+    """"cross-spec" for a test of CROSS_SPEC; else the spec a test runs under (its first
+    parameter, when that is a selected spec), else the test id itself."""
+    if nodeid.split("[", 1)[0] in CROSS_SPEC:
+        return "cross-spec"
     spec = split_nodeid(nodeid)[1]
     return f"spec {spec}" if spec in specs else nodeid

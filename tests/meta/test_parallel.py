@@ -7,9 +7,9 @@ from __future__ import annotations
 import re
 
 from suite.harness.check import Check
-from suite.harness.parallel import scope_of
+from suite.harness.parallel import CROSS_SPEC, scope_of
 from suite.harness.profiles import PROFILES
-from tests.helpers import run_pytest
+from tests.helpers import ROOT, run_pytest
 
 SPECS = frozenset({"default", "mirrored:2", "parameter_server:2w1ps"})
 
@@ -26,8 +26,20 @@ def test_scope_is_the_spec_of_a_test_else_the_test_itself():
         ("tests/properties/test_reduce.py::test_p[mirrored:3-float64]", None),
         ("tests/meta/test_mutants.py::test_m[float32-sgd]", None),
         ("tests/meta/test_check.py::test_c", None),
+        # a property that restores under every spec: one scope for all its specs
+        (CROSS_SPEC[0] + "[mirrored:2]", "cross-spec"),
+        (CROSS_SPEC[0] + "[default]", "cross-spec"),
     ]:
         check.equal(scope_of(nodeid, SPECS), want or nodeid, f"scope of {nodeid}")
+
+
+def test_the_cross_spec_scope_is_every_property_that_calls_other_specs():
+    """CROSS_SPEC lists exactly the properties whose arguments include ``restore_specs`` (the
+    fixture of every selected spec), so none of them splits by spec again."""
+    takes = sorted(f"{p.relative_to(ROOT)}::{name}" for p in sorted((ROOT / "tests" / "properties").glob("test_*.py"))
+                   for name, args in re.findall(r"^def (test_\w+)\(([^)]*)\)", p.read_text(), re.M)
+                   if "restore_specs" in args)
+    Check("scheduling").equal(sorted(CROSS_SPEC), takes, "the cross-spec scope's tests")
 
 
 def test_two_workers_start_each_engine_once_and_report_every_draw():
