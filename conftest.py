@@ -14,7 +14,7 @@ import hypothesis
 import pytest
 
 from suite.common.specs import DEFAULT_SPECS, SpecError, parse_specs
-from suite.harness import agent, deviations, draws, machine, parallel, profiles, versions
+from suite.harness import agent, deviations, draws, machine, parallel, profiles, topology, versions
 from suite.harness.engines import Engines
 from suite.harness.findings import Findings
 from suite.harness.pool import EnginePool
@@ -82,9 +82,18 @@ def pytest_report_header(config):
 
 # Which selected specs a test gets, by the name of its argument: ``spec`` the synchronous
 # strategies (the properties call strategy.run directly), ``ps_spec`` the parameter-server
-# ones (steps go through a ClusterCoordinator), ``any_spec`` every one (the harness tests).
+# ones (steps go through a ClusterCoordinator), ``any_spec`` every one (the harness tests),
+# ``layout_spec`` one per engine layout (the first selected one-process spec, and every spec
+# of several processes: the harness tests that kill and replace an engine, whose code path
+# is the layout's, not the strategy's).
 SPEC_ARGUMENTS = {"spec": lambda s: s.synchronous, "ps_spec": lambda s: not s.synchronous,
-                  "any_spec": lambda s: True}
+                  "any_spec": lambda s: True, "layout_spec": lambda s: True}
+
+
+def one_per_layout(specs: list) -> list:
+    """The first one-process spec of ``specs`` and every spec of several processes."""
+    single = [s for s in specs if len(topology.tasks(s)) == 1][:1]
+    return [s for s in specs if s in single or len(topology.tasks(s)) > 1]
 
 
 def pytest_generate_tests(metafunc):
@@ -95,6 +104,8 @@ def pytest_generate_tests(metafunc):
         marker = metafunc.definition.get_closest_marker("specs")
         if marker:  # @pytest.mark.specs(lambda spec: ...) narrows the selected specs
             specs = [s for s in specs if marker.args[0](s)]
+        if name == "layout_spec":
+            specs = one_per_layout(specs)
         no_gpu = pytest.mark.skip(reason="mirrored:gpus: no GPU visible here (nvidia-smi -L, CUDA_VISIBLE_DEVICES)")
         metafunc.parametrize(name, [pytest.param(s, id=s.text, marks=no_gpu if s.gpus and not s.replicas else ())
                                     for s in specs])

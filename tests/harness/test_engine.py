@@ -26,10 +26,12 @@ def test_pytest_process_never_imports_tensorflow(engines, any_spec):
     Check("pytest process").equal(loaded, [], "TensorFlow and Keras modules loaded while engines run")
 
 
-def test_killed_engine_fails_the_call_naming_spec_probe_and_signal(pool, any_spec):
+def test_killed_engine_fails_the_call_naming_spec_probe_and_signal(pool, layout_spec):
     """A probe-answering process (the last worker; a parameter-server cluster's coordinator)
-    kills itself; the call names it, and every process of the engine is replaced."""
-    spec = any_spec
+    kills itself; the call names it, and every process of the engine is replaced. One spec
+    per engine layout: a one-process engine dies and is replaced the same way whatever its
+    strategy."""
+    spec = layout_spec
     engine = pool.get(spec)
     old = engine.pids()
     victim = spec.workers - 1 if spec.synchronous else 0
