@@ -136,8 +136,8 @@ def test_the_input_guides_worked_examples(engines, spec):
                 "policy": example.policy, "files": files}
         results = engines.call(spec, "input.distribute", style="for", **case)
         check = Check(spec, case=dict(case, example=example.name), rule=example.rule)
-        for w, result in enumerate(results):
-            check.returned(result, f"the guide's {example.name} (worker {w})")
+        if not all([check.returned(r, f"the guide's {example.name} (worker {w})") for w, r in enumerate(results)]):
+            continue  # a known deviation raised, as its signature predicts
         got = [[[_ids(p) for p in step] for step in r.steps] for r in results]
         if example.exact:
             check.equal(got, example.steps, f"the guide's {example.name}: every worker's steps of replica batches")
