@@ -34,6 +34,10 @@ def pytest_addoption(parser):
                     help="seconds a probe call may take before its engine is killed (default 120)")
     group.addoption("--engine-start-timeout", type=float, default=180.0,
                     help="seconds an engine may take to start (default 180)")
+    group.addoption("--deep", action="store_true", default=False,
+                    help="the building-block properties (tests/properties/test_blocks.py, marked budget) draw "
+                         "the hypothesis profile's examples per spec, like every other property "
+                         "(default: the few their budget marker gives)")
     group.addoption("--cluster-agents", default=os.environ.get("TFDS_CLUSTER_AGENTS"),
                     help="HOST:PORT,... of the engine agents of a real cluster, for the 'cluster' spec "
                          "(python -m suite.harness.agent on each host; see README)")
@@ -62,6 +66,7 @@ def pytest_configure(config):
     # what the terminal summary shows; under pytest-xdist each worker sends its part to the
     # controller (pytest_sessionfinish below, XdistController)
     config._tfds_draws = {}  # test id -> draws.Tally of its hypothesis examples
+    config._tfds_budgets = {}  # property -> examples per spec it draws without --deep
     config._tfds_findings = Findings()
     config._tfds_engines = {"starts": {}, "traces": {}}  # spec -> engine starts, probe -> traces
     config._tfds_bands = {}  # (deviation, quantity, band) -> [comparisons, explained] (deviations.stale_bands)
@@ -117,7 +122,12 @@ def pytest_collection_modifyitems(config, items):
     v = config._tfds_versions
     active = [d for d in config._tfds_deviations if d.applies_to(v["tensorflow"], v["keras"])]
     per_spec = collections.Counter()  # (test function, spec) -> items
+    budgets = {}  # test function -> examples per spec, without --deep (profiles.py)
     for item in items:
+        budget = item.get_closest_marker("budget")
+        if budget and not config.getoption("--deep"):
+            budgets[item.obj] = budget.args[0]
+            config._tfds_budgets[item.obj.__name__] = budget.args[0]
         item._tfds_in_scope = tuple(d for d in active if d.matches(item.nodeid))
         params = getattr(getattr(item, "callspec", None), "params", {})
         spec = next((params[name] for name in SPEC_ARGUMENTS if name in params), None)
@@ -127,7 +137,7 @@ def pytest_collection_modifyitems(config, items):
     items_of: dict = {}
     for (fn, _), n in per_spec.items():
         items_of[fn] = min(n, items_of.get(fn, n))
-    profiles.allot(items_of)
+    profiles.allot(items_of, budgets)
 
 
 def pytest_xdist_auto_num_workers(config):
@@ -220,6 +230,7 @@ def pytest_sessionfinish(session):
     if hasattr(config, "workeroutput"):  # a pytest-xdist worker: hand the summary to the controller
         config.workeroutput["tfds"] = {
             "draws": {k: t.dump() for k, t in config._tfds_draws.items() if t.examples},
+            "budgets": config._tfds_budgets,
             "findings": config._tfds_findings.dump(), "engines": config._tfds_engines,
             "bands": [[*key, *v] for key, v in config._tfds_bands.items()]}
         return
@@ -239,6 +250,7 @@ class XdistController:
             return
         for nodeid, counts in part["draws"].items():
             config._tfds_draws[nodeid] = draws.Tally(*counts)
+        config._tfds_budgets.update(part["budgets"])
         config._tfds_findings.merge(part["findings"])
         deviations.merge_bands(config._tfds_bands, part["bands"])
         worker = node.gateway.id
@@ -258,7 +270,7 @@ def pytest_terminal_summary(terminalreporter, config):
     tallies = {k: t for k, t in config._tfds_draws.items() if t.examples}
     if tallies:
         tr.section("tf-distribute-suite draws (accepted/rejected per property and spec)")
-        for line in draws.table(tallies, hypothesis.settings.default.max_examples):
+        for line in draws.table(tallies, hypothesis.settings.default.max_examples, config._tfds_budgets):
             tr.write_line(line)
     if config._tfds_findings.lines():
         tr.section("tf-distribute-suite findings")

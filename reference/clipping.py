@@ -69,10 +69,18 @@ def clip_gradients(grads, option: str, value: float) -> list[np.ndarray]:
 @documented("the custom training guide: apply_gradients sums the replicas' gradients, so a strategy's "
             "step equals one device's step on the global batch; the optimizer's clipping acts on "
             "the gradient it applies, the sum")
-def distributed_clipped_gradients(per_replica_grads, option: str, value: float) -> list[np.ndarray]:
+def distributed_clipped_gradients(per_replica_grads, option: str, value: float,
+                                  clip_at: str = "sum") -> list[np.ndarray]:
     """The gradients a clipping optimizer applies under a strategy, from each replica's gradients
     (``per_replica_grads[r][v]``, already scaled by the global batch as the guide's loss is):
-    the option applied once, to their sum over replicas."""
+    the option applied once, to their sum over replicas. ``clip_at="replica"``: each replica's
+    gradients clipped, then summed (not the rule: Keras 3's order, the deviation
+    keras3-clipping-per-replica-before-the-sum, docs/research/clipping_and_weight_decay.md)."""
+    n_vars = len(per_replica_grads[0])
+    if clip_at == "replica":
+        per_replica_grads = [clip_gradients(g, option, value) for g in per_replica_grads]
+        return [np.sum([np.asarray(g[v], dtype=np.float64) for g in per_replica_grads], axis=0)
+                for v in range(n_vars)]
     summed = [np.sum([np.asarray(g[v], dtype=np.float64) for g in per_replica_grads], axis=0)
-              for v in range(len(per_replica_grads[0]))]
+              for v in range(n_vars)]
     return clip_gradients(summed, option, value)

@@ -106,7 +106,8 @@ def loss_and_grads(arch: Arch, params, x, y, example_weights, reg_weight: float 
     "https://www.tensorflow.org/tutorials/distribute/custom_training: 'gradients are summed up across"
     " replicas'"
 )
-def train(arch: Arch, params, optimizer: str, steps, denominator: str = "global") -> list[dict]:
+def train(arch: Arch, params, optimizer: str, steps, denominator: str = "global", clip: tuple | None = None,
+          weight_decay: float | None = None, clip_at: str = "sum") -> list[dict]:
     """Run the steps of a distributed custom loop in the reference.
 
     Each step is ``(x, y, sizes)``: the global batch and how it is split over replicas. Every
@@ -114,20 +115,49 @@ def train(arch: Arch, params, optimizer: str, steps, denominator: str = "global"
     ``"global"``: G = len(x); an int: that constant G, as the guide's GLOBAL_BATCH_SIZE, also
     on a short last batch; ``"default"``: each replica divides by its own batch x replicas)
     plus ``scale_regularization_loss(model.losses)``; the gradients are summed over replicas
-    and applied once. Returns, per step, the parameters after it, the summed loss, the
-    applied (summed) gradients and the trace (for conditioning checks)."""
+    and applied once. ``clip = (option, value)``: the optimizer's clipping option
+    (reference/clipping.py), applied to the summed gradient, as on one device; ``clip_at =
+    "replica"`` instead clips each replica's gradient before the sum (what Keras 3 does: the
+    deviation keras3-clipping-per-replica-before-the-sum). ``weight_decay``: decoupled, once
+    per step (reference/optimizers.py). Returns, per step, the parameters after it, the summed
+    loss, the applied gradients and the trace (for conditioning checks)."""
     from reference import distribute
     from reference.optimizers import Optimizer
 
     params = [np.asarray(p, dtype=np.float64) for p in params]
-    opt = Optimizer(optimizer, params)
+    from reference import clipping
+
+    params = [np.asarray(p, dtype=np.float64) for p in params]
+    opt = Optimizer(optimizer, params, weight_decay)
     history = []
     for x, y, sizes in steps:
         gbs = len(x) if denominator == "global" else None if denominator == "default" else int(denominator)
         w = distribute.replica_weights(sizes, gbs)
         trace = loss_and_grads(arch, params, x, y, w, reg_weight=1.0)
         loss = float(np.sum(w * trace.per_example_loss)) + regularization(arch, params)
-        params = opt.step(params, trace.grads)
-        history.append({"params": params, "loss": loss, "grads": trace.grads, "trace": trace,
+        grads = trace.grads
+        if clip is not None and clip_at == "sum":
+            grads = clipping.clip_gradients(grads, *clip)
+        elif clip is not None:
+            grads = clipping.distributed_clipped_gradients(replica_grads(arch, params, x, y, sizes, gbs), *clip,
+                                                           clip_at="replica")
+        params = opt.step(params, grads)
+        history.append({"params": params, "loss": loss, "grads": grads, "trace": trace,
                         "slots": opt.used_slots(), "iterations": opt.t})
     return history
+
+
+@helper
+def replica_grads(arch: Arch, params, x, y, sizes, gbs) -> list[list[np.ndarray]]:
+    """Each replica's gradient of its scaled loss (its examples weighed as in ``train``, plus
+    ``scale_regularization_loss``: the regularization / replicas), in replica order; their sum
+    is the gradient of the global batch."""
+    from reference import distribute
+
+    w = distribute.replica_weights(sizes, gbs)
+    out, start = [], 0
+    for n in sizes:
+        part = slice(start, start + n)
+        out.append(loss_and_grads(arch, params, x[part], y[part], w[part], reg_weight=1.0 / len(sizes)).grads)
+        start += n
+    return out

@@ -8,6 +8,12 @@ files of Keras 2.15 (identical formulas; see docs/reference.md):
                   m += (g - m)(1 - b1);  v += (g^2 - v)(1 - b2);  w -= alpha * m / (sqrt(v) + eps)
   RMSprop         v = rho v + (1 - rho) g^2;  w -= lr * g / sqrt(v + eps)
   Adagrad         acc += g^2 (acc starts at initial_accumulator_value);  w -= lr * g / sqrt(acc + eps)
+Weight decay (``weight_decay=`` on any Keras optimizer; AdamW is Adam with it), decoupled and
+applied once per step before the update, to every variable:  w -= w * weight_decay * lr
+(Keras 3 keras/src/optimizers/base_optimizer.py ``_apply_weight_decay``, the TF backend's
+distributed version updating each variable once through ``distribution.extended.update``;
+Keras 2.15 keras/optimizers/optimizer.py the same; the AdamW docstring: "weight decay ... as
+described in Loshchilov & Hutter").
 The suite's hyperparameters are binary fractions, so the float32 learning-rate variable and
 float32-rounded constants Keras uses are exact and float64 runs compare tightly.
 """
@@ -22,8 +28,9 @@ from suite.common.catalog import OPTIMIZERS
 class Optimizer:
     """One optimizer's state for a list of parameters; ``step`` applies summed gradients."""
 
-    def __init__(self, name: str, params):
+    def __init__(self, name: str, params, weight_decay: float | None = None):
         self.name = name
+        self.weight_decay = weight_decay
         self.cls, self.cfg = OPTIMIZERS[name]
         self.t = 0
         shapes = [np.shape(p) for p in params]
@@ -40,6 +47,8 @@ class Optimizer:
             w = np.asarray(w, dtype=np.float64)
             g = np.asarray(g, dtype=np.float64)
             m, v = self.slots[0][i], self.slots[1][i]
+            if self.weight_decay:
+                w = w - w * self.weight_decay * lr
             if self.name == "sgd":
                 w = w - lr * g
             elif self.name in ("sgd_momentum", "sgd_nesterov"):

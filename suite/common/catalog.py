@@ -72,5 +72,8 @@ MUTANTS = {
     "optimizer_outside_scope": "the optimizer created outside strategy.scope(), its variables not distributed",
     "metric_read_before_update": "inside strategy.run the metric is read before this batch's update",
     "optional_iteration_skips_first": "iteration with get_next_as_optional throws the first step away",
+    "clipping_dropped": "the optimizer built without its clipnorm/clipvalue/global_clipnorm option",
+    "clip_per_replica": "each replica's gradients clipped in the step, before apply_gradients sums them",
+    "weight_decay_per_replica": "weight decay applied once per replica (weight_decay x replicas)",
     "foreign_result": "every number of every probe result moved off its value, every caught exception renamed",
 }

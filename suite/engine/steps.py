@@ -26,11 +26,12 @@ class TrainStep:
     gives one loss per example; ``observe(per_example, x)``, if given, runs after the forward
     pass (metric updates)."""
 
-    def __init__(self, model, optimizer, per_example_loss, observe=None):
+    def __init__(self, model, optimizer, per_example_loss, observe=None, clip_here=None):
         self.model = model
         self.optimizer = optimizer
         self.per_example_loss = per_example_loss
         self.observe = observe
+        self.clip_here = clip_here  # mutant clip_per_replica: {option: value} clipped in the step
 
     def __call__(self, x, y, global_batch_size=None):
         model = self.model
@@ -54,11 +55,41 @@ class TrainStep:
         if mutants.on("step_one_replica_dropped"):  # replica 1's gradients never reach the sum
             keep = tf.not_equal(tf.distribute.get_replica_context().replica_id_in_sync_group, 1)
             grads = [g * tf.cast(keep, g.dtype) for g in grads]
+        if mutants.on("clip_per_replica") and self.clip_here:
+            grads = clip_in_replica(grads, self.clip_here)
         if mutants.on("ps_gradient_doubled"):
             grads = [2 * g for g in grads]
         if not mutants.on("step_applies_nothing"):
             self.optimizer.apply_gradients(zip(grads, model.trainable_variables))
         return loss
+
+
+CLIP_OPTIONS = ("clipnorm", "clipvalue", "global_clipnorm")
+
+
+def clip_in_replica(grads, clip: dict):
+    """Each replica's own gradients clipped as the optimizer option ``{option: value}`` would
+    clip them (the mutant clip_per_replica: clipping before apply_gradients sums the replicas)."""
+    (option, value), = clip.items()
+    if option == "clipnorm":
+        return [tf.clip_by_norm(g, value) for g in grads]
+    if option == "clipvalue":
+        return [tf.clip_by_value(g, -value, value) for g in grads]
+    return tf.clip_by_global_norm(grads, value)[0]
+
+
+def optimizer_options(strategy, options: dict | None) -> tuple[dict, dict]:
+    """The keyword arguments a block adds to the optimizer (``clipnorm``, ``weight_decay``, ...)
+    and the clip options the step applies itself: none, unless a clipping or weight-decay
+    mutant moves or changes them."""
+    options = dict(options or {})
+    moved = {}
+    if mutants.on("clipping_dropped") or mutants.on("clip_per_replica"):
+        moved = {k: options.pop(k) for k in CLIP_OPTIONS if k in options}
+    if mutants.on("weight_decay_per_replica") and options.get("weight_decay"):
+        # as if every replica applied the decay: first order in weight_decay x learning rate
+        options["weight_decay"] *= strategy.num_replicas_in_sync
+    return options, moved if mutants.on("clip_per_replica") else {}
 
 
 def reported(strategy, per_replica_loss):
@@ -77,13 +108,14 @@ def family_loss(arch: dict):
     return lambda y, out: compat.per_example_loss(arch["head"], y, out)
 
 
-def family_model_and_optimizer(strategy, arch: dict, optimizer: str, dtype: str):
-    """A member of the model family and the optimizer ``OPTIMIZERS[optimizer]``, created under
-    the strategy's scope and built eagerly (see known deviation keras3-lazy-optimizer-slots-mirrored)."""
+def family_model_and_optimizer(strategy, arch: dict, optimizer: str, dtype: str, options: dict | None = None):
+    """A member of the model family and the optimizer ``OPTIMIZERS[optimizer]`` (with the
+    keyword arguments ``options`` added), created under the strategy's scope and built eagerly
+    (see known deviation keras3-lazy-optimizer-slots-mirrored)."""
     with strategy.scope():
         model = compat.build_model(arch, dtype)
         cls, cfg = OPTIMIZERS[optimizer]
-        opt = compat.make_optimizer(cls, cfg)
+        opt = compat.make_optimizer(cls, dict(cfg, **(options or {})))
         opt.build(model.trainable_variables)
     return model, opt
 

@@ -106,11 +106,13 @@ def split_nodeid(nodeid: str) -> tuple[str, str]:
     return name.rsplit("::", 1)[-1], params.rstrip("]").split("-", 1)[0] if params else ""
 
 
-def table(tallies: dict[str, Tally], per_spec: int = 0) -> list[str]:
+def table(tallies: dict[str, Tally], per_spec: int = 0, budgets: dict[str, int] | None = None) -> list[str]:
     """Lines: per property, its accepted/rejected draws per spec and overall, and where it draws
     splits, how many examples had an uneven one and an empty replica; a property that rejects
-    more than ``LIMIT``, accepts fewer than ``per_spec`` under some spec, or draws splits under
-    a spec but no uneven split or no empty replica there, is marked."""
+    more than ``LIMIT``, accepts fewer than ``per_spec`` (its budget, for a property of
+    ``budgets``, named there: ``pytest --deep`` draws more) under some spec, or draws splits
+    under a spec but no uneven split or no empty replica there, is marked."""
+    budgets = budgets or {}
     by_property: dict[str, dict[str, Tally]] = collections.defaultdict(lambda: collections.defaultdict(Tally))
     for nodeid, t in tallies.items():
         prop, spec = split_nodeid(nodeid)
@@ -120,9 +122,12 @@ def table(tallies: dict[str, Tally], per_spec: int = 0) -> list[str]:
         cells = by_property[prop]
         total = Tally(sum(c.examples for c in cells.values()), sum(c.rejected for c in cells.values()))
         flag = f"  REJECTS MORE THAN {LIMIT:.0%}" if total.rate > LIMIT else ""
-        short = sorted(spec for spec, c in cells.items() if spec and c.accepted < per_spec)
+        wanted = budgets.get(prop, per_spec)
+        short = sorted(spec for spec, c in cells.items() if spec and c.accepted < wanted)
         if short:
-            flag += f"  FEWER THAN {per_spec} UNDER {', '.join(short)} (all its cases, or a failure)"
+            flag += f"  FEWER THAN {wanted} UNDER {', '.join(short)} (all its cases, or a failure)"
+        if prop in budgets:
+            flag += f"  BUDGET {wanted} PER SPEC (--deep: {per_spec})"
         for shape in ("uneven", "empty"):
             never = sorted(spec for spec, c in cells.items() if c.split and not getattr(c, shape))
             if never:

@@ -7,6 +7,10 @@ strategy spec and by K other parameters (optimizers, dtypes, ...) gets ``per_ite
 for each of its K items under a spec, so it sees at least that many cases under every spec
 whatever its parametrization (conftest.py applies it at collection; draws.table reports the
 counts). A hypothesis test with no spec parameter gets the profile's number itself.
+
+A property marked ``@pytest.mark.budget(n)`` (the Keras building blocks of tests/properties/
+test_blocks.py, whose every drawn case traces a new step) draws ``n`` per spec instead, unless
+the run asks for depth (``pytest --deep``): then it draws the profile's number like the rest.
 """
 
 from __future__ import annotations
@@ -49,16 +53,20 @@ def per_item(items: int, per_spec: int | None = None) -> int:
     return max(MIN_PER_ITEM, math.ceil(per_spec / max(items, 1)))
 
 
-def allot(functions: dict) -> dict:
+def allot(functions: dict, budgets: dict | None = None) -> dict:
     """``{test function: items per spec}`` -> ``{test function: max_examples}``, applied as a
-    ``settings`` decorator to each hypothesis test not decorated with settings of its own."""
+    ``settings`` decorator to each hypothesis test not decorated with settings of its own;
+    ``budgets``: ``{test function: examples per spec}`` for those that draw fewer than the
+    profile's number (their ``budget`` marker, without ``--deep``)."""
+    budgets = budgets or {}
     out = {}
     for fn, items in functions.items():
         if not getattr(fn, "is_hypothesis_test", False):
             continue
+        n = per_item(items, budgets.get(fn))
         try:
-            settings(max_examples=per_item(items))(fn)
+            settings(max_examples=n)(fn)
         except InvalidArgument:  # its own @settings (or allotted already in this process)
             continue
-        out[fn] = per_item(items)
+        out[fn] = n
     return out

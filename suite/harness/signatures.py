@@ -144,12 +144,20 @@ def increments_lost_between_workers(seen: Seen):
     return math.ceil(steps / max(seen.spec.workers, 1)), steps
 
 
+def alternative_rule(seen: Seen):
+    """What the reference computes under the rule the deviation states TensorFlow follows
+    instead (a reference function the test ran too, e.g. ``reference/model.train(...,
+    clip_at="replica")``). ``given``: ``{"alternative": that value}``."""
+    return np.asarray(seen.given["alternative"], np.float64)
+
+
 MODELS: dict[str, Callable[[Seen], Any]] = {f.__name__: f for f in (
     replica_scale_rounded_to_float32, local_mean_not_scaled_by_replicas, metric_state_assigned_by_every_replica,
     metric_variables_assigned_by_every_replica,
     partial_last_step_dropped,
     partial_last_step_missing,
-    integer_sum_restored_by_division, momentum_set_on_the_building_replica_only, increments_lost_between_workers)}
+    integer_sum_restored_by_division, momentum_set_on_the_building_replica_only, increments_lost_between_workers,
+    alternative_rule)}
 
 NOTHING = object()  # a signature that predicts no particular value for this comparison
 

@@ -8,18 +8,21 @@ import tensorflow as tf
 
 from suite.common.results import Epoch, EpochTraining, LazyOptimizer, Raised, Step, Training
 from suite.engine import compat, mutants
+from suite.engine import steps as train_steps
 from suite.engine.probes.common import counted, local, replica_slice
 from suite.engine.probes.registry import probe
 from suite.engine.steps import TrainStep, arch_key, family_loss, family_model_and_optimizer, load, optimizer_state, reported
 
 
-def _trainer(ctx, arch, optimizer, dtype, default_denominator, metrics=None):
-    """Model, optimizer (built eagerly, its initial state snapshotted) and traced step.
+def _trainer(ctx, arch, optimizer, dtype, default_denominator, metrics=None, options=None):
+    """Model, optimizer (built eagerly, its initial state snapshotted; ``options`` added to its
+    arguments) and traced step.
 
     With ``metrics`` (a dict to fill), the step also updates, on each replica, a Mean of the
     per-example losses and an int64 Sum counting examples (sync-on-read state)."""
     strategy = ctx.strategy
-    model, opt = family_model_and_optimizer(strategy, arch, optimizer, dtype)
+    options, clip_here = train_steps.optimizer_options(strategy, options)
+    model, opt = family_model_and_optimizer(strategy, arch, optimizer, dtype, options)
     observe = None
     if metrics is not None:
         with strategy.scope():
@@ -30,7 +33,7 @@ def _trainer(ctx, arch, optimizer, dtype, default_denominator, metrics=None):
             metrics["loss"].update_state(per_example)
             metrics["examples"].update_state(tf.shape(x, out_type=tf.int64)[:1])
 
-    train_step = TrainStep(model, opt, family_loss(arch), observe)
+    train_step = TrainStep(model, opt, family_loss(arch), observe, clip_here)
     y_dtype = tf.int32 if arch["head"] == "softmax" else tf.as_dtype(dtype)
     y_shape = [None] if arch["head"] == "softmax" else [None, arch["outputs"]]
 
@@ -47,13 +50,15 @@ def _trainer(ctx, arch, optimizer, dtype, default_denominator, metrics=None):
 
 
 @probe
-def train(ctx, arch, optimizer, dtype, params, steps, denominator="global"):
+def train(ctx, arch, optimizer, dtype, params, steps, denominator="global", options=None):
     """Set the model's parameters, reset the optimizer, run the steps ``(x, y, sizes)``;
     return per step the SUM-reduced loss and every local replica's copy of every variable,
-    and at the end the optimizer's iteration count."""
-    key = ("train", arch_key(arch), optimizer, dtype, denominator)
+    and at the end the optimizer's iteration count. ``options``: keyword arguments added to
+    the optimizer's (the blocks: ``clipnorm``, ``clipvalue``, ``global_clipnorm``,
+    ``weight_decay``)."""
+    key = ("train", arch_key(arch), optimizer, dtype, denominator, tuple(sorted((options or {}).items())))
     model, opt, initial, step = ctx.cached(
-        key, lambda: _trainer(ctx, arch, optimizer, dtype, denominator == "default"))
+        key, lambda: _trainer(ctx, arch, optimizer, dtype, denominator == "default", options=options))
     load(model, params, dtype, opt, initial)
     history = []
     for x, y, sizes in steps:
