@@ -25,6 +25,7 @@ class Arch:
     outputs: int
     head: str  # "linear" (MSE against float targets) | "softmax" (sparse CE, integer labels)
     l2: float = 0.0  # L2 kernel regularization factor; 0 means no regularizer
+    activity: float = 0.0  # L2 activity regularization factor of every hidden layer's output; 0: none
 
     def shapes(self) -> list[tuple[int, ...]]:
         dims = [self.input_dim, *self.hidden, self.outputs]
@@ -42,6 +43,7 @@ class Trace:
     grads: list[np.ndarray]  # gradient of sum_i weight_i * loss_i (+ regularization)
     preactivations: list[np.ndarray]  # hidden pre-activations (their distance to 0 matters)
     head_output: np.ndarray
+    activations: list[np.ndarray] = dataclasses.field(default_factory=list)  # input, then each hidden output
 
 
 @documented("keras.layers.Dense: output = activation(dot(input, kernel) + bias)")
@@ -66,9 +68,30 @@ def regularization(arch: Arch, params) -> float:
     return float(sum(arch.l2 * np.sum(np.asarray(k, np.float64) ** 2) for k in params[0::2]))
 
 
+@documented("keras.layers.Layer activity_regularizer (Keras 2.15 base_layer._handle_activity_regularization, "
+            "Keras >= 3.14 Layer.__call__): the layer adds regularizer(output) / its batch size to "
+            "layer.losses; keras.regularizers.L2: l2 * reduce_sum(square(x)); the guide's step scales "
+            "model.losses by scale_regularization_loss (1 / replicas)")
+def activity_weights(sizes, normalised: bool = True) -> np.ndarray:
+    """The weight of each example's activity penalty ``l * ||h_i||^2`` in the sum over replicas
+    of the guide's loss: replica r adds ``scale_regularization_loss(sum_{i in r} penalty_i / b_r)``,
+    so its examples weigh ``1 / (replicas x b_r)``; an empty replica adds nothing
+    (``divide_no_nan``). On an even split that is one device's ``1 / global batch``.
+    ``normalised=False``: the penalty not divided by the batch (Keras 3.0-3.13, the deviation
+    keras3-activity-regularizer-not-normalised-before-3.14): every example weighs ``1 / replicas``."""
+    from reference import distribute
+
+    if not normalised:
+        return np.full(int(sum(sizes)), 1.0 / len(sizes))
+    return distribute.replica_weights(sizes, None)
+
+
 @helper
-def loss_and_grads(arch: Arch, params, x, y, example_weights, reg_weight: float = 1.0) -> Trace:
-    """Per-example losses and the gradient of ``sum_i w_i * loss_i + reg_weight * reg``.
+def loss_and_grads(arch: Arch, params, x, y, example_weights, reg_weight: float = 1.0,
+                   activity_w=None) -> Trace:
+    """Per-example losses and the gradient of ``sum_i w_i * loss_i + reg_weight * reg``
+    (+ ``sum_i activity_w_i * activity * ||h_i||^2`` over every hidden layer's output h, when
+    the model has an activity regularizer).
 
     With ``w_i = 1/global_batch`` this is the gradient of the single-device mean loss."""
     params = [np.asarray(p, dtype=np.float64) for p in params]
@@ -93,11 +116,14 @@ def loss_and_grads(arch: Arch, params, x, y, example_weights, reg_weight: float 
         grads[2 * i] = acts[i].T @ delta
         grads[2 * i + 1] = delta.sum(axis=0)
         if i > 0:
-            delta = (delta @ params[2 * i].T) * (pre[i - 1] > 0)
+            back = delta @ params[2 * i].T
+            if arch.activity:  # d/dh of activity_w_i * activity * ||h_i||^2
+                back = back + 2.0 * arch.activity * np.asarray(activity_w, np.float64)[:, None] * acts[i]
+            delta = back * (pre[i - 1] > 0)
     if arch.l2:
         for i in range(0, len(params), 2):
             grads[i] = grads[i] + reg_weight * 2.0 * arch.l2 * params[i]
-    return Trace(per_ex, grads, pre, head)
+    return Trace(per_ex, grads, pre, head, acts)
 
 
 @documented(
@@ -107,7 +133,7 @@ def loss_and_grads(arch: Arch, params, x, y, example_weights, reg_weight: float 
     " replicas'"
 )
 def train(arch: Arch, params, optimizer: str, steps, denominator: str = "global", clip: tuple | None = None,
-          weight_decay: float | None = None, clip_at: str = "sum") -> list[dict]:
+          weight_decay: float | None = None, clip_at: str = "sum", activity_normalised: bool = True) -> list[dict]:
     """Run the steps of a distributed custom loop in the reference.
 
     Each step is ``(x, y, sizes)``: the global batch and how it is split over replicas. Every
@@ -119,7 +145,9 @@ def train(arch: Arch, params, optimizer: str, steps, denominator: str = "global"
     (reference/clipping.py), applied to the summed gradient, as on one device; ``clip_at =
     "replica"`` instead clips each replica's gradient before the sum (what Keras 3 does: the
     deviation keras3-clipping-per-replica-before-the-sum). ``weight_decay``: decoupled, once
-    per step (reference/optimizers.py). Returns, per step, the parameters after it, the summed
+    per step (reference/optimizers.py). An activity regularizer's penalty is scaled as the guide
+    prescribes (``activity_weights``; ``activity_normalised=False``: not divided by the local
+    batch, as Keras 3.0-3.13 do). Returns, per step, the parameters after it, the summed
     loss, the applied gradients and the trace (for conditioning checks)."""
     from reference import distribute
     from reference.optimizers import Optimizer
@@ -133,8 +161,11 @@ def train(arch: Arch, params, optimizer: str, steps, denominator: str = "global"
     for x, y, sizes in steps:
         gbs = len(x) if denominator == "global" else None if denominator == "default" else int(denominator)
         w = distribute.replica_weights(sizes, gbs)
-        trace = loss_and_grads(arch, params, x, y, w, reg_weight=1.0)
+        aw = activity_weights(sizes, activity_normalised) if arch.activity else None
+        trace = loss_and_grads(arch, params, x, y, w, reg_weight=1.0, activity_w=aw)
         loss = float(np.sum(w * trace.per_example_loss)) + regularization(arch, params)
+        if arch.activity:
+            loss += float(sum(np.sum(aw * arch.activity * np.sum(h * h, axis=1)) for h in trace.activations[1:]))
         grads = trace.grads
         if clip is not None and clip_at == "sum":
             grads = clipping.clip_gradients(grads, *clip)
@@ -158,6 +189,8 @@ def replica_grads(arch: Arch, params, x, y, sizes, gbs) -> list[list[np.ndarray]
     out, start = [], 0
     for n in sizes:
         part = slice(start, start + n)
-        out.append(loss_and_grads(arch, params, x[part], y[part], w[part], reg_weight=1.0 / len(sizes)).grads)
+        aw = activity_weights(sizes)[part] if arch.activity else None
+        out.append(loss_and_grads(arch, params, x[part], y[part], w[part], reg_weight=1.0 / len(sizes),
+                                  activity_w=aw).grads)
         start += n
     return out

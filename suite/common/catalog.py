@@ -75,5 +75,6 @@ MUTANTS = {
     "clipping_dropped": "the optimizer built without its clipnorm/clipvalue/global_clipnorm option",
     "clip_per_replica": "each replica's gradients clipped in the step, before apply_gradients sums them",
     "weight_decay_per_replica": "weight decay applied once per replica (weight_decay x replicas)",
+    "step_regularization_not_scaled": "the train step adds model.losses unscaled (counted once per replica)",
     "foreign_result": "every number of every probe result moved off its value, every caught exception renamed",
 }

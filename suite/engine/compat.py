@@ -87,11 +87,14 @@ def builtin_optimizer_names() -> list[str]:
 
 
 def build_model(arch: dict, dtype: str):
-    """The model family of reference/model.py as a Keras Sequential model of ``dtype``."""
+    """The model family of reference/model.py as a Keras Sequential model of ``dtype`` (an
+    ``activity`` factor puts an L2 activity regularizer on every hidden layer)."""
     reg = keras.regularizers.L2(arch["l2"]) if arch["l2"] else None
+    activity = keras.regularizers.L2(arch["activity"]) if arch.get("activity") else None
     layers = [keras.Input(shape=(arch["input_dim"],), dtype=dtype)]
     for width in arch["hidden"]:
-        layers.append(keras.layers.Dense(width, activation="relu", kernel_regularizer=reg, dtype=dtype))
+        layers.append(keras.layers.Dense(width, activation="relu", kernel_regularizer=reg,
+                                         activity_regularizer=activity, dtype=dtype))
     layers.append(keras.layers.Dense(arch["outputs"], kernel_regularizer=reg, dtype=dtype,
                                      activation="softmax" if arch["head"] == "softmax" else None))
     return keras.Sequential(layers)

@@ -45,7 +45,9 @@ class TrainStep:
                 loss = tf.nn.compute_average_loss(per_example, global_batch_size=total)
             else:
                 loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch_size)
-            if model.losses and not mutants.on("step_regularization_left_out"):
+            if model.losses and mutants.on("step_regularization_not_scaled"):
+                loss += tf.add_n(model.losses)  # counted once per replica
+            elif model.losses and not mutants.on("step_regularization_left_out"):
                 loss += tf.nn.scale_regularization_loss(tf.add_n(model.losses))
         if self.observe is not None:
             self.observe(per_example, x)

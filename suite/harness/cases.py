@@ -104,12 +104,22 @@ ARCHS = {
 }
 
 
+# Models of the building-block properties only (tests/properties/test_blocks.py).
+BLOCK_ARCHS = {
+    "mlp_activity": ref_model.Arch(input_dim=3, hidden=(4, 3), outputs=2, head="linear", activity=1 / 16),
+}
+
+
+def arch_named(name: str):
+    return ARCHS[name] if name in ARCHS else BLOCK_ARCHS[name]
+
+
 @st.composite
 def training_cases(draw, replicas: int, dtype: str, max_steps: int = 4, arch: str | None = None):
     """(arch name, initial parameters, steps): each step a global batch (x, y) and its split
     (the model ``arch``, or one drawn)."""
     arch_name = arch or draw(st.sampled_from(sorted(ARCHS)), label="arch")
-    arch = ARCHS[arch_name]
+    arch = arch_named(arch_name)
     params = [draw(magnitudes(dtype, shape, 1 / 16, 1.0), label=f"param {i}")
               for i, shape in enumerate(arch.shapes())]
     return arch_name, params, draw(training_steps(arch_name, replicas, dtype, max_steps))
@@ -118,7 +128,7 @@ def training_cases(draw, replicas: int, dtype: str, max_steps: int = 4, arch: st
 @st.composite
 def training_steps(draw, arch_name: str, replicas: int, dtype: str, max_steps: int = 4):
     """1..max_steps global batches (x, y, split) for the model ``arch_name`` on ``replicas``."""
-    arch = ARCHS[arch_name]
+    arch = arch_named(arch_name)
     steps = []
     for _ in range(draw(st.integers(1, max_steps), label="steps")):
         sizes = draw(splits(replicas, max_per_replica=4, min_total=1), label="sizes")
@@ -135,4 +145,4 @@ def training_steps(draw, arch_name: str, replicas: int, dtype: str, max_steps: i
 def arch_dict(arch) -> dict:
     """An Arch as plain data for a probe."""
     return {"input_dim": arch.input_dim, "hidden": list(arch.hidden), "outputs": arch.outputs,
-            "head": arch.head, "l2": arch.l2}
+            "head": arch.head, "l2": arch.l2, "activity": arch.activity}

@@ -48,8 +48,9 @@ def training(spec: Spec, arch: dict, optimizer: tuple, dtype: str, params, steps
     cls, cfg = optimizer
     x, y, sizes = steps[0]
     reg = f"tf.keras.regularizers.L2({arch['l2']!r})" if arch["l2"] else "None"
-    layers = "".join(f"        tf.keras.layers.Dense({w}, activation='relu', kernel_regularizer=reg, dtype='{dtype}'),\n"
-                     for w in arch["hidden"])
+    act = f", activity_regularizer=tf.keras.regularizers.L2({arch['activity']!r})" if arch.get("activity") else ""
+    layers = "".join(f"        tf.keras.layers.Dense({w}, activation='relu', kernel_regularizer=reg{act}, "
+                     f"dtype='{dtype}'),\n" for w in arch["hidden"])
     head = "'softmax'" if arch["head"] == "softmax" else "None"
     loss = ("tf.keras.losses.sparse_categorical_crossentropy(ys, out)" if arch["head"] == "softmax"
             else "tf.keras.losses.mse(ys, out)")

@@ -150,6 +150,8 @@ CASES = [
     # Keras 3 clips each replica itself (keras3-clipping-per-replica-before-the-sum explains it)
     Case("clip_per_replica", BLOCKS + "test_clipping_acts_on_the_summed_gradient[{spec}-global_clipnorm]",
          "after step 1", MULTI, keras=(2,)),
+    Case("step_regularization_not_scaled",
+         BLOCKS + "test_activity_regularizer_losses_are_scaled_as_the_guide_prescribes[{spec}]", "at step 1", MULTI),
     Case("weight_decay_per_replica", BLOCKS + "test_weight_decay_is_applied_once_per_step[{spec}]", "after step 1",
          MULTI),
 ]

@@ -16,22 +16,24 @@ from suite.common.catalog import OPTIMIZERS
 from suite.harness.check import Check
 
 ARCHS = [ref_model.Arch(3, (4,), 2, "linear", 1 / 64), ref_model.Arch(3, (5, 3), 3, "softmax"),
-         ref_model.Arch(2, (), 1, "linear", 1 / 8)]
+         ref_model.Arch(2, (), 1, "linear", 1 / 8), ref_model.Arch(3, (4, 3), 2, "linear", activity=1 / 16)]
 
 
-@pytest.mark.parametrize("arch", ARCHS, ids=lambda a: f"{a.head}-{len(a.hidden)}hidden-l2={a.l2}")
+@pytest.mark.parametrize("arch", ARCHS, ids=lambda a: f"{a.head}-{len(a.hidden)}hidden-l2={a.l2}-activity={a.activity}")
 def test_model_gradients_match_finite_differences(arch):
     rng = np.random.default_rng(1)
     params = [rng.uniform(-1, 1, s) for s in arch.shapes()]
     x = rng.uniform(-2, 2, (6, arch.input_dim))
     y = rng.integers(0, arch.outputs, 6) if arch.head == "softmax" else rng.uniform(-2, 2, (6, arch.outputs))
     w = np.full(6, 1 / 6)
+    aw = rng.uniform(0.1, 0.5, 6)  # activity weights of their own (replica weights differ from w)
 
     def objective(ps):
-        t = ref_model.loss_and_grads(arch, ps, x, y, w)
-        return float(np.sum(w * t.per_example_loss)) + ref_model.regularization(arch, ps)
+        t = ref_model.loss_and_grads(arch, ps, x, y, w, activity_w=aw)
+        activity = sum(np.sum(aw * arch.activity * np.sum(h * h, axis=1)) for h in t.activations[1:])
+        return float(np.sum(w * t.per_example_loss)) + ref_model.regularization(arch, ps) + float(activity)
 
-    grads = ref_model.loss_and_grads(arch, params, x, y, w).grads
+    grads = ref_model.loss_and_grads(arch, params, x, y, w, activity_w=aw).grads
     h = 1e-6
     for i, p in enumerate(params):
         for idx in np.ndindex(p.shape):
@@ -43,6 +45,20 @@ def test_model_gradients_match_finite_differences(arch):
             Check("reference", "float64", {"arch": arch}).close(
                 grads[i][idx], numeric, f"gradient of parameter {i} at {idx} vs central difference",
                 override={"float64": (1e-7, 0.0)})
+
+
+@given(st.integers(1, 4), st.integers(1, 4))
+def test_activity_weights_equal_one_device_on_even_splits_only(replicas, per_replica):
+    """The guide's scaling of a batch-normalised activity loss (1 / (replicas x local batch)) is
+    one device's 1 / global batch on an even split; moving one example off it breaks that."""
+    check = Check("reference", case={"replicas": replicas, "per_replica": per_replica})
+    even = [per_replica] * replicas
+    check.close(ref_model.activity_weights(even), np.full(replicas * per_replica, 1 / (replicas * per_replica)),
+                "activity weights on an even split")
+    if replicas > 1:
+        uneven = [per_replica + 1] + [per_replica] * (replicas - 2) + [per_replica - 1]
+        check.that(not np.allclose(ref_model.activity_weights(uneven), 1 / sum(uneven)), "activity weights on "
+                   "an uneven split", ref_model.activity_weights(uneven).tolist(), "not all 1 / global batch")
 
 
 def test_documented_compute_average_loss_example():

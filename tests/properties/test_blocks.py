@@ -14,13 +14,15 @@ from reference import clipping
 from reference import model as ref_model
 from suite.common.catalog import ADAPTIVE, OPTIMIZERS
 from suite.harness import cases, repro
-from suite.harness.cases import ARCHS, arch_dict, training_cases
+from suite.harness.cases import ARCHS, BLOCK_ARCHS, arch_dict, training_cases
 from suite.harness.check import Check
 from tests.properties.test_training import check_history
 
-# Every drawn case traces a new step (the block's options are Python numbers of the optimizer):
-# a few per spec by default, the profile's number with --deep (suite/harness/profiles.py)
-pytestmark = pytest.mark.budget(4)
+# Where every drawn case traces a new step (the block's options are Python numbers of the
+# optimizer): a few per spec by default, the profile's number with --deep (suite/harness/profiles.py)
+RETRACES = pytest.mark.budget(4)
+# one trace per spec, three engine steps per case: more cases for the same time
+CHEAP = pytest.mark.budget(8)
 
 DTYPE = "float32"  # what users train in; the blocks' mistakes are far outside its tolerance
 
@@ -55,6 +57,7 @@ def thresholds(draw, option: str, arch, params, step) -> float:
     return float(np.float32(max(c, 1e-3)))  # a float32 number: the float32 step sees this threshold
 
 
+@RETRACES
 @pytest.mark.parametrize("option", clipping.OPTIONS)
 @given(data=st.data())
 def test_clipping_acts_on_the_summed_gradient(engines, spec, option, data):
@@ -78,6 +81,7 @@ def test_clipping_acts_on_the_summed_gradient(engines, spec, option, data):
     check_history(results, history, Check(spec, DTYPE, case, snippet), initial=params, alternative=per_replica)
 
 
+@RETRACES
 @given(data=st.data())
 def test_weight_decay_is_applied_once_per_step(engines, spec, data):
     """``weight_decay=`` (decoupled; AdamW is Adam with it): every variable decays by
@@ -96,3 +100,25 @@ def test_weight_decay_is_applied_once_per_step(engines, spec, data):
     snippet = repro.training(spec, arch_dict(arch), (cls, dict(cfg, **options)), DTYPE, params, steps)
     case = {"arch": arch_name, "optimizer": optimizer, "weight_decay": wd, "sizes": [s[2] for s in steps]}
     check_history(results, history, Check(spec, DTYPE, case, snippet), initial=params)
+
+
+@CHEAP
+@given(data=st.data())
+def test_activity_regularizer_losses_are_scaled_as_the_guide_prescribes(engines, spec, data):
+    """An L2 activity regularizer on every hidden layer puts ``l * sum ||h||^2 / local batch``
+    into ``model.losses`` on each replica; the guide's step adds
+    ``scale_regularization_loss(add_n(model.losses))``: each replica's examples weigh
+    ``1 / (replicas x its batch)`` (reference/model.py activity_weights; one device's
+    ``1 / global batch`` on an even split), the kernel terms count once over the replicas."""
+    optimizer = data.draw(st.sampled_from(["sgd", "sgd_momentum"]), label="optimizer")
+    arch_name, params, steps = data.draw(training_cases(spec.replicas, DTYPE, max_steps=3, arch="mlp_activity"),
+                                         label="case")
+    arch = BLOCK_ARCHS[arch_name]
+    history = ref_model.train(arch, params, optimizer, steps, "global")
+    assume(cases.well_conditioned(history, DTYPE, False))
+    unnormalised = ref_model.train(arch, params, optimizer, steps, "global", activity_normalised=False)
+    results = engines.call(spec, "training.train", arch=arch_dict(arch), optimizer=optimizer, dtype=DTYPE,
+                           params=params, steps=steps)
+    snippet = repro.training(spec, arch_dict(arch), OPTIMIZERS[optimizer], DTYPE, params, steps)
+    case = {"arch": arch_name, "optimizer": optimizer, "sizes": [s[2] for s in steps]}
+    check_history(results, history, Check(spec, DTYPE, case, snippet), initial=params, alternative=unnormalised)
