@@ -76,5 +76,7 @@ MUTANTS = {
     "clip_per_replica": "each replica's gradients clipped in the step, before apply_gradients sums them",
     "weight_decay_per_replica": "weight decay applied once per replica (weight_decay x replicas)",
     "step_regularization_not_scaled": "the train step adds model.losses unscaled (counted once per replica)",
+    "bn_not_synchronized": "BatchNormalization built without synchronized=True: each replica's own statistics",
+    "bn_momentum_inverted": "BatchNormalization's moving statistics updated with momentum 1 - momentum",
     "foreign_result": "every number of every probe result moved off its value, every caught exception renamed",
 }

@@ -110,6 +110,19 @@ class Training:
 
 
 @record
+class BatchNormStep:
+    outputs: list  # per local replica: its rows of the layer's output
+    moving_mean: list  # per local replica: its copy after the step
+    moving_variance: list
+
+
+@record
+class BatchNormRun:
+    steps: list  # of BatchNormStep
+    variable: str  # the class of the moving statistics' variable (MirroredVariable, SyncOnReadVariable, ...)
+
+
+@record
 class Epoch:
     sizes: list  # per step: this worker's replica batch sizes
     params: list  # per variable: every local replica's copy after the epoch

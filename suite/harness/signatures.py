@@ -151,13 +151,27 @@ def alternative_rule(seen: Seen):
     return np.asarray(seen.given["alternative"], np.float64)
 
 
+def one_pass_variance_bounds(seen: Seen):
+    """The value within the rounding bounds of a variance computed as ``E[x^2] - E[x]^2``
+    (suite/harness/tolerances.py batch_norm_bounds, one_pass). ``given``: ``{"one_pass": (low,
+    high)}``, the reference's value with those bounds."""
+    return seen.given["one_pass"]
+
+
+def empty_replica_skipped_bounds(seen: Seen):
+    """A replica with no rows kept its copy of the moving statistics (the reference's values
+    with that replica's update skipped, within the one-pass rounding bounds). ``given``:
+    ``{"skipped": (low, high)}``."""
+    return seen.given["skipped"]
+
+
 MODELS: dict[str, Callable[[Seen], Any]] = {f.__name__: f for f in (
     replica_scale_rounded_to_float32, local_mean_not_scaled_by_replicas, metric_state_assigned_by_every_replica,
     metric_variables_assigned_by_every_replica,
     partial_last_step_dropped,
     partial_last_step_missing,
     integer_sum_restored_by_division, momentum_set_on_the_building_replica_only, increments_lost_between_workers,
-    alternative_rule)}
+    alternative_rule, one_pass_variance_bounds, empty_replica_skipped_bounds)}
 
 NOTHING = object()  # a signature that predicts no particular value for this comparison
 

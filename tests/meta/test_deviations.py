@@ -207,6 +207,15 @@ COVERED = {
         "[parameter_server:2w1ps]",
     "keras3-activity-regularizer-not-normalised-before-3.14":
         "tests/properties/test_blocks.py::test_activity_regularizer_losses_are_scaled_as_the_guide_prescribes[mirrored:2]",
+    "synchronized-bn-one-pass-variance":
+        "tests/properties/test_blocks.py::test_synchronized_batch_norm_uses_the_global_batch[mirrored:2]",
+    "keras2-synchronized-bn-empty-replica-skips-update":
+        "tests/properties/test_blocks.py::test_synchronized_batch_norm_uses_the_global_batch[mirrored:3]",
+    "keras3-unsynchronized-bn-empty-replica-nan":
+        "tests/properties/test_blocks.py::test_unsynchronized_batch_norm_normalises_each_replica_by_itself[mirrored:2]",
+    "keras2-central-storage-bn-empty-replica-nan":
+        "tests/properties/test_blocks.py::test_unsynchronized_batch_norm_normalises_each_replica_by_itself"
+        "[central_storage:2]",
     "keras3-clipping-per-replica-before-the-sum":
         "tests/properties/test_blocks.py::test_clipping_acts_on_the_summed_gradient[mirrored:2-global_clipnorm]",
 }

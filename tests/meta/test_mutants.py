@@ -152,6 +152,10 @@ CASES = [
          "after step 1", MULTI, keras=(2,)),
     Case("step_regularization_not_scaled",
          BLOCKS + "test_activity_regularizer_losses_are_scaled_as_the_guide_prescribes[{spec}]", "at step 1", MULTI),
+    Case("bn_not_synchronized", BLOCKS + "test_synchronized_batch_norm_uses_the_global_batch[{spec}]",
+         "on replica", ("mirrored:2", "multi_worker:2x1")),
+    Case("bn_momentum_inverted",
+         BLOCKS + "test_unsynchronized_batch_norm_normalises_each_replica_by_itself[{spec}]", "moving_"),
     Case("weight_decay_per_replica", BLOCKS + "test_weight_decay_is_applied_once_per_step[{spec}]", "after step 1",
          MULTI),
 ]

@@ -10,10 +10,12 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from reference import batchnorm as ref_bn
 from reference import clipping
+from reference import distribute as ref
 from reference import model as ref_model
 from suite.common.catalog import ADAPTIVE, OPTIMIZERS
-from suite.harness import cases, repro
+from suite.harness import cases, repro, tolerances
 from suite.harness.cases import ARCHS, BLOCK_ARCHS, arch_dict, training_cases
 from suite.harness.check import Check
 from tests.properties.test_training import check_history
@@ -122,3 +124,137 @@ def test_activity_regularizer_losses_are_scaled_as_the_guide_prescribes(engines,
     snippet = repro.training(spec, arch_dict(arch), OPTIMIZERS[optimizer], DTYPE, params, steps)
     case = {"arch": arch_name, "optimizer": optimizer, "sizes": [s[2] for s in steps]}
     check_history(results, history, Check(spec, DTYPE, case, snippet), initial=params, alternative=unnormalised)
+
+
+MOMENTUM, EPSILON = 0.75, 1 / 1024  # binary fractions (the mutant bn_momentum_inverted uses 1 - momentum)
+
+
+@st.composite
+def batch_norm_cases(draw, replicas: int):
+    """1-2 steps of (global batch, split) with 2 features, the split uneven or with empty replicas
+    as often as even, at least 2 rows; the features either of moderate size or with a large mean
+    (10^3..10^4) and a small spread (0.01..1), where the one-pass variance E[x^2] - E[x]^2 cancels."""
+    batches, sizes = [], []
+    for _ in range(draw(st.integers(1, 2), label="steps")):
+        split = draw(cases.splits(replicas, max_per_replica=4, min_total=2), label="sizes")
+        n = sum(split)
+        if draw(st.booleans(), label="large mean, small spread"):
+            offset = draw(st.sampled_from([1e3, 1e4]), label="offset") * draw(st.sampled_from([1.0, -1.0]))
+            spread = draw(st.sampled_from([0.01, 0.1, 1.0]), label="spread")
+            x = offset + spread * draw(cases.floats("float64", (n, 2), -1.0, 1.0), label="x")
+        else:
+            x = draw(cases.floats("float64", (n, 2), -4.0, 4.0), label="x")
+        batches.append(x)
+        sizes.append(split)
+    return batches, sizes
+
+
+def _moving_bounds(batches, sizes, synchronized: bool, one_pass: bool) -> list[dict]:
+    """Per step, per replica: rounding bounds of that replica's output rows and of its copies
+    of the moving statistics (tolerances.batch_norm_bounds, carried through the updates
+    ``m * momentum + stat * (1 - momentum)``)."""
+    u = tolerances.UNIT["float64"]
+    replicas = len(sizes[0])
+    e_mm, e_mv = [np.zeros(2)] * replicas, [np.zeros(2)] * replicas
+    out = []
+    for x, split in zip(batches, sizes):
+        parts = np.split(np.asarray(x), np.cumsum(split)[:-1])
+        whole = tolerances.batch_norm_bounds(x, "float64", EPSILON, len(x) + replicas, one_pass)
+        step = {"output": [], "moving_mean": [], "moving_variance": []}
+        for r, part in enumerate(parts):
+            b = tolerances.batch_norm_bounds(part, "float64", EPSILON, len(part) + 1) if not synchronized else whole
+            rows = np.split(whole["output"], np.cumsum(split)[:-1])[r] if synchronized else b["output"]
+            step["output"].append(float(rows.max(initial=0.0)))
+            if len(part) or synchronized:  # an empty unsynchronized replica computes nothing to round
+                e_mm[r] = MOMENTUM * e_mm[r] + (1 - MOMENTUM) * b["mean"] + 2 * u * 1e4
+                e_mv[r] = MOMENTUM * e_mv[r] + (1 - MOMENTUM) * b["var"] + 2 * u * 1e8
+            step["moving_mean"].append(float(np.max(e_mm[r])))
+            step["moving_variance"].append(float(np.max(e_mv[r])))
+        out.append(step)
+    return out
+
+
+def _within(value, bound: float) -> tuple:
+    v = np.asarray(value, np.float64)
+    return v - bound, v + bound
+
+
+def _one_copy_given(per_replica: list) -> dict:
+    """The deviation models' inputs for the one copy of a variable: the mean of the replicas'
+    alternatives, the mean of their bounds."""
+    out = {}
+    for key in per_replica[0] or {}:
+        values = [g[key] for g in per_replica]
+        if key == "alternative":
+            out[key] = ref_bn.one_copy(values)
+        else:
+            out[key] = (ref_bn.one_copy([v[0] for v in values]), ref_bn.one_copy([v[1] for v in values]))
+    return out
+
+
+def _check_batch_norm(check, results, want, bounds, spec, deviant=None):
+    """Every local replica's copies of the moving statistics and output rows, per step, within
+    the derived rounding bounds (``bounds``); ``deviant``: per step, per quantity and replica,
+    the inputs of the deviation models (``given``)."""
+    for w, r in enumerate(results):
+        who = f" (worker {w})" if len(results) > 1 else ""
+        if not check.returned(r, f"BatchNormalization steps{who}"):
+            continue  # a known deviation raised, as its signature predicts
+        mine = ref.local_results(list(range(spec.replicas)), w, len(results))
+        for s, (got, exp, bound) in enumerate(zip(r.steps, want, bounds)):
+            for name in ("moving_mean", "moving_variance"):
+                copies = getattr(got, name)
+                if spec.kind == "central_storage":  # one copy of the variable, on the parameter device
+                    check.close(copies[0] if copies else None, ref_bn.one_copy(exp[name]),
+                                f"{name} (its one copy) after step {s + 1}{who}",
+                                override={"float64": (max(bound[name]), 1e-15)},
+                                given=_one_copy_given(deviant[s][name]) if deviant else None)
+                    continue
+                for i, rid in enumerate(mine):
+                    check.close(copies[i], exp[name][rid], f"{name} on replica {rid} after step {s + 1}{who}",
+                                override={"float64": (bound[name][rid], 1e-15)},
+                                given=deviant[s][name][rid] if deviant else None)
+            for i, rid in enumerate(mine):
+                check.close(got.outputs[i], exp["outputs"][rid], f"output of replica {rid} at step {s + 1}{who}",
+                            override={"float64": (bound["output"][rid], 1e-15)},
+                            given=deviant[s]["outputs"][rid] if deviant else None)
+
+
+@CHEAP
+@given(data=st.data())
+def test_synchronized_batch_norm_uses_the_global_batch(engines, spec, data):
+    """BatchNormalization(synchronized=True) (Keras 2.15's SyncBatchNormalization) in training
+    mode: every replica normalises its rows with the global batch's mean and variance, and every
+    replica's copy of the moving mean and variance takes the documented update with them, on
+    uneven and empty splits and for features with a large mean and a small variance
+    (reference/batchnorm.py)."""
+    batches, sizes = data.draw(batch_norm_cases(spec.replicas), label="case")
+    want = ref_bn.synchronized_steps(batches, sizes, MOMENTUM, EPSILON, 2)
+    skipped = ref_bn.synchronized_steps(batches, sizes, MOMENTUM, EPSILON, 2, empty="skip")
+    bounds = _moving_bounds(batches, sizes, True, one_pass=False)
+    one_pass = _moving_bounds(batches, sizes, True, one_pass=True)  # the deviation's rounding
+    deviant = [{name: [{"one_pass": _within(exp[name][r], wide[name if name != "outputs" else "output"][r]),
+                        "skipped": _within(other[name][r], wide[name if name != "outputs" else "output"][r])}
+                       for r in range(spec.replicas)] for name in ("outputs", "moving_mean", "moving_variance")}
+               for exp, other, wide in zip(want, skipped, one_pass)]
+    results = engines.call(spec, "blocks.batch_norm", synchronized=True, dtype="float64", batches=batches,
+                           sizes=sizes, momentum=MOMENTUM, epsilon=EPSILON)
+    _check_batch_norm(Check(spec, "float64", {"sizes": sizes}), results, want, bounds, spec, deviant)
+
+
+@CHEAP
+@given(data=st.data())
+def test_unsynchronized_batch_norm_normalises_each_replica_by_itself(engines, spec, data):
+    """BatchNormalization (not synchronized) in training mode: each replica normalises its rows
+    with its own rows' mean and variance (the docstring's "current batch" is the replica's), and
+    each replica's copy of the moving statistics takes the documented update with them; a
+    replica with no rows keeps its copy (reference/batchnorm.py unsynchronized_steps)."""
+    batches, sizes = data.draw(batch_norm_cases(spec.replicas), label="case")
+    want = ref_bn.unsynchronized_steps(batches, sizes, MOMENTUM, EPSILON, 2)
+    nan = ref_bn.unsynchronized_steps(batches, sizes, MOMENTUM, EPSILON, 2, empty="nan")
+    deviant = [{name: [{"alternative": other[name][r]} if name != "outputs" else None for r in range(spec.replicas)]
+                for name in ("outputs", "moving_mean", "moving_variance")} for other in nan]
+    results = engines.call(spec, "blocks.batch_norm", synchronized=False, dtype="float64", batches=batches,
+                           sizes=sizes, momentum=MOMENTUM, epsilon=EPSILON)
+    _check_batch_norm(Check(spec, "float64", {"sizes": sizes}), results, want,
+                      _moving_bounds(batches, sizes, False, one_pass=False), spec, deviant)
