@@ -123,6 +123,19 @@ class BatchNormRun:
 
 
 @record
+class ScaledStep:
+    params: list  # per variable: every local replica's copy after the step
+    scale: float  # the loss scale after the step
+
+
+@record
+class ScaledTraining:
+    steps: list  # of ScaledStep
+    variable_dtypes: list  # the dtypes of the model's variables
+    output_dtype: str  # the dtype of the layer's output (the policy's compute dtype)
+
+
+@record
 class Epoch:
     sizes: list  # per step: this worker's replica batch sizes
     params: list  # per variable: every local replica's copy after the epoch

@@ -33,10 +33,11 @@ KERAS_GENERATION: int = int(KERAS_VERSION.split(".")[0])
 
 
 def tf_variable(v):
-    """The tf.Variable (possibly a DistributedVariable) behind a Keras variable."""
+    """The tf.Variable (possibly a DistributedVariable) behind a Keras variable (Keras 2's
+    mixed-precision AutoCastVariable unwrapped)."""
     if KERAS_GENERATION >= 3:
         return v.value if not isinstance(v, tf.Variable) else v
-    return v
+    return getattr(v, "_variable", v)
 
 
 def local_values(strategy, v) -> list:
@@ -45,9 +46,12 @@ def local_values(strategy, v) -> list:
 
 
 def optimizer_variables(opt) -> list:
-    """All state variables of an optimizer (iterations, slots, learning rate if a variable)."""
+    """All state variables of an optimizer (iterations, slots, learning rate if a variable; a
+    Keras 2 LossScaleOptimizer's scale and good-step counter, which its ``variables`` omits)."""
     vs = opt.variables
-    return list(vs() if callable(vs) else vs)
+    out = list(vs() if callable(vs) else vs)
+    state = getattr(getattr(opt, "_loss_scale", None), "_weights", None)
+    return out + list(state.values()) if KERAS_GENERATION < 3 and state else out
 
 
 def cross_device_ops_name(strategy) -> str | None:
@@ -115,3 +119,35 @@ def export_saved_model(model, path: str, input_spec):
     else:
         fn = tf.function(lambda x: model(x, training=False), input_signature=[input_spec])
         tf.saved_model.save(model, path, signatures={"serving_default": fn})
+
+
+# -- mixed precision ---------------------------------------------------------------------------
+def loss_scale_optimizer(inner_cls: str, inner_cfg: dict, scale: str, initial_scale: float, growth_steps: int):
+    """The optimizer of the mixed-precision guide's custom loop: a dynamic LossScaleOptimizer
+    (``scale="dynamic"``) or a fixed scale (Keras 2 ``dynamic=False``; Keras 3 has none and sets
+    ``loss_scale_factor`` on the inner optimizer instead)."""
+    ms = keras.mixed_precision
+    if scale == "fixed":
+        if KERAS_GENERATION >= 3:
+            return make_optimizer(inner_cls, dict(inner_cfg, loss_scale_factor=initial_scale))
+        return ms.LossScaleOptimizer(make_optimizer(inner_cls, inner_cfg), dynamic=False, initial_scale=initial_scale)
+    return ms.LossScaleOptimizer(make_optimizer(inner_cls, inner_cfg), initial_scale=initial_scale,
+                                 dynamic_growth_steps=growth_steps)
+
+
+def scaled_loss(opt, loss):
+    """The guide's ``scaled_loss``: Keras 3 ``scale_loss``, Keras 2 ``get_scaled_loss``."""
+    return opt.scale_loss(loss) if KERAS_GENERATION >= 3 else opt.get_scaled_loss(loss)
+
+
+def unscaled_gradients(opt, grads):
+    """Keras 2's ``get_unscaled_gradients``; Keras 3's apply_gradients unscales by itself."""
+    return grads if KERAS_GENERATION >= 3 else opt.get_unscaled_gradients(grads)
+
+
+def loss_scale_value(opt) -> float:
+    """The current loss scale (Keras 3 ``dynamic_scale`` or the fixed ``loss_scale_factor``;
+    Keras 2 ``loss_scale``)."""
+    if KERAS_GENERATION >= 3:
+        return float(opt.dynamic_scale.numpy()) if hasattr(opt, "dynamic_scale") else float(opt.loss_scale_factor)
+    return float(tf.convert_to_tensor(opt.loss_scale).numpy())

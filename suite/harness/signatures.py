@@ -151,6 +151,12 @@ def alternative_rule(seen: Seen):
     return np.asarray(seen.given["alternative"], np.float64)
 
 
+def alternative_outcome(seen: Seen):
+    """Like alternative_rule, for an exact comparison of plain data (a flag, a count, a scale):
+    the value as the test computed it. ``given``: ``{"alternative": that value}``."""
+    return seen.given["alternative"]
+
+
 def one_pass_variance_bounds(seen: Seen):
     """The value within the rounding bounds of a variance computed as ``E[x^2] - E[x]^2``
     (suite/harness/tolerances.py batch_norm_bounds, one_pass). ``given``: ``{"one_pass": (low,
@@ -171,7 +177,7 @@ MODELS: dict[str, Callable[[Seen], Any]] = {f.__name__: f for f in (
     partial_last_step_dropped,
     partial_last_step_missing,
     integer_sum_restored_by_division, momentum_set_on_the_building_replica_only, increments_lost_between_workers,
-    alternative_rule, one_pass_variance_bounds, empty_replica_skipped_bounds)}
+    alternative_rule, alternative_outcome, one_pass_variance_bounds, empty_replica_skipped_bounds)}
 
 NOTHING = object()  # a signature that predicts no particular value for this comparison
 

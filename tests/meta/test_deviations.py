@@ -216,6 +216,12 @@ COVERED = {
     "keras2-central-storage-bn-empty-replica-nan":
         "tests/properties/test_blocks.py::test_unsynchronized_batch_norm_normalises_each_replica_by_itself"
         "[central_storage:2]",
+    "keras3-loss-scale-finiteness-from-replica-0":
+        "tests/properties/test_blocks.py::test_loss_scaling_skips_a_non_finite_step_on_every_replica"
+        "[mirrored:2-mixed_float16-dynamic]",
+    "keras2-mixed-precision-refused-under-central-storage":
+        "tests/properties/test_blocks.py::test_loss_scaling_skips_a_non_finite_step_on_every_replica"
+        "[central_storage:2-mixed_float16-fixed]",
     "keras3-clipping-per-replica-before-the-sum":
         "tests/properties/test_blocks.py::test_clipping_acts_on_the_summed_gradient[mirrored:2-global_clipnorm]",
 }

@@ -156,6 +156,13 @@ CASES = [
          "on replica", ("mirrored:2", "multi_worker:2x1")),
     Case("bn_momentum_inverted",
          BLOCKS + "test_unsynchronized_batch_norm_normalises_each_replica_by_itself[{spec}]", "moving_"),
+    # (CentralStorage refuses dynamic loss scaling; several workers have the fixed case below)
+    Case("loss_scale_replica_zero_decides",
+         BLOCKS + "test_loss_scaling_skips_a_non_finite_step_on_every_replica[{spec}-mixed_float16-dynamic]", "after step",
+         ("mirrored:2",)),
+    Case("loss_scale_replica_zero_decides",
+         BLOCKS + "test_loss_scaling_skips_a_step_non_finite_on_another_worker[{spec}-mixed_float16]", "",
+         ("multi_worker:2x1",)),
     Case("weight_decay_per_replica", BLOCKS + "test_weight_decay_is_applied_once_per_step[{spec}]", "after step 1",
          MULTI),
 ]

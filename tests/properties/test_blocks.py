@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from reference import batchnorm as ref_bn
 from reference import clipping
 from reference import distribute as ref
+from reference import mixed_precision as ref_mp
 from reference import model as ref_model
 from suite.common.catalog import ADAPTIVE, OPTIMIZERS
 from suite.harness import cases, repro, tolerances
@@ -258,3 +259,129 @@ def test_unsynchronized_batch_norm_normalises_each_replica_by_itself(engines, sp
                            sizes=sizes, momentum=MOMENTUM, epsilon=EPSILON)
     _check_batch_norm(Check(spec, "float64", {"sizes": sizes}), results, want,
                       _moving_bounds(batches, sizes, False, one_pass=False), spec, deviant)
+
+
+MP_ARCH = ref_model.Arch(input_dim=3, hidden=(), outputs=2, head="linear")
+MP_LR, MP_INITIAL_SCALE, MP_GROWTH = 0.125, 2.0 ** 10, 2
+
+
+def _mixed_precision_bounds(params, steps, policy: str) -> list[float]:
+    """Per step, a bound on how far the parameters of the mixed-precision loop may be from the
+    float64 reference after it: the forward ``x @ W + b`` and the backward ``x^T delta`` rounded
+    in the policy's compute dtype (inputs exact in it, ``W`` and ``b`` rounded once when cast),
+    each sum of k terms off by at most ``(k + 2) u`` of its terms' magnitudes, the update in
+    float32, and the previous steps' errors carried through the gradient; times SAFETY."""
+    u = ref_mp.UNIT[policy]
+    w_, b_ = (np.asarray(p, np.float64) for p in params)
+    err, out = 0.0, []
+    for x, y, _ in steps:
+        x = np.asarray(x, np.float64)
+        n, d = x.shape
+        wt = 1.0 / n
+        pred = x @ w_ + b_
+        size = np.abs(x) @ np.abs(w_) + np.abs(b_) + err * (np.abs(x).sum(axis=1, keepdims=True) + 1)
+        e_out = (d + 2) * u * size + err * (np.abs(x).sum(axis=1, keepdims=True) + 1)
+        delta = 2 * (pred - y) / MP_ARCH.outputs * wt
+        e_delta = 2 / MP_ARCH.outputs * wt * (e_out + u * np.abs(pred - y))
+        e_grad = max(float(((n + 2) * u * np.abs(x).T @ np.abs(delta) + np.abs(x).T @ e_delta).max()),
+                     float(((n + 2) * u * np.abs(delta).sum(axis=0) + e_delta.sum(axis=0)).max()))
+        err = err + MP_LR * e_grad + 2.0 ** -24 * float(np.abs(w_).max() + np.abs(b_).max())
+        out.append(tolerances.SAFETY * err)
+        grads = ref_model.loss_and_grads(MP_ARCH, [w_, b_], x, y, np.full(n, wt)).grads
+        w_, b_ = w_ - MP_LR * grads[0], b_ - MP_LR * grads[1]
+    return out
+
+
+@st.composite
+def mixed_precision_cases(draw, replicas: int, scale: str, poisoned=None):
+    """Initial parameters, 2-4 steps whose inputs are multiples of 1/8 in [-2, 2] (exact in
+    float16 and bfloat16), and per step the loss factor of each replica: a dynamic scale's steps
+    get inf on one drawn replica with rows (an empty replica's gradient stays 0) about half the
+    time, among the replicas ``poisoned`` (default: all); a fixed scale's steps never."""
+    params = [draw(cases.magnitudes("float32", shape, 1 / 16, 1.0), label=f"param {i}")
+              for i, shape in enumerate(MP_ARCH.shapes())]
+    eighths = st.integers(-16, 16).map(lambda k: k / 8)
+    steps, poison = [], []
+    for _ in range(draw(st.integers(2, 4), label="steps")):
+        sizes = draw(cases.splits(replicas, max_per_replica=3, min_total=1), label="sizes")
+        n = sum(sizes)
+        x = draw(cases.hnp.arrays(np.float32, (n, MP_ARCH.input_dim), elements=eighths), label="x")
+        y = draw(cases.hnp.arrays(np.float32, (n, MP_ARCH.outputs), elements=eighths), label="y")
+        steps.append((x, y, sizes))
+        factors = [1.0] * replicas
+        candidates = [r for r in (poisoned if poisoned is not None else range(replicas)) if sizes[r]]
+        if scale == "dynamic" and candidates and draw(st.booleans(), label="a replica's gradients non-finite"):
+            factors[draw(st.sampled_from(candidates), label="that replica")] = float("inf")
+        poison.append(factors)
+    return params, steps, poison
+
+
+@CHEAP
+@pytest.mark.parametrize("scale", ["dynamic", "fixed"])
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+@given(data=st.data())
+def test_loss_scaling_skips_a_non_finite_step_on_every_replica(engines, spec, policy, scale, data):
+    """The mixed-precision guide's custom loop (float32 variables, float16/bfloat16 compute, the
+    loss scaled and the gradients unscaled) under a dynamic LossScaleOptimizer or a fixed scale:
+    the scale evolves as on one device (halved on a step with a non-finite gradient on any
+    replica, doubled after two finite steps), such a step changes no replica's variables, and
+    the finite steps equal the float64 reference within the bound derived for the compute dtype
+    (reference/mixed_precision.py)."""
+    # on several workers a non-finite gradient has a test of its own, with fixed numbers
+    # (test_loss_scaling_skips_a_step_non_finite_on_another_worker): Keras 3 deadlocks there
+    poisoned = range(spec.replicas) if spec.workers == 1 else ()
+    params, steps, poison = data.draw(mixed_precision_cases(spec.replicas, scale, poisoned), label="case")
+    check = Check(spec, "float32", {"policy": policy, "scale": scale, "poison": poison, "sizes": [s[2] for s in steps]})
+    _check_scaled_training(check, engines, spec, policy, scale, params, steps, poison)
+
+
+def _check_scaled_training(check, engines, spec, policy, scale, params, steps, poison, loop="the mixed-precision loop",
+                           **probe_args):
+    """Run the mixed-precision loop and check, per worker and step: the variables' and compute
+    dtypes, the loss scale, that every variable stayed finite, and every replica's copies
+    within the derived bound (a step that made them non-finite ends the comparison)."""
+    want = ref_mp.scaled_training(MP_ARCH, params, steps, poison, MP_LR, scale, MP_INITIAL_SCALE, MP_GROWTH)
+    replica0 = ref_mp.scaled_training(MP_ARCH, params, steps, poison, MP_LR, scale, MP_INITIAL_SCALE, MP_GROWTH,
+                                      decided_by=[0])
+    bounds = _mixed_precision_bounds(params, steps, policy)
+    results = engines.call(spec, "blocks.mixed_precision", policy=policy, scale=scale, arch=arch_dict(MP_ARCH),
+                           params=params, steps=steps, poison=poison, initial_scale=MP_INITIAL_SCALE,
+                           growth_steps=MP_GROWTH, **probe_args)
+    for w, r in enumerate(results):
+        who = f" (worker {w})" if len(results) > 1 else ""
+        if not check.returned(r, f"{loop}{who}"):
+            continue  # a known deviation raised, as its signature predicts
+        check.equal(r.variable_dtypes, ["float32", "float32"], f"the variables' dtypes{who}")
+        check.equal(r.output_dtype, policy.split("_")[1], f"the layer's compute dtype{who}")
+        for s, (got, exp, alt) in enumerate(zip(r.steps, want, replica0)):
+            check.equal(got.scale, exp["scale"], f"loss scale after step {s + 1}{who}",
+                        given={"alternative": alt["scale"]})
+            finite = all(bool(np.isfinite(np.asarray(c)).all()) for copies in got.params for c in copies)
+            check.equal(finite, exp["finite"], f"every replica's variables finite after step {s + 1}{who}",
+                        given={"alternative": alt["finite"]})
+            if not finite:
+                break  # what follows a step that made the variables non-finite is not comparable
+            for v, (copies, expected) in enumerate(zip(got.params, exp["params"])):
+                for c, copy in enumerate(copies):
+                    check.close(copy, expected, f"variable {v} on local replica {c} after step {s + 1}{who}",
+                                override={"float32": (bounds[s], 2.0 ** -22)})
+
+
+@pytest.mark.specs(lambda spec: spec.workers > 1)
+@pytest.mark.parametrize("policy", ["mixed_float16"])
+def test_loss_scaling_skips_a_step_non_finite_on_another_worker(engines, spec, policy):
+    """On several workers: one step whose gradients are non-finite only on the last worker's
+    first replica, between two finite steps, is skipped on every replica and halves the scale,
+    as on one device. Fixed numbers (a step that deadlocks a cluster costs its collective
+    timeout, 20 s here, and a restart: it runs once, not once per drawn case)."""
+    params = [np.array([[0.5, -0.25], [0.75, 0.125], [-0.5, 1.0]], np.float32), np.array([0.125, -0.5], np.float32)]
+    per = spec.replicas // spec.workers
+    x = np.array([[1.0, -0.5, 0.25], [0.5, 1.5, -1.0]] * spec.replicas, np.float32)
+    y = np.array([[0.5, -1.0], [1.0, 0.25]] * spec.replicas, np.float32)
+    sizes = [2] * spec.replicas
+    steps = [(x, y, sizes)] * 3
+    poison = [[1.0] * spec.replicas, [float("inf") if r == (spec.workers - 1) * per else 1.0
+                                      for r in range(spec.replicas)], [1.0] * spec.replicas]
+    check = Check(spec, "float32", {"policy": policy, "poison": poison})
+    _check_scaled_training(check, engines, spec, policy, "dynamic", params, steps, poison,
+                           loop="the mixed-precision loop, non-finite on the last worker", collective_timeout=20.0)

@@ -1,15 +1,17 @@
-"""Keras building blocks inside ``strategy.run`` that are layers rather than optimizer options
-(the optimizer options go through training.train): BatchNormalization, synchronized or not."""
+"""Keras building blocks inside ``strategy.run`` that need a step of their own (the optimizer
+options go through training.train): BatchNormalization, synchronized or not, and the
+mixed-precision guide's loop with loss scaling."""
 
 from __future__ import annotations
 
 import numpy as np
 import tensorflow as tf
 
-from suite.common.results import BatchNormRun, BatchNormStep, Raised
+from suite.common.results import BatchNormRun, BatchNormStep, Raised, ScaledStep, ScaledTraining
 from suite.engine import compat, mutants
 from suite.engine.probes.common import counted, replica_slice
 from suite.engine.probes.registry import probe
+from suite.engine.steps import arch_key, load
 
 
 def _batch_norm_layer(ctx, synchronized, dtype, features, momentum, epsilon):
@@ -53,3 +55,85 @@ def batch_norm(ctx, synchronized, dtype, batches, sizes, momentum, epsilon):
                                  compat.local_values(strategy, layer.moving_mean),
                                  compat.local_values(strategy, layer.moving_variance)))
     return BatchNormRun(out, type(compat.tf_variable(layer.moving_mean)).__name__)
+
+
+def _mixed_precision_trainer(ctx, policy, scale, arch, initial_scale, growth_steps, collective_timeout):
+    strategy = ctx.strategy
+    original = getattr(strategy.extended, "_communication_options", None)
+    with strategy.scope():
+        model = compat.keras.Sequential([compat.keras.Input((arch["input_dim"],)),
+                                         compat.keras.layers.Dense(arch["outputs"], dtype=policy)])
+        opt = compat.loss_scale_optimizer("SGD", {"learning_rate": 0.125}, scale, initial_scale, growth_steps)
+        opt.build(model.trainable_variables)  # Keras 3 fails unbuilt inside the first traced step
+    initial = [np.array(v.numpy()) for v in compat.optimizer_variables(opt)]
+    seen = {}
+
+    @tf.function(input_signature=[tf.TensorSpec([None, arch["input_dim"]], tf.float32),
+                                  tf.TensorSpec([None, arch["outputs"]], tf.float32), tf.TensorSpec([None], tf.int32),
+                                  tf.TensorSpec([None], tf.float32), tf.TensorSpec([], tf.int64)])
+    def step(x, y, sizes, poison, gbs):
+        counted(ctx, "blocks.mixed_precision")
+
+        def replica(xs, ys):
+            rid = tf.distribute.get_replica_context().replica_id_in_sync_group
+            with tf.GradientTape() as tape:
+                out = model(xs, training=True)
+                seen["output"] = out.dtype.name
+                per_example = compat.keras.losses.mse(ys, tf.cast(out, tf.float32))
+                loss = tf.nn.compute_average_loss(per_example, global_batch_size=gbs) * poison[rid]
+                scaled = compat.scaled_loss(opt, loss)
+            grads = compat.unscaled_gradients(opt, tape.gradient(scaled, model.trainable_variables))
+            if mutants.on("loss_scale_replica_zero_decides"):  # what replica 0 cannot see, never counts
+                grads = [tf.where(tf.math.is_finite(g) | tf.equal(rid, 0), g, tf.zeros_like(g)) for g in grads]
+            opt.apply_gradients(zip(grads, model.trainable_variables))
+
+        strategy.run(lambda: replica(*replica_slice(sizes, x, y)))
+
+    def traced(*args):
+        """The step, its collectives traced to wait ``collective_timeout`` seconds at most (the
+        strategy's CommunicationOptions are read when a collective is traced)."""
+        if not collective_timeout or original is None:
+            return step(*args)
+        strategy.extended._communication_options = original.merge(
+            tf.distribute.experimental.CommunicationOptions(timeout_seconds=collective_timeout))
+        try:
+            return step(*args)
+        finally:
+            strategy.extended._communication_options = original
+
+    return model, opt, initial, traced, seen
+
+
+@probe
+def mixed_precision(ctx, policy, scale, arch, params, steps, poison, initial_scale, growth_steps,
+                    collective_timeout=None):
+    """The mixed-precision guide's custom loop: a Dense layer with the dtype policy ``policy``
+    (float32 variables), MSE on its output cast to float32, ``compute_average_loss`` with the
+    global batch, the loss scaled, the gradients unscaled (Keras 2; Keras 3's apply_gradients
+    does it) and applied by a dynamic LossScaleOptimizer or a fixed scale over SGD(0.125). Each
+    step's loss is multiplied on each replica by ``poison[step][replica]`` (1, or inf to make
+    that replica's gradients non-finite). Per step: every replica's copy of every variable and
+    the loss scale. ``collective_timeout``: seconds this step's collectives wait for the other
+    workers (a step that deadlocks a cluster then fails sooner)."""
+    strategy = ctx.strategy
+    where = f"blocks.mixed_precision({policy}, {scale})"
+    try:
+        model, opt, initial, step, seen = ctx.cached(
+            ("mixed_precision", policy, scale, arch_key(arch), initial_scale, growth_steps, collective_timeout),
+            lambda: _mixed_precision_trainer(ctx, policy, scale, arch, initial_scale, growth_steps, collective_timeout))
+    except Exception as exc:
+        return Raised.of(exc, f"{where}: building the model and optimizer")
+    load(model, params, "float32", opt, initial)
+    out = []
+    for (x, y, sizes), factors in zip(steps, poison):
+        try:
+            step(np.asarray(x, np.float32), np.asarray(y, np.float32), np.asarray(sizes, np.int32),
+                 np.asarray(factors, np.float32), np.int64(len(x)))
+        except Exception as exc:
+            if isinstance(exc, tf.errors.OpError):
+                ctx.request_restart()  # a failed collective poisons a multi-worker cluster
+            return Raised.of(exc, f"{where}: step {len(out) + 1}")
+        out.append(ScaledStep([compat.local_values(strategy, v) for v in model.trainable_variables],
+                              compat.loss_scale_value(opt)))
+    return ScaledTraining(out, [compat.tf_variable(v).dtype.name for v in model.trainable_variables],
+                          seen.get("output", ""))

@@ -1,0 +1,58 @@
+"""Mixed precision in a custom loop under a strategy (float64): loss scaling with a dynamic or a
+fixed scale, and the rounding a float16 or bfloat16 forward and backward pass may add.
+
+Sources: the mixed precision guide (https://www.tensorflow.org/guide/mixed_precision, "Training
+the model with a custom training loop": scale the loss, unscale the gradients, apply them); the
+``LossScaleOptimizer`` docstrings (Keras 2.15 and 3): a dynamic scale "is multiplied by 2 every
+``dynamic_growth_steps`` steps where the gradients are finite" and, when "any gradient is
+non-finite, the step is skipped" and the scale is halved; the guide's contract that a strategy's
+step equals one device's step on the global batch, so a non-finite gradient on any replica
+(the sum is then non-finite) skips the step on every replica. What each generation really does
+is docs/research/mixed_precision.md and the properties' findings.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from reference import model as ref_model
+from reference.rules import documented
+
+UNIT = {"mixed_float16": 2.0 ** -11, "mixed_bfloat16": 2.0 ** -8}  # unit roundoff of the compute dtype
+
+
+@documented("LossScaleOptimizer docstrings (dynamic: halve the scale and skip the step when a gradient is "
+            "non-finite, double it after dynamic_growth_steps finite steps; fixed: never changes, never "
+            "skips); the guide: apply_gradients sums the replicas' gradients, so one non-finite replica "
+            "makes the summed gradient non-finite")
+def scaled_training(arch, params, steps, poison, lr: float, scale: str, initial_scale: float,
+                    growth_steps: int, decided_by=None) -> list[dict]:
+    """Per step ``(x, y, sizes)`` with ``poison[step][replica]`` (1, or inf: that replica's
+    gradients non-finite): the parameters after it and the loss scale. A dynamic scale skips
+    a step where any replica is poisoned and halves the scale; otherwise SGD applies the global
+    batch's gradient and, after ``growth_steps`` finite steps in a row, the scale doubles. A
+    fixed scale never skips: a poisoned step makes the parameters non-finite (NaN here).
+    ``decided_by``: judge finiteness on these replicas only (Keras 3, which looks at replica 0:
+    the deviation keras3-loss-scale-finiteness-from-replica-0)."""
+    params = [np.asarray(p, np.float64) for p in params]
+    s, good = float(initial_scale), 0
+    out = []
+    for (x, y, _sizes), factors in zip(steps, poison):
+        judged = factors if decided_by is None else [factors[r] for r in decided_by]
+        finite_here = all(np.isfinite(f) for f in judged)
+        finite = all(np.isfinite(f) for f in factors)
+        if scale == "dynamic" and not finite_here:
+            s, good = s / 2, 0
+        else:
+            if finite:
+                w = np.full(len(x), 1.0 / len(x))
+                grads = ref_model.loss_and_grads(arch, params, x, y, w).grads
+                params = [p - lr * g for p, g in zip(params, grads)]
+            else:  # applied although a replica's gradients are not finite
+                params = [np.full(p.shape, np.nan) for p in params]
+            if scale == "dynamic":
+                good += 1
+                if good == growth_steps:
+                    s, good = s * 2, 0
+        out.append({"params": params, "scale": s, "finite": bool(all(np.isfinite(p).all() for p in params))})
+    return out
