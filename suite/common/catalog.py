@@ -79,5 +79,6 @@ MUTANTS = {
     "bn_not_synchronized": "BatchNormalization built without synchronized=True: each replica's own statistics",
     "bn_momentum_inverted": "BatchNormalization's moving statistics updated with momentum 1 - momentum",
     "loss_scale_replica_zero_decides": "non-finite gradients of replicas other than 0 zeroed (unseen by the check)",
+    "sparse_duplicates_dropped": "an embedding's sparse gradient keeps only the first occurrence of a repeated index",
     "foreign_result": "every number of every probe result moved off its value, every caught exception renamed",
 }

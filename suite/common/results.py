@@ -136,6 +136,12 @@ class ScaledTraining:
 
 
 @record
+class EmbeddingTraining:
+    tables: list  # per step: every local replica's copy of the table
+    gradient_type: str  # the class of the table's gradient inside the replica function
+
+
+@record
 class Epoch:
     sizes: list  # per step: this worker's replica batch sizes
     params: list  # per variable: every local replica's copy after the epoch

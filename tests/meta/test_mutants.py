@@ -163,6 +163,8 @@ CASES = [
     Case("loss_scale_replica_zero_decides",
          BLOCKS + "test_loss_scaling_skips_a_step_non_finite_on_another_worker[{spec}-mixed_float16]", "",
          ("multi_worker:2x1",)),
+    Case("sparse_duplicates_dropped",
+         BLOCKS + "test_embedding_sparse_updates_equal_the_dense_reference[{spec}-sgd]", "after step"),
     Case("weight_decay_per_replica", BLOCKS + "test_weight_decay_is_applied_once_per_step[{spec}]", "after step 1",
          MULTI),
 ]

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from reference import batchnorm as ref_bn
 from reference import clipping
 from reference import distribute as ref
+from reference import embeddings as ref_emb
 from reference import mixed_precision as ref_mp
 from reference import model as ref_model
 from suite.common.catalog import ADAPTIVE, OPTIMIZERS
@@ -385,3 +386,45 @@ def test_loss_scaling_skips_a_step_non_finite_on_another_worker(engines, spec, p
     check = Check(spec, "float32", {"policy": policy, "poison": poison})
     _check_scaled_training(check, engines, spec, policy, "dynamic", params, steps, poison,
                            loop="the mixed-precision loop, non-finite on the last worker", collective_timeout=20.0)
+
+
+VOCAB, DIM = 4, 2
+
+
+@st.composite
+def embedding_cases(draw, replicas: int):
+    """An initial table and 1-3 steps of (indices, targets, split): indices from a vocabulary of
+    4, so that an index repeats within a replica and across replicas in most steps; targets
+    away from the rows (every looked-up row's gradient is far from 0)."""
+    table = draw(cases.floats("float64", (VOCAB, DIM), -1.0, 1.0), label="table")
+    steps = []
+    for _ in range(draw(st.integers(1, 3), label="steps")):
+        sizes = draw(cases.splits(replicas, max_per_replica=4, min_total=1), label="sizes")
+        n = sum(sizes)
+        indices = draw(cases.hnp.arrays(np.int32, n, elements=st.integers(0, VOCAB - 1)), label="indices")
+        targets = draw(cases.magnitudes("float64", (n, DIM), 2.0, 4.0), label="targets")
+        steps.append((indices, targets, sizes))
+    return table, steps
+
+
+@CHEAP
+@pytest.mark.parametrize("optimizer", ["sgd", "adam", "adagrad"])
+@given(data=st.data())
+def test_embedding_sparse_updates_equal_the_dense_reference(engines, spec, optimizer, data):
+    """An Embedding table's gradient is a tf.IndexedSlices with a row per lookup; applied under a
+    strategy (by SGD, and by Adam and Adagrad, whose slots take sparse updates) every replica's
+    copy equals one device's update with the dense gradient of the global batch, whose rows sum
+    every occurrence of their index, within a replica and across replicas (reference/embeddings.py)."""
+    table, steps = data.draw(embedding_cases(spec.replicas), label="case")
+    want = ref_emb.train(table, steps, optimizer)
+    per_occurrence = ref_emb.train(table, steps, optimizer, squares="per_occurrence")
+    results = engines.call(spec, "blocks.embedding", optimizer=optimizer, dtype="float64", table=table, steps=steps)
+    check = Check(spec, "float64", {"optimizer": optimizer, "indices": [s[0].tolist() for s in steps],
+                                    "sizes": [s[2] for s in steps]})
+    for w, r in enumerate(results):
+        who = f" (worker {w})" if len(results) > 1 else ""
+        check.equal(r.gradient_type, "IndexedSlices", f"the class of the table's gradient{who}")
+        for s, (copies, expected, alt) in enumerate(zip(r.tables, want, per_occurrence)):
+            for c, copy in enumerate(copies):
+                check.close(copy, expected, f"the table on local replica {c} after step {s + 1}{who}", kind="trained",
+                            n_terms=4, given={"alternative": alt})

@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from suite.common.results import BatchNormRun, BatchNormStep, Raised, ScaledStep, ScaledTraining
+from suite.common.catalog import OPTIMIZERS
+from suite.common.results import BatchNormRun, BatchNormStep, EmbeddingTraining, Raised, ScaledStep, ScaledTraining
 from suite.engine import compat, mutants
 from suite.engine.probes.common import counted, replica_slice
 from suite.engine.probes.registry import probe
@@ -137,3 +138,56 @@ def mixed_precision(ctx, policy, scale, arch, params, steps, poison, initial_sca
                               compat.loss_scale_value(opt)))
     return ScaledTraining(out, [compat.tf_variable(v).dtype.name for v in model.trainable_variables],
                           seen.get("output", ""))
+
+
+def _embedding_trainer(ctx, optimizer, dtype, vocab, dim):
+    strategy = ctx.strategy
+    with strategy.scope():
+        layer = compat.keras.layers.Embedding(vocab, dim, dtype=dtype)
+        layer.build((None,))
+        cls, cfg = OPTIMIZERS[optimizer]
+        opt = compat.make_optimizer(cls, cfg)
+        opt.build(layer.trainable_variables)
+    initial = [np.array(v.numpy()) for v in compat.optimizer_variables(opt)]
+    seen = {}
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.int32), tf.TensorSpec([None, dim], dtype),
+                                  tf.TensorSpec([None], tf.int32), tf.TensorSpec([], tf.int64)])
+    def step(indices, targets, sizes, gbs):
+        counted(ctx, "blocks.embedding")
+
+        def replica(idx, t):
+            with tf.GradientTape() as tape:
+                per_example = tf.reduce_sum(tf.square(layer(idx) - t), axis=1)
+                loss = tf.nn.compute_average_loss(per_example, global_batch_size=gbs)
+            grads = tape.gradient(loss, layer.trainable_variables)
+            seen["gradient"] = type(grads[0]).__name__
+            if mutants.on("sparse_duplicates_dropped"):  # a repeated index keeps its first row only
+                g = grads[0]
+                unique, position = tf.unique(g.indices)
+                first = tf.math.unsorted_segment_min(tf.range(tf.shape(g.indices)[0]), position, tf.size(unique))
+                grads = [tf.IndexedSlices(tf.gather(g.values, first), unique, g.dense_shape)]
+            opt.apply_gradients(zip(grads, layer.trainable_variables))
+
+        strategy.run(lambda: replica(*replica_slice(sizes, indices, targets)))
+
+    return layer, opt, initial, step, seen
+
+
+@probe
+def embedding(ctx, optimizer, dtype, table, steps):
+    """An Embedding layer (its table set to ``table``) and the optimizer ``OPTIMIZERS[optimizer]``
+    under the scope; each step ``(indices, targets, sizes)`` looks up each replica's indices,
+    takes ``compute_average_loss(||row - target||^2, global batch)`` and applies the (sparse)
+    gradient. Per step every local replica's copy of the table, and the gradient's class."""
+    strategy = ctx.strategy
+    table = np.asarray(table, dtype)
+    layer, opt, initial, step, seen = ctx.cached(("embedding", optimizer, dtype) + table.shape,
+                                                 lambda: _embedding_trainer(ctx, optimizer, dtype, *table.shape))
+    load(layer, [table], dtype, opt, initial)
+    out = []
+    for indices, targets, sizes in steps:
+        step(np.asarray(indices, np.int32), np.asarray(targets, dtype), np.asarray(sizes, np.int32),
+             np.int64(len(indices)))
+        out.append(compat.local_values(strategy, layer.trainable_variables[0]))
+    return EmbeddingTraining(out, seen.get("gradient", ""))
