@@ -80,5 +80,7 @@ MUTANTS = {
     "bn_momentum_inverted": "BatchNormalization's moving statistics updated with momentum 1 - momentum",
     "loss_scale_replica_zero_decides": "non-finite gradients of replicas other than 0 zeroed (unseen by the check)",
     "sparse_duplicates_dropped": "an embedding's sparse gradient keeps only the first occurrence of a repeated index",
+    "random_unseeded": "the random layers and generators built without their seed",
+    "random_replica_streams_shared": "every replica's generator and stateless seed the same (replica id not folded in)",
     "foreign_result": "every number of every probe result moved off its value, every caught exception renamed",
 }

@@ -142,6 +142,11 @@ class EmbeddingTraining:
 
 
 @record
+class RandomDraws:
+    runs: list  # per run (objects built afresh): per step: every local replica's draw
+
+
+@record
 class Epoch:
     sizes: list  # per step: this worker's replica batch sizes
     params: list  # per variable: every local replica's copy after the epoch

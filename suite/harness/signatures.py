@@ -157,6 +157,13 @@ def alternative_outcome(seen: Seen):
     return seen.given["alternative"]
 
 
+def same_on_every_worker(seen: Seen):
+    """Each worker draws what the first worker draws (the same seed in every worker process):
+    whether replica r's draw equals replica 0's is whether r is the first replica of its worker.
+    ``given``: ``{"per_worker": those flags}``."""
+    return seen.given["per_worker"]
+
+
 def one_pass_variance_bounds(seen: Seen):
     """The value within the rounding bounds of a variance computed as ``E[x^2] - E[x]^2``
     (suite/harness/tolerances.py batch_norm_bounds, one_pass). ``given``: ``{"one_pass": (low,
@@ -177,7 +184,8 @@ MODELS: dict[str, Callable[[Seen], Any]] = {f.__name__: f for f in (
     partial_last_step_dropped,
     partial_last_step_missing,
     integer_sum_restored_by_division, momentum_set_on_the_building_replica_only, increments_lost_between_workers,
-    alternative_rule, alternative_outcome, one_pass_variance_bounds, empty_replica_skipped_bounds)}
+    alternative_rule, alternative_outcome, same_on_every_worker, one_pass_variance_bounds,
+    empty_replica_skipped_bounds)}
 
 NOTHING = object()  # a signature that predicts no particular value for this comparison
 

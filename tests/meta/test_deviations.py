@@ -224,6 +224,11 @@ COVERED = {
         "[central_storage:2-mixed_float16-fixed]",
     "keras3-sparse-second-moments-square-each-occurrence":
         "tests/properties/test_blocks.py::test_embedding_sparse_updates_equal_the_dense_reference[mirrored:2-adam]",
+    "keras3-dropout-mask-shared-by-replicas":
+        "tests/properties/test_blocks.py::test_seeded_random_draws_repeat_and_replicas_draw_their_own[mirrored:2-dropout]",
+    "keras2-dropout-mask-shared-across-workers":
+        "tests/properties/test_blocks.py::test_seeded_random_draws_repeat_and_replicas_draw_their_own"
+        "[multi_worker:2x1-dropout]",
     "keras3-clipping-per-replica-before-the-sum":
         "tests/properties/test_blocks.py::test_clipping_acts_on_the_summed_gradient[mirrored:2-global_clipnorm]",
 }

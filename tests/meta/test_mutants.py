@@ -165,6 +165,11 @@ CASES = [
          ("multi_worker:2x1",)),
     Case("sparse_duplicates_dropped",
          BLOCKS + "test_embedding_sparse_updates_equal_the_dense_reference[{spec}-sgd]", "after step"),
+    *[Case("random_unseeded", BLOCKS + f"test_seeded_random_draws_repeat_and_replicas_draw_their_own[{{spec}}-{kind}]",
+           "of a second run built afresh") for kind in ("dropout", "generator", "stateless_fold_in")],
+    *[Case("random_replica_streams_shared",
+           BLOCKS + f"test_seeded_random_draws_repeat_and_replicas_draw_their_own[{{spec}}-{kind}]",
+           "equals replica 0's", ("mirrored:2",)) for kind in ("values_from_function", "stateless_fold_in")],
     Case("weight_decay_per_replica", BLOCKS + "test_weight_decay_is_applied_once_per_step[{spec}]", "after step 1",
          MULTI),
 ]

@@ -16,6 +16,7 @@ from reference import distribute as ref
 from reference import embeddings as ref_emb
 from reference import mixed_precision as ref_mp
 from reference import model as ref_model
+from reference import random_draws as ref_random
 from suite.common.catalog import ADAPTIVE, OPTIMIZERS
 from suite.harness import cases, repro, tolerances
 from suite.harness.cases import ARCHS, BLOCK_ARCHS, arch_dict, training_cases
@@ -428,3 +429,36 @@ def test_embedding_sparse_updates_equal_the_dense_reference(engines, spec, optim
             for c, copy in enumerate(copies):
                 check.close(copy, expected, f"the table on local replica {c} after step {s + 1}{who}", kind="trained",
                             n_terms=4, given={"alternative": alt})
+
+
+@RETRACES
+@pytest.mark.parametrize("kind", sorted(ref_random.RULES))
+@given(data=st.data())
+def test_seeded_random_draws_repeat_and_replicas_draw_their_own(engines, spec, kind, data):
+    """Dropout masks and random numbers drawn inside strategy.run with a seed: a second run with
+    the objects built afresh repeats the first exactly, each step draws anew, and the replicas'
+    draws differ where the rule says so (a layer's or generator's stream per replica), or agree
+    (a stateless op's fixed seed)."""
+    seed = data.draw(st.integers(1, 2 ** 20), label="seed")
+    shape = [data.draw(st.integers(4, 8), label="rows"), 8]
+    steps = 2
+    results = engines.call(spec, "blocks.random_draws", kind=kind, seed=seed, shape=shape, steps=steps)
+    differ, source = ref_random.replicas_draw_their_own(kind)
+    check = Check(spec, case={"kind": kind, "seed": seed, "shape": shape})
+    if not all(check.returned(r, f"the random draws of {kind} (worker {w})") for w, r in enumerate(results)):
+        return  # a known deviation raised, as its signature predicts
+    runs = [[[d for r in results for d in r.runs[run][s]] for s in range(steps)] for run in range(2)]  # global replica order
+    for s in range(steps):
+        for rid, (a, b) in enumerate(zip(runs[0][s], runs[1][s])):
+            check.exact(b, a, f"replica {rid}'s draw at step {s + 1} of a second run built afresh (it repeats)")
+        check.that(any(not np.array_equal(a, b) for a, b in zip(runs[0][0], runs[0][1])), "the draws of step 2",
+                   "equal to step 1's", "new draws each step")
+    if spec.replicas > 1:
+        draws = runs[0][0]
+        shared = [bool(np.array_equal(draws[0], d)) for d in draws[1:]]
+        per_worker = spec.replicas // spec.workers
+        check.equal(shared, [not differ] * (spec.replicas - 1),
+                    "whether each replica's first draw equals replica 0's", hint=source,
+                    given={"alternative": [True] * (spec.replicas - 1),  # every replica the same
+                           # each worker's replicas as the first worker's: replica r as replica r % per_worker
+                           "per_worker": [r % per_worker == 0 for r in range(1, spec.replicas)]})

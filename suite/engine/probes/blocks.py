@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
+from suite.common import results
 from suite.common.catalog import OPTIMIZERS
-from suite.common.results import BatchNormRun, BatchNormStep, EmbeddingTraining, Raised, ScaledStep, ScaledTraining
 from suite.engine import compat, mutants
 from suite.engine.probes.common import counted, replica_slice
 from suite.engine.probes.registry import probe
@@ -51,11 +51,11 @@ def batch_norm(ctx, synchronized, dtype, batches, sizes, momentum, epsilon):
         except Exception as exc:
             if isinstance(exc, tf.errors.OpError):
                 ctx.request_restart()  # a failed collective poisons a multi-worker cluster
-            return Raised.of(exc, f"blocks.batch_norm(synchronized={synchronized}): step {len(out) + 1}")
-        out.append(BatchNormStep([t.numpy() for t in strategy.experimental_local_results(y)],
+            return results.Raised.of(exc, f"blocks.batch_norm(synchronized={synchronized}): step {len(out) + 1}")
+        out.append(results.BatchNormStep([t.numpy() for t in strategy.experimental_local_results(y)],
                                  compat.local_values(strategy, layer.moving_mean),
                                  compat.local_values(strategy, layer.moving_variance)))
-    return BatchNormRun(out, type(compat.tf_variable(layer.moving_mean)).__name__)
+    return results.BatchNormRun(out, type(compat.tf_variable(layer.moving_mean)).__name__)
 
 
 def _mixed_precision_trainer(ctx, policy, scale, arch, initial_scale, growth_steps, collective_timeout):
@@ -123,7 +123,7 @@ def mixed_precision(ctx, policy, scale, arch, params, steps, poison, initial_sca
             ("mixed_precision", policy, scale, arch_key(arch), initial_scale, growth_steps, collective_timeout),
             lambda: _mixed_precision_trainer(ctx, policy, scale, arch, initial_scale, growth_steps, collective_timeout))
     except Exception as exc:
-        return Raised.of(exc, f"{where}: building the model and optimizer")
+        return results.Raised.of(exc, f"{where}: building the model and optimizer")
     load(model, params, "float32", opt, initial)
     out = []
     for (x, y, sizes), factors in zip(steps, poison):
@@ -133,10 +133,10 @@ def mixed_precision(ctx, policy, scale, arch, params, steps, poison, initial_sca
         except Exception as exc:
             if isinstance(exc, tf.errors.OpError):
                 ctx.request_restart()  # a failed collective poisons a multi-worker cluster
-            return Raised.of(exc, f"{where}: step {len(out) + 1}")
-        out.append(ScaledStep([compat.local_values(strategy, v) for v in model.trainable_variables],
+            return results.Raised.of(exc, f"{where}: step {len(out) + 1}")
+        out.append(results.ScaledStep([compat.local_values(strategy, v) for v in model.trainable_variables],
                               compat.loss_scale_value(opt)))
-    return ScaledTraining(out, [compat.tf_variable(v).dtype.name for v in model.trainable_variables],
+    return results.ScaledTraining(out, [compat.tf_variable(v).dtype.name for v in model.trainable_variables],
                           seen.get("output", ""))
 
 
@@ -190,4 +190,63 @@ def embedding(ctx, optimizer, dtype, table, steps):
         step(np.asarray(indices, np.int32), np.asarray(targets, dtype), np.asarray(sizes, np.int32),
              np.int64(len(indices)))
         out.append(compat.local_values(strategy, layer.trainable_variables[0]))
-    return EmbeddingTraining(out, seen.get("gradient", ""))
+    return results.EmbeddingTraining(out, seen.get("gradient", ""))
+
+
+RANDOM_KINDS = ("dropout", "generator", "values_from_function", "stateless_fold_in", "stateless")
+
+
+def _random_step(ctx, kind, seed, shape):
+    """A fresh random object of ``kind`` and a traced step drawing from it inside strategy.run:
+    a Dropout(0.5) mask of ones, a tf.random.Generator made under the scope, one Generator per
+    replica (experimental_distribute_values_from_function, seeded seed + replica id), stateless
+    uniforms with the step number and the replica id folded into the seed, or the step number
+    only (the same seed on every replica)."""
+    strategy = ctx.strategy
+    unseeded = mutants.on("random_unseeded")
+    shared = mutants.on("random_replica_streams_shared")
+    rid = lambda: tf.distribute.get_replica_context().replica_id_in_sync_group  # noqa: E731
+    if kind == "dropout":
+        with strategy.scope():
+            layer = compat.keras.layers.Dropout(0.5, seed=None if unseeded else seed)
+        fn = lambda: tf.cast(layer(tf.ones(shape), training=True) != 0, tf.int32)  # noqa: E731
+    elif kind == "generator":
+        with strategy.scope():
+            gen = tf.random.Generator.from_non_deterministic_state() if unseeded else tf.random.Generator.from_seed(seed)
+        fn = lambda: gen.normal(shape)  # noqa: E731
+    elif kind == "values_from_function":
+        gens = strategy.experimental_distribute_values_from_function(
+            lambda c: tf.random.Generator.from_non_deterministic_state() if unseeded else
+            tf.random.Generator.from_seed(seed + (0 if shared else c.replica_id_in_sync_group)))
+        return tf.function(lambda step: strategy.run(lambda g: g.normal(shape), args=(gens,)))
+    else:
+        base = tf.constant([seed, 0], tf.int64)
+        if unseeded:
+            base = tf.random.uniform([2], 0, 2 ** 31 - 1, dtype=tf.int64)
+        fold = kind == "stateless_fold_in" and not shared
+
+        def fn(step):  # the step number folded in, as a loop that wants new numbers each step does
+            per_step = tf.random.experimental.stateless_fold_in(base, step)
+            return tf.random.stateless_uniform(shape, seed=tf.random.experimental.stateless_fold_in(
+                per_step, tf.cast(rid(), tf.int64)) if fold else per_step)
+
+        return tf.function(lambda step: strategy.run(fn, args=(step,)))
+    return tf.function(lambda step: strategy.run(fn))
+
+
+@probe
+def random_draws(ctx, kind, seed, shape, steps):
+    """Two runs, each with the random object built afresh (seed ``seed``): per step every local
+    replica's draw."""
+    strategy = ctx.strategy
+    runs = []
+    for _ in range(2):
+        try:
+            step = _random_step(ctx, kind, seed, tuple(shape))
+            runs.append([[t.numpy() for t in strategy.experimental_local_results(step(tf.constant(s, tf.int64)))]
+                         for s in range(steps)])
+        except Exception as exc:
+            if isinstance(exc, tf.errors.OpError):
+                ctx.request_restart()  # a failed collective poisons a multi-worker cluster
+            return results.Raised.of(exc, f"blocks.random_draws({kind}): run {len(runs) + 1}")
+    return results.RandomDraws(runs)
