@@ -133,7 +133,8 @@ def loss_and_grads(arch: Arch, params, x, y, example_weights, reg_weight: float 
     " replicas'"
 )
 def train(arch: Arch, params, optimizer: str, steps, denominator: str = "global", clip: tuple | None = None,
-          weight_decay: float | None = None, clip_at: str = "sum", activity_normalised: bool = True) -> list[dict]:
+          weight_decay: float | None = None, clip_at: str = "sum", activity_normalised: bool = True,
+          accumulation_steps: int | None = None) -> list[dict]:
     """Run the steps of a distributed custom loop in the reference.
 
     Each step is ``(x, y, sizes)``: the global batch and how it is split over replicas. Every
@@ -147,7 +148,9 @@ def train(arch: Arch, params, optimizer: str, steps, denominator: str = "global"
     deviation keras3-clipping-per-replica-before-the-sum). ``weight_decay``: decoupled, once
     per step (reference/optimizers.py). An activity regularizer's penalty is scaled as the guide
     prescribes (``activity_weights``; ``activity_normalised=False``: not divided by the local
-    batch, as Keras 3.0-3.13 do). Returns, per step, the parameters after it, the summed
+    batch, as Keras 3.0-3.13 do). ``accumulation_steps`` N (Keras 3 ``gradient_accumulation_steps``):
+    the optimizer applies, every N-th step, the mean of the last N steps' gradients (nothing in
+    between). Returns, per step, the parameters after it, the summed
     loss, the applied gradients and the trace (for conditioning checks)."""
     from reference import distribute
     from reference.optimizers import Optimizer
@@ -157,7 +160,7 @@ def train(arch: Arch, params, optimizer: str, steps, denominator: str = "global"
 
     params = [np.asarray(p, dtype=np.float64) for p in params]
     opt = Optimizer(optimizer, params, weight_decay)
-    history = []
+    history, pending = [], []
     for x, y, sizes in steps:
         gbs = len(x) if denominator == "global" else None if denominator == "default" else int(denominator)
         w = distribute.replica_weights(sizes, gbs)
@@ -172,7 +175,12 @@ def train(arch: Arch, params, optimizer: str, steps, denominator: str = "global"
         elif clip is not None:
             grads = clipping.distributed_clipped_gradients(replica_grads(arch, params, x, y, sizes, gbs), *clip,
                                                            clip_at="replica")
-        params = opt.step(params, grads)
+        if accumulation_steps:
+            pending = [grads] if not len(history) % accumulation_steps else pending + [grads]
+            if len(pending) == accumulation_steps:
+                params = opt.step(params, [np.mean(gs, axis=0) for gs in zip(*pending)])
+        else:
+            params = opt.step(params, grads)
         history.append({"params": params, "loss": loss, "grads": grads, "trace": trace,
                         "slots": opt.used_slots(), "iterations": opt.t})
     return history
@@ -193,4 +201,21 @@ def replica_grads(arch: Arch, params, x, y, sizes, gbs) -> list[list[np.ndarray]
         out.append(loss_and_grads(arch, params, x[part], y[part], w[part], reg_weight=1.0 / len(sizes),
                                   activity_w=aw).grads)
         start += n
+    return out
+
+
+@documented("the optimizers' use_ema docstring (Keras 2.15 and 3): 'new_average = ema_momentum * old_average "
+            "+ (1 - ema_momentum) * current_variable_value' after each step; where the average starts is each "
+            "generation's (Keras 2.15: the variable's value when the optimizer is built; Keras 3: zeros, and the "
+            "first step copies the variable, its momentum taken as 0 while iterations is 0)")
+def ema(initial, history, momentum: float, start: str) -> list[list[np.ndarray]]:
+    """Per step, the moving average of every parameter after it, from the parameters ``initial``
+    and each step's (``history[s]["params"]``); ``start="built"`` (Keras 2.15) or ``"copy"``
+    (Keras 3)."""
+    avg = [np.asarray(p, np.float64) for p in initial]
+    out = []
+    for s, step in enumerate(history):
+        m = 0.0 if start == "copy" and s == 0 else momentum
+        avg = [m * a + (1 - m) * np.asarray(p, np.float64) for a, p in zip(avg, step["params"])]
+        out.append(avg)
     return out

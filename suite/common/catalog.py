@@ -82,5 +82,7 @@ MUTANTS = {
     "sparse_duplicates_dropped": "an embedding's sparse gradient keeps only the first occurrence of a repeated index",
     "random_unseeded": "the random layers and generators built without their seed",
     "random_replica_streams_shared": "every replica's generator and stateless seed the same (replica id not folded in)",
+    "ema_momentum_inverted": "the optimizer's EMA built with momentum 1 - ema_momentum",
+    "accumulation_one_step_more": "gradient accumulation over one micro-step more than asked",
     "foreign_result": "every number of every probe result moved off its value, every caught exception renamed",
 }

@@ -101,6 +101,7 @@ class MetricReads:
 class Step:
     loss: Any  # the SUM-reduced scaled loss
     params: list  # per variable: every local replica's copy
+    averages: list | None = None  # with use_ema: per variable, every local replica's copy of its EMA
 
 
 @record

@@ -45,6 +45,13 @@ def local_values(strategy, v) -> list:
     return [tf.convert_to_tensor(c).numpy() for c in strategy.experimental_local_results(tf_variable(v))]
 
 
+def iterations(opt) -> int:
+    """``optimizer.iterations`` as a number (a variable, or with Keras 3 gradient accumulation a
+    tensor: the micro-steps // gradient_accumulation_steps)."""
+    value = opt.iterations
+    return int(tf.convert_to_tensor(value if isinstance(value, tf.Tensor) else tf_variable(value)).numpy())
+
+
 def optimizer_variables(opt) -> list:
     """All state variables of an optimizer (iterations, slots, learning rate if a variable; a
     Keras 2 LossScaleOptimizer's scale and good-step counter, which its ``variables`` omits)."""

@@ -26,14 +26,24 @@ class TrainStep:
     gives one loss per example; ``observe(per_example, x)``, if given, runs after the forward
     pass (metric updates)."""
 
-    def __init__(self, model, optimizer, per_example_loss, observe=None, clip_here=None):
+    def __init__(self, model, optimizer, per_example_loss, observe=None, clip_here=None, jit=False):
         self.model = model
         self.optimizer = optimizer
         self.per_example_loss = per_example_loss
         self.observe = observe
         self.clip_here = clip_here  # mutant clip_per_replica: {option: value} clipped in the step
+        # jit: the forward and backward pass compiled with XLA (tf.function(jit_compile=True)),
+        # apply_gradients (which sums over replicas) outside it, as Keras' own train step does
+        self.losses_and_grads = tf.function(self._losses_and_grads, jit_compile=True) if jit else self._losses_and_grads
 
     def __call__(self, x, y, global_batch_size=None):
+        per_example, loss, grads = self.losses_and_grads(x, y, global_batch_size)
+        if self.observe is not None:
+            self.observe(per_example, x)
+        return self._apply(loss, grads)
+
+    def _losses_and_grads(self, x, y, global_batch_size):
+        """Per-example losses, the replica's scaled loss and its gradients."""
         model = self.model
         with tf.GradientTape() as tape:
             per_example = self.per_example_loss(y, model(x, training=True))
@@ -49,9 +59,10 @@ class TrainStep:
                 loss += tf.add_n(model.losses)  # counted once per replica
             elif model.losses and not mutants.on("step_regularization_left_out"):
                 loss += tf.nn.scale_regularization_loss(tf.add_n(model.losses))
-        if self.observe is not None:
-            self.observe(per_example, x)
-        grads = tape.gradient(loss, model.trainable_variables)
+        return per_example, loss, tape.gradient(loss, model.trainable_variables)
+
+    def _apply(self, loss, grads):
+        model = self.model
         if mutants.on("double_gradient_aggregation"):
             grads = tf.distribute.get_replica_context().all_reduce(SUM, grads)
         if mutants.on("step_one_replica_dropped"):  # replica 1's gradients never reach the sum
@@ -91,6 +102,10 @@ def optimizer_options(strategy, options: dict | None) -> tuple[dict, dict]:
     if mutants.on("weight_decay_per_replica") and options.get("weight_decay"):
         # as if every replica applied the decay: first order in weight_decay x learning rate
         options["weight_decay"] *= strategy.num_replicas_in_sync
+    if mutants.on("ema_momentum_inverted") and "ema_momentum" in options:
+        options["ema_momentum"] = 1 - options["ema_momentum"]
+    if mutants.on("accumulation_one_step_more") and options.get("gradient_accumulation_steps"):
+        options["gradient_accumulation_steps"] += 1
     return options, moved if mutants.on("clip_per_replica") else {}
 
 

@@ -97,6 +97,16 @@ MODEL_CASES = {
         "schedule_free_adam_w/iteration", "schedule_free_adam_w/sequential_dense_bias_momentum",
         "schedule_free_adam_w/sequential_dense_kernel_momentum", "sequential/dense/bias", "sequential/dense/kernel"]},
         ["schedule_free_adam_w/sequential_dense_kernel_momentum", "sequential/dense/kernel"]),
+    # repros/keras3_clipping_per_replica.py: one device -1.0, Keras 3's per-replica clipping 0.0
+    "alternative_rule": ("mirrored:2", -1.0, {"alternative": 0.0}, 0.0),
+    # repros/keras3_loss_scale_finiteness_replica_0.py: the scale 16384 after a skipped step, Keras 3 keeps 32768
+    "alternative_outcome": ("mirrored:2", 16384.0, {"alternative": 32768.0}, 32768.0),
+    # one replica per worker: every replica draws replica 0's mask
+    "same_on_every_worker": ("multi_worker:2x1", [False], {"per_worker": [True]}, [True]),
+    # the one-pass variance's bounds around the exact value (repros/synchronized_bn_one_pass_variance.py)
+    "one_pass_variance_bounds": ("mirrored:2", 0.0125489, {"one_pass": (0.0, 0.02)}, (0.0, 0.02)),
+    # repros/batch_norm_empty_replica.py: the empty replica's copy stays 0 where one device gives 2.25
+    "empty_replica_skipped_bounds": ("mirrored:2", 2.25, {"skipped": (-1e-12, 1e-12)}, (-1e-12, 1e-12)),
 }
 
 
@@ -229,6 +239,8 @@ COVERED = {
     "keras2-dropout-mask-shared-across-workers":
         "tests/properties/test_blocks.py::test_seeded_random_draws_repeat_and_replicas_draw_their_own"
         "[multi_worker:2x1-dropout]",
+    "keras3-gradient-accumulation-fails-in-a-distributed-step":
+        "tests/properties/test_blocks.py::test_gradient_accumulation_applies_the_mean_every_n_steps[mirrored:2]",
     "keras3-clipping-per-replica-before-the-sum":
         "tests/properties/test_blocks.py::test_clipping_acts_on_the_summed_gradient[mirrored:2-global_clipnorm]",
 }

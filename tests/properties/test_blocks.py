@@ -5,6 +5,8 @@ device's step on the global batch."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import assume, given
@@ -18,6 +20,7 @@ from reference import mixed_precision as ref_mp
 from reference import model as ref_model
 from reference import random_draws as ref_random
 from suite.common.catalog import ADAPTIVE, OPTIMIZERS
+from suite.common.results import Raised
 from suite.harness import cases, repro, tolerances
 from suite.harness.cases import ARCHS, BLOCK_ARCHS, arch_dict, training_cases
 from suite.harness.check import Check
@@ -353,8 +356,6 @@ def _check_scaled_training(check, engines, spec, policy, scale, params, steps, p
         who = f" (worker {w})" if len(results) > 1 else ""
         if not check.returned(r, f"{loop}{who}"):
             continue  # a known deviation raised, as its signature predicts
-        check.equal(r.variable_dtypes, ["float32", "float32"], f"the variables' dtypes{who}")
-        check.equal(r.output_dtype, policy.split("_")[1], f"the layer's compute dtype{who}")
         for s, (got, exp, alt) in enumerate(zip(r.steps, want, replica0)):
             check.equal(got.scale, exp["scale"], f"loss scale after step {s + 1}{who}",
                         given={"alternative": alt["scale"]})
@@ -367,6 +368,8 @@ def _check_scaled_training(check, engines, spec, policy, scale, params, steps, p
                 for c, copy in enumerate(copies):
                     check.close(copy, expected, f"variable {v} on local replica {c} after step {s + 1}{who}",
                                 override={"float32": (bounds[s], 2.0 ** -22)})
+        check.equal(r.variable_dtypes, ["float32", "float32"], f"the variables' dtypes{who}")
+        check.equal(r.output_dtype, policy.split("_")[1], f"the layer's compute dtype{who}")
 
 
 @pytest.mark.specs(lambda spec: spec.workers > 1)
@@ -462,3 +465,93 @@ def test_seeded_random_draws_repeat_and_replicas_draw_their_own(engines, spec, k
                     given={"alternative": [True] * (spec.replicas - 1),  # every replica the same
                            # each worker's replicas as the first worker's: replica r as replica r % per_worker
                            "per_worker": [r % per_worker == 0 for r in range(1, spec.replicas)]})
+
+
+EMA_MOMENTUM = 0.75  # a binary fraction (the mutant ema_momentum_inverted uses 1 - momentum)
+
+# TensorFlow's errors for a step XLA cannot compile under a strategy: collectives on CPU devices
+# (the whole step of several workers), and a variable on another device than the compiled
+# computation (https://www.tensorflow.org/xla/known_issues#tfvariable_on_a_different_device: the
+# whole step of several devices; CentralStorage's variables, on one device for every replica),
+# and (Keras 2.15's whole step) shapes XLA cannot prove equal at compile time: the replicas' slices
+# of the global batch have sizes that are data, as a short last batch's are
+XLA_UNSUPPORTED = (r"Collectives are not yet implemented for CPU devices when compiling with XLA"
+                   r"|xla/known_issues#tfvariable_on_a_different_device"
+                   r"|Fail to proof the equality of two dimensions at compile time")
+
+
+@CHEAP
+@pytest.mark.parametrize("jit", ["replica", "step"])
+@given(data=st.data())
+def test_training_compiled_with_xla_matches_the_reference(engines, spec, jit, data):
+    """The guide's training step compiled with XLA as users write it: ``tf.function(jit_compile=
+    True)`` around the replica's forward and backward pass (``replica``; apply_gradients outside,
+    as Keras' own train step does), or around the whole step with strategy.run (``step``). Every
+    step equals the reference on the global batch, as without XLA. Where TensorFlow cannot
+    compile the step for a strategy the test is skipped with TensorFlow's error."""
+    optimizer = data.draw(st.sampled_from(["sgd_momentum", "adam"]), label="optimizer")
+    arch_name, params, steps = data.draw(training_cases(spec.replicas, DTYPE, max_steps=3, arch="mlp_linear_l2"),
+                                         label="case")
+    arch = ARCHS[arch_name]
+    history = ref_model.train(arch, params, optimizer, steps, "global")
+    assume(cases.well_conditioned(history, DTYPE, optimizer in ADAPTIVE))
+    results = engines.call(spec, "training.train", arch=arch_dict(arch), optimizer=optimizer, dtype=DTYPE,
+                           params=params, steps=steps, jit=jit)
+    unsupported = [r for r in results if isinstance(r, Raised) and re.search(XLA_UNSUPPORTED, r.message)]
+    if unsupported:
+        pytest.skip(f"XLA ({jit}) unsupported under {spec.text}: {unsupported[0].type}: {unsupported[0].message[:400]}")
+    snippet = repro.training(spec, arch_dict(arch), OPTIMIZERS[optimizer], DTYPE, params, steps)
+    case = {"arch": arch_name, "optimizer": optimizer, "jit": jit, "sizes": [s[2] for s in steps]}
+    check = Check(spec, DTYPE, case, snippet)
+    if all(check.returned(r, f"the step compiled with XLA ({jit}, worker {w})") for w, r in enumerate(results)):
+        check_history(results, history, check, initial=params)
+
+
+@CHEAP
+@given(data=st.data())
+def test_ema_of_the_weights_is_the_reference_average_on_every_replica(engines, spec, engine_versions, data):
+    """``use_ema=True``: after every step each replica's copy of every variable's moving average
+    is ``momentum * average + (1 - momentum) * variable`` of the reference's trained variables
+    (reference/model.py ema; where the average starts is each generation's)."""
+    optimizer = data.draw(st.sampled_from(["sgd", "sgd_momentum"]), label="optimizer")
+    arch_name, params, steps = data.draw(training_cases(spec.replicas, DTYPE, max_steps=3), label="case")
+    arch = ARCHS[arch_name]
+    history = ref_model.train(arch, params, optimizer, steps, "global")
+    assume(cases.well_conditioned(history, DTYPE, False))
+    start = "copy" if engine_versions["keras"][0] >= 3 else "built"
+    averages = ref_model.ema(params, history, EMA_MOMENTUM, start)
+    options = {"use_ema": True, "ema_momentum": EMA_MOMENTUM}
+    results = engines.call(spec, "training.train", arch=arch_dict(arch), optimizer=optimizer, dtype=DTYPE,
+                           params=params, steps=steps, options=options)
+    check = Check(spec, DTYPE, {"arch": arch_name, "optimizer": optimizer, "start": start,
+                                "sizes": [s[2] for s in steps]})
+    for w, r in enumerate(results):
+        who = f" (worker {w})" if len(results) > 1 else ""
+        if not check.returned(r, f"training with use_ema{who}"):
+            continue
+        check_history([r], history, check)
+        for s, (got, want) in enumerate(zip(r.history, averages)):
+            for v, (copies, expected) in enumerate(zip(got.averages, want)):
+                for c, copy in enumerate(copies):
+                    check.close(copy, expected, f"the average of variable {v} on local replica {c} after step {s + 1}{who}",
+                                kind="trained", n_terms=4)
+
+
+@CHEAP
+@given(data=st.data())
+def test_gradient_accumulation_applies_the_mean_every_n_steps(engines, spec, engine_versions, data):
+    """Keras 3 ``gradient_accumulation_steps=2`` in the guide's step: the optimizer applies, every
+    second step, the mean of the two steps' summed gradients, and nothing in between
+    (reference/model.py train accumulation_steps), on every replica."""
+    if engine_versions["keras"][0] < 3:
+        pytest.skip("Keras 2 optimizers have no gradient_accumulation_steps")
+    arch_name, params, steps = data.draw(training_cases(spec.replicas, DTYPE, max_steps=4), label="case")
+    arch = ARCHS[arch_name]
+    history = ref_model.train(arch, params, "sgd", steps, "global", accumulation_steps=2)
+    assume(cases.well_conditioned(history, DTYPE, False))
+    results = engines.call(spec, "training.train", arch=arch_dict(arch), optimizer="sgd", dtype=DTYPE,
+                           params=params, steps=steps, options={"gradient_accumulation_steps": 2})
+    check = Check(spec, DTYPE, {"arch": arch_name, "sizes": [s[2] for s in steps]})
+    if all(check.returned(r, f"training with gradient_accumulation_steps (worker {w})") for w, r in enumerate(results)):
+        # Keras 3's iterations counts applied steps (its micro-steps // gradient_accumulation_steps)
+        check_history(results, history, check, iterations=len(steps) // 2)

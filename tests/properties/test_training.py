@@ -18,13 +18,14 @@ from suite.harness.check import Check
 from suite.harness.tolerances import tolerance
 
 
-def check_history(results, history, check, initial=None, alternative=None):
+def check_history(results, history, check, initial=None, alternative=None, iterations=None):
     """Every step's loss and every replica's copy of every variable against the reference; with
     ``initial`` (the parameters before the steps), first that trained variables changed: every
     element the reference's steps move by more than the tolerance differs from its initial value
     (a step that updates nothing fails by name, before the value comparisons). ``alternative``:
     the history under another rule, handed to each comparison as ``given={"alternative": ...}``
-    for a known deviation's model (suite/harness/signatures.py: alternative_rule)."""
+    for a known deviation's model (suite/harness/signatures.py: alternative_rule). ``iterations``:
+    the optimizer's expected count (default: one per step)."""
     __tracebackhide__ = True
     for w, result in enumerate(results):
         who = f" (worker {w})" if len(results) > 1 else ""
@@ -48,7 +49,8 @@ def check_history(results, history, check, initial=None, alternative=None):
                 for r, copy in enumerate(copies):
                     check.close(copy, expected, f"variable {v} on local replica {r} after step {s + 1}{who}",
                                 kind="trained", n_terms=4, given=other and {"alternative": other["params"][v]})
-        check.equal(result.iterations, len(history), f"optimizer.iterations{who} (one increment per step)")
+        check.equal(result.iterations, len(history) if iterations is None else iterations,
+                    f"optimizer.iterations{who} (one increment per applied step)")
 
 
 @pytest.mark.parametrize("dtype", cases.DTYPES)

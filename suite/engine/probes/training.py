@@ -14,9 +14,10 @@ from suite.engine.probes.registry import probe
 from suite.engine.steps import TrainStep, arch_key, family_loss, family_model_and_optimizer, load, optimizer_state, reported
 
 
-def _trainer(ctx, arch, optimizer, dtype, default_denominator, metrics=None, options=None):
+def _trainer(ctx, arch, optimizer, dtype, default_denominator, metrics=None, options=None, jit="none"):
     """Model, optimizer (built eagerly, its initial state snapshotted; ``options`` added to its
-    arguments) and traced step.
+    arguments) and traced step; ``jit``: XLA on the replica's forward and backward pass
+    (``"replica"``) or on the whole step around strategy.run (``"step"``).
 
     With ``metrics`` (a dict to fill), the step also updates, on each replica, a Mean of the
     per-example losses and an int64 Sum counting examples (sync-on-read state)."""
@@ -33,13 +34,13 @@ def _trainer(ctx, arch, optimizer, dtype, default_denominator, metrics=None, opt
             metrics["loss"].update_state(per_example)
             metrics["examples"].update_state(tf.shape(x, out_type=tf.int64)[:1])
 
-    train_step = TrainStep(model, opt, family_loss(arch), observe, clip_here)
+    train_step = TrainStep(model, opt, family_loss(arch), observe, clip_here, jit=jit == "replica")
     y_dtype = tf.int32 if arch["head"] == "softmax" else tf.as_dtype(dtype)
     y_shape = [None] if arch["head"] == "softmax" else [None, arch["outputs"]]
 
     @tf.function(input_signature=[tf.TensorSpec([None, arch["input_dim"]], dtype),
                                   tf.TensorSpec(y_shape, y_dtype), tf.TensorSpec([None], tf.int32),
-                                  tf.TensorSpec([], tf.int64)])
+                                  tf.TensorSpec([], tf.int64)], jit_compile=True if jit == "step" else None)
     def step(x, y, sizes, gbs):
         counted(ctx, "training.train")
         per_replica = strategy.run(lambda: train_step(*replica_slice(sizes, x, y),
@@ -50,21 +51,34 @@ def _trainer(ctx, arch, optimizer, dtype, default_denominator, metrics=None, opt
 
 
 @probe
-def train(ctx, arch, optimizer, dtype, params, steps, denominator="global", options=None):
+def train(ctx, arch, optimizer, dtype, params, steps, denominator="global", options=None, jit="none"):
     """Set the model's parameters, reset the optimizer, run the steps ``(x, y, sizes)``;
     return per step the SUM-reduced loss and every local replica's copy of every variable,
     and at the end the optimizer's iteration count. ``options``: keyword arguments added to
     the optimizer's (the blocks: ``clipnorm``, ``clipvalue``, ``global_clipnorm``,
-    ``weight_decay``)."""
-    key = ("train", arch_key(arch), optimizer, dtype, denominator, tuple(sorted((options or {}).items())))
+    ``weight_decay``); ``jit``: the step compiled with XLA (see ``_trainer``), a failure to
+    compile or run it returned as the exception."""
+    key = ("train", arch_key(arch), optimizer, dtype, denominator, tuple(sorted((options or {}).items())), jit)
     model, opt, initial, step = ctx.cached(
-        key, lambda: _trainer(ctx, arch, optimizer, dtype, denominator == "default", options=options))
+        key, lambda: _trainer(ctx, arch, optimizer, dtype, denominator == "default", options=options, jit=jit))
     load(model, params, dtype, opt, initial)
+    averages = getattr(opt, "_model_variables_moving_average", None) if (options or {}).get("use_ema") else None
+    for average, value in zip(averages or [], params):  # as if the optimizer were built on these parameters
+        average.assign(np.asarray(value, dtype))
+    blocks = bool(options) or jit != "none"  # a block's failure comes back as the exception
     history = []
     for x, y, sizes in steps:
-        loss = step(x, y, np.asarray(sizes, np.int32), np.int64(len(x)))
-        history.append(Step(loss, [compat.local_values(ctx.strategy, v) for v in model.trainable_variables]))
-    return Training(history, int(compat.tf_variable(opt.iterations).numpy()))
+        try:
+            loss = step(x, y, np.asarray(sizes, np.int32), np.int64(len(x)))
+        except Exception as exc:
+            if not blocks:
+                raise
+            if isinstance(exc, tf.errors.OpError):
+                ctx.request_restart()  # a failed collective poisons a multi-worker cluster
+            return Raised.of(exc, f"training.train(jit={jit}, {sorted(options or {})}): step {len(history) + 1}")
+        history.append(Step(loss, [compat.local_values(ctx.strategy, v) for v in model.trainable_variables],
+                            [compat.local_values(ctx.strategy, a) for a in averages] if averages else None))
+    return Training(history, compat.iterations(opt))
 
 
 @probe
