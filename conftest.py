@@ -35,9 +35,10 @@ def pytest_addoption(parser):
     group.addoption("--engine-start-timeout", type=float, default=180.0,
                     help="seconds an engine may take to start (default 180)")
     group.addoption("--deep", action="store_true", default=False,
-                    help="the building-block properties (tests/properties/test_blocks.py, marked budget) draw "
-                         "the hypothesis profile's examples per spec, like every other property "
-                         "(default: the few their budget marker gives)")
+                    help="run what the default selection leaves out: the building-block properties "
+                         "(tests/properties/test_blocks.py, marked budget) draw the hypothesis profile's "
+                         "examples per spec, like every other property (default: the few their budget "
+                         "marker gives), and tests marked deep run (the mutation matrix; .ci/run runs it)")
     group.addoption("--cluster-agents", default=os.environ.get("TFDS_CLUSTER_AGENTS"),
                     help="HOST:PORT,... of the engine agents of a real cluster, for the 'cluster' spec "
                          "(python -m suite.harness.agent on each host; see README)")
@@ -123,7 +124,10 @@ def pytest_collection_modifyitems(config, items):
     active = [d for d in config._tfds_deviations if d.applies_to(v["tensorflow"], v["keras"])]
     per_spec = collections.Counter()  # (test function, spec) -> items
     budgets = {}  # test function -> examples per spec, without --deep (profiles.py)
+    deep_only = pytest.mark.skip(reason="runs with --deep (.ci/run runs it as a step of its own)")
     for item in items:
+        if item.get_closest_marker("deep") and not config.getoption("--deep"):
+            item.add_marker(deep_only)
         budget = item.get_closest_marker("budget")
         if budget and not config.getoption("--deep"):
             budgets[item.obj] = budget.args[0]
