@@ -101,8 +101,9 @@ MODEL_CASES = {
     "alternative_rule": ("mirrored:2", -1.0, {"alternative": 0.0}, 0.0),
     # repros/keras3_loss_scale_finiteness_replica_0.py: the scale 16384 after a skipped step, Keras 3 keeps 32768
     "alternative_outcome": ("mirrored:2", 16384.0, {"alternative": 32768.0}, 32768.0),
-    # one replica per worker: every replica draws replica 0's mask
-    "same_on_every_worker": ("multi_worker:2x1", [False], {"per_worker": [True]}, [True]),
+    # two replicas per worker: replica 2 draws replica 0's mask, replicas 1 and 3 their own
+    "same_on_every_worker": ("multi_worker:2x2", [False, False, False], {"per_worker": [False, True, False]},
+                             [False, True, False]),
     # the one-pass variance's bounds around the exact value (repros/synchronized_bn_one_pass_variance.py)
     "one_pass_variance_bounds": ("mirrored:2", 0.0125489, {"one_pass": (0.0, 0.02)}, (0.0, 0.02)),
     # repros/batch_norm_empty_replica.py: the empty replica's copy stays 0 where one device gives 2.25
@@ -252,6 +253,13 @@ def test_every_entry_has_a_covered_test():
         Check(d.id).that(d.matches(COVERED[d.id]), "its covered test", COVERED[d.id], "in the entry's scope")
 
 
+# Entries whose signature states which replicas agree, not a value: a foreign number moves every
+# replica's draw alike, so the relation (and the signature's verdict) stays; the covered test
+# fails by its other checks (a dropout mask holds 0s and 1s)
+RELATIONAL = {"keras3-dropout-mask-shared-by-replicas", "keras2-dropout-mask-shared-across-workers"}
+
+
+@pytest.mark.deep  # about a minute and a half of CPU: the deep step of .ci/run
 def test_a_foreign_wrong_value_in_each_covered_test_fails():
     """Every covered test of the entries that apply to the installed versions, run against the
     foreign_result mutant (each number moved, each exception renamed): each is a FAIL whose
@@ -271,7 +279,7 @@ def test_a_foreign_wrong_value_in_each_covered_test_fails():
         check = Check(entry, case={"test": test_id})
         check.contains(out, [f"FAILED {test_id}"], "the covered test against a foreign wrong value")
         check.that(f"XFAIL {test_id}" not in out, "the covered test's outcome", "XFAIL", "FAILED")
-        if all(s.kind == "bounds" for s in by_id[entry].signatures):
+        if all(s.kind == "bounds" for s in by_id[entry].signatures) or entry in RELATIONAL:
             continue  # a race's bounds may contain the moved value: the exact checks beside it fail
         section = sections.get(test_id.rsplit("::", 1)[-1], "")
         check.contains(section, [f"known deviation {entry} in scope does not explain it"],

@@ -202,7 +202,7 @@ def _first_error(text: str) -> str:
     return lines[0] if lines else text[-300:]
 
 
-@pytest.mark.deep  # about 5 minutes of CPU on 2 cores: a step of .ci/run of its own (README, "Run")
+@pytest.mark.deep  # about 5 minutes of CPU on 2 cores: the deep step of .ci/run (README, "Run")
 @pytest.mark.parametrize("kind_spec", KINDS)
 def test_every_mutant_is_caught_under(kind_spec, engine_versions, tmp_path):
     """One pytest session per spec runs every case of that spec (suite/harness/mutation.py: the

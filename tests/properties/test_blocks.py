@@ -451,6 +451,9 @@ def test_seeded_random_draws_repeat_and_replicas_draw_their_own(engines, spec, k
     if not all(check.returned(r, f"the random draws of {kind} (worker {w})") for w, r in enumerate(results)):
         return  # a known deviation raised, as its signature predicts
     runs = [[[d for r in results for d in r.runs[run][s]] for s in range(steps)] for run in range(2)]  # global replica order
+    if kind == "dropout":  # the probe reports Dropout's output != 0 of a tensor of ones: its keep mask
+        values = sorted({int(v) for step in runs[0] for d in step for v in np.unique(d)})
+        check.that(set(values) <= {0, 1} and bool(values), "the values of the dropout masks", values, "0s and 1s")
     for s in range(steps):
         for rid, (a, b) in enumerate(zip(runs[0][s], runs[1][s])):
             check.exact(b, a, f"replica {rid}'s draw at step {s + 1} of a second run built afresh (it repeats)")
