@@ -167,8 +167,11 @@ CASES = [
          ("multi_worker:2x1",)),
     Case("sparse_duplicates_dropped",
          BLOCKS + "test_embedding_sparse_updates_equal_the_dense_reference[{spec}-sgd]", "after step"),
+    # (Keras 3 cannot run Dropout in training mode under CentralStorage: a known deviation)
+    Case("random_unseeded", BLOCKS + "test_seeded_random_draws_repeat_and_replicas_draw_their_own[{spec}-dropout]",
+         "of a second run built afresh", ONE + ("mirrored:2", "multi_worker:2x1")),
     *[Case("random_unseeded", BLOCKS + f"test_seeded_random_draws_repeat_and_replicas_draw_their_own[{{spec}}-{kind}]",
-           "of a second run built afresh") for kind in ("dropout", "generator", "stateless_fold_in")],
+           "of a second run built afresh") for kind in ("generator", "stateless_fold_in")],
     *[Case("random_replica_streams_shared",
            BLOCKS + f"test_seeded_random_draws_repeat_and_replicas_draw_their_own[{{spec}}-{kind}]",
            "equals replica 0's", ("mirrored:2",)) for kind in ("values_from_function", "stateless_fold_in")],
