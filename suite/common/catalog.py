@@ -80,7 +80,7 @@ MUTANTS = {
     "bn_momentum_inverted": "BatchNormalization's moving statistics updated with momentum 1 - momentum",
     "loss_scale_replica_zero_decides": "non-finite gradients of replicas other than 0 zeroed (unseen by the check)",
     "sparse_duplicates_dropped": "an embedding's sparse gradient keeps only the first occurrence of a repeated index",
-    "random_unseeded": "the random layers and generators built without their seed",
+    "random_unseeded": "the random layers and generators built without their seed (a new one each build)",
     "random_replica_streams_shared": "every replica's generator and stateless seed the same (replica id not folded in)",
     "ema_momentum_inverted": "the optimizer's EMA built with momentum 1 - ema_momentum",
     "accumulation_one_step_more": "gradient accumulation over one micro-step more than asked",

@@ -203,26 +203,24 @@ def _random_step(ctx, kind, seed, shape):
     uniforms with the step number and the replica id folded into the seed, or the step number
     only (the same seed on every replica)."""
     strategy = ctx.strategy
-    unseeded = mutants.on("random_unseeded")
+    if mutants.on("random_unseeded"):  # as if built without a seed: a new one for every build
+        seed = int(np.random.SeedSequence().entropy % 2 ** 30)
     shared = mutants.on("random_replica_streams_shared")
     rid = lambda: tf.distribute.get_replica_context().replica_id_in_sync_group  # noqa: E731
     if kind == "dropout":
         with strategy.scope():
-            layer = compat.keras.layers.Dropout(0.5, seed=None if unseeded else seed)
+            layer = compat.keras.layers.Dropout(0.5, seed=seed)
         fn = lambda: tf.cast(layer(tf.ones(shape), training=True) != 0, tf.int32)  # noqa: E731
     elif kind == "generator":
         with strategy.scope():
-            gen = tf.random.Generator.from_non_deterministic_state() if unseeded else tf.random.Generator.from_seed(seed)
+            gen = tf.random.Generator.from_seed(seed)
         fn = lambda: gen.normal(shape)  # noqa: E731
     elif kind == "values_from_function":
         gens = strategy.experimental_distribute_values_from_function(
-            lambda c: tf.random.Generator.from_non_deterministic_state() if unseeded else
-            tf.random.Generator.from_seed(seed + (0 if shared else c.replica_id_in_sync_group)))
+            lambda c: tf.random.Generator.from_seed(seed + (0 if shared else c.replica_id_in_sync_group)))
         return tf.function(lambda step: strategy.run(lambda g: g.normal(shape), args=(gens,)))
     else:
         base = tf.constant([seed, 0], tf.int64)
-        if unseeded:
-            base = tf.random.uniform([2], 0, 2 ** 31 - 1, dtype=tf.int64)
         fold = kind == "stateless_fold_in" and not shared
 
         def fn(step):  # the step number folded in, as a loop that wants new numbers each step does
