@@ -22,7 +22,7 @@ from reference import random_draws as ref_random
 from suite.common.catalog import ADAPTIVE, OPTIMIZERS
 from suite.common.results import Raised
 from suite.harness import cases, repro, tolerances
-from suite.harness.cases import ARCHS, BLOCK_ARCHS, arch_dict, training_cases
+from suite.harness.cases import ARCHS, arch_dict, training_cases
 from suite.harness.check import Check
 from tests.properties.test_training import check_history
 
@@ -33,6 +33,15 @@ RETRACES = pytest.mark.budget(4)
 CHEAP = pytest.mark.budget(8)
 
 DTYPE = "float32"  # what users train in; the blocks' mistakes are far outside its tolerance
+
+
+def _draw_training(data, spec, optimizers, arch=None, max_steps=3):
+    """One of ``optimizers`` and a training case of the model family (cases.training_cases) for
+    ``spec``: (optimizer, arch name, Arch, initial parameters, steps)."""
+    optimizer = data.draw(st.sampled_from(optimizers), label="optimizer")
+    arch_name, params, steps = data.draw(training_cases(spec.replicas, DTYPE, max_steps=max_steps, arch=arch),
+                                         label="case")
+    return optimizer, arch_name, cases.arch_named(arch_name), params, steps
 
 
 def _size(grads, option: str) -> float:
@@ -73,9 +82,7 @@ def test_clipping_acts_on_the_summed_gradient(engines, spec, option, data):
     device's step on the global batch, whose gradient, the replicas' sum, is clipped (Keras
     optimizer docstrings; the guide's contract that apply_gradients sums the replicas). The
     threshold is drawn between the summed and the per-replica gradients' sizes."""
-    optimizer = data.draw(st.sampled_from(["sgd", "sgd_momentum"]), label="optimizer")
-    arch_name, params, steps = data.draw(training_cases(spec.replicas, DTYPE, max_steps=3), label="case")
-    arch = ARCHS[arch_name]
+    optimizer, arch_name, arch, params, steps = _draw_training(data, spec, ["sgd", "sgd_momentum"])
     c = data.draw(thresholds(option, arch, params, steps[0]), label="threshold")
     history = ref_model.train(arch, params, optimizer, steps, "global", clip=(option, c))
     assume(cases.well_conditioned(history, DTYPE, False))
@@ -95,9 +102,7 @@ def test_weight_decay_is_applied_once_per_step(engines, spec, data):
     """``weight_decay=`` (decoupled; AdamW is Adam with it): every variable decays by
     ``weight_decay x learning_rate`` once per step, before the update, as on one device, for
     every replica count (reference/optimizers.py)."""
-    optimizer = data.draw(st.sampled_from(["sgd", "adam"]), label="optimizer")
-    arch_name, params, steps = data.draw(training_cases(spec.replicas, DTYPE, max_steps=3), label="case")
-    arch = ARCHS[arch_name]
+    optimizer, arch_name, arch, params, steps = _draw_training(data, spec, ["sgd", "adam"])
     wd = data.draw(st.sampled_from([0.125, 0.25, 0.5]), label="weight decay")
     history = ref_model.train(arch, params, optimizer, steps, "global", weight_decay=wd)
     assume(cases.well_conditioned(history, DTYPE, optimizer in ADAPTIVE))
@@ -118,10 +123,7 @@ def test_activity_regularizer_losses_are_scaled_as_the_guide_prescribes(engines,
     ``scale_regularization_loss(add_n(model.losses))``: each replica's examples weigh
     ``1 / (replicas x its batch)`` (reference/model.py activity_weights; one device's
     ``1 / global batch`` on an even split), the kernel terms count once over the replicas."""
-    optimizer = data.draw(st.sampled_from(["sgd", "sgd_momentum"]), label="optimizer")
-    arch_name, params, steps = data.draw(training_cases(spec.replicas, DTYPE, max_steps=3, arch="mlp_activity"),
-                                         label="case")
-    arch = BLOCK_ARCHS[arch_name]
+    optimizer, arch_name, arch, params, steps = _draw_training(data, spec, ["sgd", "sgd_momentum"], "mlp_activity")
     history = ref_model.train(arch, params, optimizer, steps, "global")
     assume(cases.well_conditioned(history, DTYPE, False))
     unnormalised = ref_model.train(arch, params, optimizer, steps, "global", activity_normalised=False)
@@ -492,10 +494,7 @@ def test_training_compiled_with_xla_matches_the_reference(engines, spec, jit, da
     as Keras' own train step does), or around the whole step with strategy.run (``step``). Every
     step equals the reference on the global batch, as without XLA. Where TensorFlow cannot
     compile the step for a strategy the test is skipped with TensorFlow's error."""
-    optimizer = data.draw(st.sampled_from(["sgd_momentum", "adam"]), label="optimizer")
-    arch_name, params, steps = data.draw(training_cases(spec.replicas, DTYPE, max_steps=3, arch="mlp_linear_l2"),
-                                         label="case")
-    arch = ARCHS[arch_name]
+    optimizer, arch_name, arch, params, steps = _draw_training(data, spec, ["sgd_momentum", "adam"], "mlp_linear_l2")
     history = ref_model.train(arch, params, optimizer, steps, "global")
     assume(cases.well_conditioned(history, DTYPE, optimizer in ADAPTIVE))
     results = engines.call(spec, "training.train", arch=arch_dict(arch), optimizer=optimizer, dtype=DTYPE,
@@ -516,10 +515,7 @@ def test_ema_of_the_weights_is_the_reference_average_on_every_replica(engines, s
     """``use_ema=True``: after every step each replica's copy of every variable's moving average
     is ``momentum * average + (1 - momentum) * variable`` of the reference's trained variables
     (reference/model.py ema; where the average starts is each generation's)."""
-    optimizer = data.draw(st.sampled_from(["sgd", "sgd_momentum"]), label="optimizer")
-    arch_name, params, steps = data.draw(training_cases(spec.replicas, DTYPE, max_steps=3, arch="mlp_linear_l2"),
-                                         label="case")
-    arch = ARCHS[arch_name]
+    optimizer, arch_name, arch, params, steps = _draw_training(data, spec, ["sgd", "sgd_momentum"], "mlp_linear_l2")
     history = ref_model.train(arch, params, optimizer, steps, "global")
     assume(cases.well_conditioned(history, DTYPE, False))
     start = "copy" if engine_versions["keras"][0] >= 3 else "built"
