@@ -164,6 +164,7 @@ def _moving_bounds(batches, sizes, synchronized: bool, one_pass: bool) -> list[d
     u = tolerances.UNIT["float64"]
     replicas = len(sizes[0])
     e_mm, e_mv = [np.zeros(2)] * replicas, [np.zeros(2)] * replicas
+    mm, mv = [np.zeros(2)] * replicas, [np.ones(2)] * replicas  # the reference's copies (their magnitudes)
     out = []
     for x, split in zip(batches, sizes):
         parts = np.split(np.asarray(x), np.cumsum(split)[:-1])
@@ -174,8 +175,11 @@ def _moving_bounds(batches, sizes, synchronized: bool, one_pass: bool) -> list[d
             rows = np.split(whole["output"], np.cumsum(split)[:-1])[r] if synchronized else b["output"]
             step["output"].append(float(rows.max(initial=0.0)))
             if len(part) or synchronized:  # an empty unsynchronized replica computes nothing to round
-                e_mm[r] = MOMENTUM * e_mm[r] + (1 - MOMENTUM) * b["mean"] + 2 * u * 1e4
-                e_mv[r] = MOMENTUM * e_mv[r] + (1 - MOMENTUM) * b["var"] + 2 * u * 1e8
+                # the update m * momentum + stat * (1 - momentum) rounds twice: 2 u of the larger term
+                mean, var = ref_bn.moments(x if synchronized else part)
+                e_mm[r] = MOMENTUM * e_mm[r] + (1 - MOMENTUM) * b["mean"] + 2 * u * np.maximum(abs(mm[r]), abs(mean))
+                e_mv[r] = MOMENTUM * e_mv[r] + (1 - MOMENTUM) * b["var"] + 2 * u * np.maximum(abs(mv[r]), var)
+                mm[r], mv[r] = ref_bn.moving_update(mm[r], mean, MOMENTUM), ref_bn.moving_update(mv[r], var, MOMENTUM)
             step["moving_mean"].append(float(np.max(e_mm[r])))
             step["moving_variance"].append(float(np.max(e_mv[r])))
         out.append(step)

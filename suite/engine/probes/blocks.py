@@ -10,9 +10,9 @@ import tensorflow as tf
 from suite.common import results
 from suite.common.catalog import OPTIMIZERS
 from suite.engine import compat, mutants
-from suite.engine.probes.common import counted, replica_slice
+from suite.engine.probes.common import counted, failed, replica_slice
 from suite.engine.probes.registry import probe
-from suite.engine.steps import arch_key, load
+from suite.engine.steps import arch_key, load, optimizer_state
 
 
 def _batch_norm_layer(ctx, synchronized, dtype, features, momentum, epsilon):
@@ -49,9 +49,7 @@ def batch_norm(ctx, synchronized, dtype, batches, sizes, momentum, epsilon):
         try:
             y = step(np.asarray(x, dtype), np.asarray(split, np.int32))
         except Exception as exc:
-            if isinstance(exc, tf.errors.OpError):
-                ctx.request_restart()  # a failed collective poisons a multi-worker cluster
-            return results.Raised.of(exc, f"blocks.batch_norm(synchronized={synchronized}): step {len(out) + 1}")
+            return failed(ctx, exc, f"blocks.batch_norm(synchronized={synchronized}): step {len(out) + 1}")
         out.append(results.BatchNormStep([t.numpy() for t in strategy.experimental_local_results(y)],
                                  compat.local_values(strategy, layer.moving_mean),
                                  compat.local_values(strategy, layer.moving_variance)))
@@ -66,7 +64,7 @@ def _mixed_precision_trainer(ctx, policy, scale, arch, initial_scale, growth_ste
                                          compat.keras.layers.Dense(arch["outputs"], dtype=policy)])
         opt = compat.loss_scale_optimizer("SGD", {"learning_rate": 0.125}, scale, initial_scale, growth_steps)
         opt.build(model.trainable_variables)  # Keras 3 fails unbuilt inside the first traced step
-    initial = [np.array(v.numpy()) for v in compat.optimizer_variables(opt)]
+    initial = optimizer_state(opt)
     seen = {}
 
     @tf.function(input_signature=[tf.TensorSpec([None, arch["input_dim"]], tf.float32),
@@ -131,9 +129,7 @@ def mixed_precision(ctx, policy, scale, arch, params, steps, poison, initial_sca
             step(np.asarray(x, np.float32), np.asarray(y, np.float32), np.asarray(sizes, np.int32),
                  np.asarray(factors, np.float32), np.int64(len(x)))
         except Exception as exc:
-            if isinstance(exc, tf.errors.OpError):
-                ctx.request_restart()  # a failed collective poisons a multi-worker cluster
-            return results.Raised.of(exc, f"{where}: step {len(out) + 1}")
+            return failed(ctx, exc, f"{where}: step {len(out) + 1}")
         out.append(results.ScaledStep([compat.local_values(strategy, v) for v in model.trainable_variables],
                               compat.loss_scale_value(opt)))
     return results.ScaledTraining(out, [compat.tf_variable(v).dtype.name for v in model.trainable_variables],
@@ -148,7 +144,7 @@ def _embedding_trainer(ctx, optimizer, dtype, vocab, dim):
         cls, cfg = OPTIMIZERS[optimizer]
         opt = compat.make_optimizer(cls, cfg)
         opt.build(layer.trainable_variables)
-    initial = [np.array(v.numpy()) for v in compat.optimizer_variables(opt)]
+    initial = optimizer_state(opt)
     seen = {}
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.int32), tf.TensorSpec([None, dim], dtype),
@@ -191,9 +187,6 @@ def embedding(ctx, optimizer, dtype, table, steps):
              np.int64(len(indices)))
         out.append(compat.local_values(strategy, layer.trainable_variables[0]))
     return results.EmbeddingTraining(out, seen.get("gradient", ""))
-
-
-RANDOM_KINDS = ("dropout", "generator", "values_from_function", "stateless_fold_in", "stateless")
 
 
 def _random_step(ctx, kind, seed, shape):
@@ -244,7 +237,5 @@ def random_draws(ctx, kind, seed, shape, steps):
             runs.append([[t.numpy() for t in strategy.experimental_local_results(step(tf.constant(s, tf.int64)))]
                          for s in range(steps)])
         except Exception as exc:
-            if isinstance(exc, tf.errors.OpError):
-                ctx.request_restart()  # a failed collective poisons a multi-worker cluster
-            return results.Raised.of(exc, f"blocks.random_draws({kind}): run {len(runs) + 1}")
+            return failed(ctx, exc, f"blocks.random_draws({kind}): run {len(runs) + 1}")
     return results.RandomDraws(runs)

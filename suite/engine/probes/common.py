@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from suite.common.results import Raised
+
 
 def replica_slice(sizes, *tensors):
     """This replica's consecutive slice of each global tensor; ``sizes`` holds every
@@ -29,3 +31,11 @@ def spec_of(array, batch_dims: int = 1) -> tf.TensorSpec:
 def counted(ctx, name: str):
     """Count one trace of ``name`` (call inside the Python body of a tf.function)."""
     ctx.traces[name] += 1
+
+
+def failed(ctx, exc: BaseException, where: str) -> Raised:
+    """A probe's step that raised, as its outcome; a failed TensorFlow op (a collective among
+    them) poisons a multi-worker cluster, so the engine restarts before its next call."""
+    if isinstance(exc, tf.errors.OpError):
+        ctx.request_restart()
+    return Raised.of(exc, where)

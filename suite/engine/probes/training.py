@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from suite.common.results import Epoch, EpochTraining, LazyOptimizer, Raised, Step, Training
+from suite.common.results import Epoch, EpochTraining, LazyOptimizer, Step, Training
 from suite.engine import compat, mutants
 from suite.engine import steps as train_steps
-from suite.engine.probes.common import counted, local, replica_slice
+from suite.engine.probes.common import counted, failed, local, replica_slice
 from suite.engine.probes.registry import probe
 from suite.engine.steps import TrainStep, arch_key, family_loss, family_model_and_optimizer, load, optimizer_state, reported
 
@@ -73,9 +73,7 @@ def train(ctx, arch, optimizer, dtype, params, steps, denominator="global", opti
         except Exception as exc:
             if not blocks:
                 raise
-            if isinstance(exc, tf.errors.OpError):
-                ctx.request_restart()  # a failed collective poisons a multi-worker cluster
-            return Raised.of(exc, f"training.train(jit={jit}, {sorted(options or {})}): step {len(history) + 1}")
+            return failed(ctx, exc, f"training.train(jit={jit}, {sorted(options or {})}): step {len(history) + 1}")
         history.append(Step(loss, [compat.local_values(ctx.strategy, v) for v in model.trainable_variables],
                             [compat.local_values(ctx.strategy, a) for a in averages] if averages else None))
     return Training(history, compat.iterations(opt))
@@ -107,9 +105,7 @@ def lazy_optimizer(ctx, name):
         step()
         step()
     except Exception as exc:
-        if isinstance(exc, tf.errors.OpError):
-            ctx.request_restart()  # a failed collective poisons a multi-worker cluster
-        return Raised.of(exc, f"training.lazy_optimizer({name}): the first distributed step")
+        return failed(ctx, exc, f"training.lazy_optimizer({name}): the first distributed step")
     variables = compat.optimizer_variables(opt)
     everything = list(variables) + list(model.trainable_variables)
     names = [compat.tf_variable(v).name.split(":")[0] for v in everything]
