@@ -2,7 +2,8 @@
 
 In file order (pytest keeps it): the harness floor per spec (an empty engine call), the plain
 ``tf.function`` step with no strategy on each global batch the specs use, the first call of
-the step (its trace) per workload and spec, then the step itself. Step times are a round's
+the step (its trace) per workload and spec, the step itself, then the step with each Keras
+building block switched on (``bench.BLOCKS``). Step times are a round's
 time over its K steps; see ``suite/harness/bench.py`` for the method and benchmarks/README.md for the
 fields of ``extra_info``."""
 
@@ -60,7 +61,7 @@ def test_plain_step(benchmark, bencher, plain_batch, versions_info):
     key, info = bencher.traced_state(spec, name, global_batch, plain=True)
     measured = bencher.measure(benchmark, spec, key)
     figures = bench.round_summary(measured, bencher.floor(spec))
-    bencher.plain[(spec.text, name, global_batch)] = (spec, key, measured["steps"], figures["step_time_s"])
+    bencher.plain[(spec.text, name, global_batch, None)] = (spec, key, measured["steps"], figures["step_time_s"])
     benchmark.extra_info.update(_common(spec, workload, info, versions_info), kind="plain_step", spec="plain",
                                 devices=bench.devices_label(spec, os.cpu_count()))
     benchmark.extra_info.update(figures, **bench.step_figures(figures["step_time_s"], global_batch, 1))
@@ -92,6 +93,7 @@ def test_train_step(benchmark, bencher, any_spec, workload, scaling, versions_in
     measured = bencher.measure(benchmark, any_spec, key, control=control[:3])
     figures = bench.round_summary(measured, bencher.floor(any_spec))
     step = figures["step_time_s"]
+    bencher.steps[(any_spec.text, workload.name, global_batch)] = step
     rates = bench.step_figures(step, global_batch, info.replicas)
     plain_same = bench.median(measured["control"]) / control[2]  # interleaved with this benchmark's rounds
     ref_batch = per_replica if (scaling == "weak" and any_spec.synchronous) else global_batch
@@ -106,3 +108,38 @@ def test_train_step(benchmark, bencher, any_spec, workload, scaling, versions_in
         scaling_reference=f"{units} x plain step on batch {ref_batch}",
         scaling_label=bench.scaling_label(any_spec, scaling, bench.shares_cores(any_spec)))
     _check(benchmark)
+
+
+def test_block_step(benchmark, bencher, any_spec, block_workload, block, versions_info):
+    """K train steps under the spec's strategy with one building block switched on (weak
+    scaling), against the same block on the plain step (interleaved, as for ``train_step``):
+    ``overhead_ratio`` is what the strategy costs the block's step. ``block_cost_ratio`` divides
+    by this spec's step without the block (its ``train_step`` result, when it ran in this session):
+    what the block costs under the strategy. A block TensorFlow does not support under the spec
+    is skipped with TensorFlow's error (``bench.BLOCK_UNSUPPORTED``); any other error fails."""
+    workload = bench.WORKLOADS[block_workload]
+    global_batch, _ = _batches(bencher, any_spec, workload, "weak")
+    try:
+        key, info = bencher.traced_state(any_spec, workload.name, global_batch, block=block)
+    except bench.StepRaised as exc:
+        reason = bench.block_unsupported(block, exc.raised)
+        if reason:
+            pytest.skip(f"{block} unsupported under {any_spec.text}: {exc.raised.type}: ...{reason}...")
+        raise
+    assert info.block == bench.BLOCK_BUILT[block], f"the {block} step as built: {info.block}"
+    control = bencher.plain_control(workload.name, global_batch, any_spec, block=block)
+    measured = bencher.measure(benchmark, any_spec, key, control=control[:3])
+    figures = bench.round_summary(measured, bencher.floor(any_spec))
+    step = figures["step_time_s"]
+    plain_same = bench.median(measured["control"]) / control[2]
+    without = bencher.steps.get((any_spec.text, workload.name, global_batch))
+    benchmark.extra_info.update(_common(any_spec, workload, info, versions_info), kind="block_step", block=block,
+                                block_description=bench.BLOCKS[block])
+    benchmark.extra_info.update(figures, **bench.step_figures(step, global_batch, info.replicas))
+    benchmark.extra_info.update(
+        scaling="weak", asynchronous=not any_spec.synchronous, plain_step_time_s=plain_same,
+        plain_control=f"interleaved: the plain step with {block}, one round before each round",
+        overhead_ratio=step / plain_same, step_without_block_s=without,
+        block_cost_ratio=step / without if without else None)
+    missing = bench.missing_extra_info(benchmark.extra_info, bench.REQUIRED_BLOCK_INFO)
+    assert not missing, f"extra_info lacks {missing}"

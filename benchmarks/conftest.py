@@ -24,6 +24,9 @@ def pytest_addoption(parser):
     group.addoption("--bench-scaling", default="weak", choices=("weak", "strong", "both"),
                     help="weak: fixed per-replica batch, the global batch grows with the replicas (default); "
                          "strong: fixed global batch split over the replicas")
+    group.addoption("--bench-blocks", default=",".join(bench.BLOCKS),
+                    help=f"comma-separated building blocks to time on {' and '.join(bench.BLOCK_WORKLOADS)} "
+                         f"(default: all of {', '.join(bench.BLOCKS)}; 'none': no block benchmarks)")
     group.addoption("--bench-trace-rounds", type=int, default=3,
                     help="how many fresh step functions the first-call (trace) benchmark traces (default 3)")
 
@@ -36,6 +39,14 @@ def _workloads(config) -> list[bench.Workload]:
     return [bench.WORKLOADS[n] for n in names]
 
 
+def _blocks(config) -> list[str]:
+    names = [n.strip() for n in config.getoption("--bench-blocks").split(",") if n.strip() and n.strip() != "none"]
+    unknown = [n for n in names if n not in bench.BLOCKS]
+    if unknown:
+        raise pytest.UsageError(f"--bench-blocks: unknown {', '.join(unknown)}; known: {', '.join(bench.BLOCKS)}, none")
+    return names
+
+
 def _scalings(config) -> list[str]:
     chosen = config.getoption("--bench-scaling")
     return list(bench.SCALINGS) if chosen == "both" else [chosen]
@@ -46,6 +57,12 @@ def pytest_generate_tests(metafunc):
     if "workload" in metafunc.fixturenames:
         workloads = _workloads(config)
         metafunc.parametrize("workload", workloads, ids=[w.name for w in workloads])
+    if "block_workload" in metafunc.fixturenames:  # the block benchmarks' workloads: those chosen of BLOCK_WORKLOADS
+        names = [w.name for w in _workloads(config) if w.name in bench.BLOCK_WORKLOADS]
+        metafunc.parametrize("block_workload", names, ids=names)
+    if "block" in metafunc.fixturenames:
+        blocks = _blocks(config)
+        metafunc.parametrize("block", blocks, ids=blocks)
     if "scaling" in metafunc.fixturenames:
         scalings = _scalings(config)
         metafunc.parametrize("scaling", scalings, ids=scalings)

@@ -258,6 +258,7 @@ class BenchState:
     strategy: str
     tf_version: str
     keras_version: str
+    block: dict | None = None  # what the engine built for a building block (bench.BLOCK_BUILT names it)
 
 
 @record

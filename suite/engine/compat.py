@@ -98,14 +98,18 @@ def builtin_optimizer_names() -> list[str]:
 
 
 def build_model(arch: dict, dtype: str):
-    """The model family of reference/model.py as a Keras Sequential model of ``dtype`` (an
-    ``activity`` factor puts an L2 activity regularizer on every hidden layer)."""
+    """The model family of reference/model.py as a Keras Sequential model of ``dtype`` (or a
+    mixed-precision policy: ``mixed_float16``, float32 inputs). An ``activity`` factor puts an
+    L2 activity regularizer on every hidden layer; ``batch_norm`` (benchmarks only, not in the
+    reference) a synchronized BatchNormalization after each."""
     reg = keras.regularizers.L2(arch["l2"]) if arch["l2"] else None
     activity = keras.regularizers.L2(arch["activity"]) if arch.get("activity") else None
-    layers = [keras.Input(shape=(arch["input_dim"],), dtype=dtype)]
+    layers = [keras.Input(shape=(arch["input_dim"],), dtype="float32" if dtype.startswith("mixed") else dtype)]
     for width in arch["hidden"]:
         layers.append(keras.layers.Dense(width, activation="relu", kernel_regularizer=reg,
                                          activity_regularizer=activity, dtype=dtype))
+        if arch.get("batch_norm"):
+            layers.append(keras.layers.BatchNormalization(synchronized=True, dtype=dtype))
     layers.append(keras.layers.Dense(arch["outputs"], kernel_regularizer=reg, dtype=dtype,
                                      activation="softmax" if arch["head"] == "softmax" else None))
     return keras.Sequential(layers)

@@ -24,11 +24,13 @@ class TrainStep:
     """``step(x, y, global_batch_size=None)`` in replica context: one step of ``model`` with
     ``optimizer`` on this replica's batch; returns the scaled loss. ``per_example_loss(y, out)``
     gives one loss per example; ``observe(per_example, x)``, if given, runs after the forward
-    pass (metric updates)."""
+    pass (metric updates). With a LossScaleOptimizer the step scales the loss and unscales the
+    gradients as the mixed-precision guide's custom loop does."""
 
     def __init__(self, model, optimizer, per_example_loss, observe=None, clip_here=None, jit=False):
         self.model = model
         self.optimizer = optimizer
+        self.loss_scaling = isinstance(optimizer, compat.keras.mixed_precision.LossScaleOptimizer)
         self.per_example_loss = per_example_loss
         self.observe = observe
         self.clip_here = clip_here  # mutant clip_per_replica: {option: value} clipped in the step
@@ -59,7 +61,9 @@ class TrainStep:
                 loss += tf.add_n(model.losses)  # counted once per replica
             elif model.losses and not mutants.on("step_regularization_left_out"):
                 loss += tf.nn.scale_regularization_loss(tf.add_n(model.losses))
-        return per_example, loss, tape.gradient(loss, model.trainable_variables)
+            target = compat.scaled_loss(self.optimizer, loss) if self.loss_scaling else loss
+        grads = tape.gradient(target, model.trainable_variables)
+        return per_example, loss, compat.unscaled_gradients(self.optimizer, grads) if self.loss_scaling else grads
 
     def _apply(self, loss, grads):
         model = self.model

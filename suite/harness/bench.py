@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import statistics
 import time
 
-from suite.common.results import BenchRun
+from suite.common.catalog import XLA_UNSUPPORTED
+from suite.common.results import BenchRun, Raised
 from suite.harness.check import Check
 
 ROUND_SECONDS = 0.5  # a round lasts at least this long...
@@ -61,6 +63,50 @@ WORKLOADS = {w.name: w for w in (
              per_replica_batch=32, global_batch=96),
 )}
 SCALINGS = ("weak", "strong")
+
+# The Keras building blocks a step can switch on (engine side: suite/engine/probes/bench.py),
+# timed on these workloads under weak scaling, each against the same block on the plain step.
+BLOCKS = {
+    "clipping": "global_clipnorm=1.0 on the optimizer (clipping the summed gradient in apply_gradients)",
+    "mixed_precision": "the mixed_float16 policy with a dynamic LossScaleOptimizer; the loss scaled and the "
+                       "gradients unscaled in the step, as the mixed-precision guide's custom loop does",
+    "sync_batch_norm": "BatchNormalization(synchronized=True) after each hidden layer (MLP) or convolution (CNN)",
+    "xla": "the replica's forward and backward pass in tf.function(jit_compile=True); apply_gradients outside it",
+}
+BLOCK_WORKLOADS = ("mlp", "cnn")
+# What the engine must report it built for each block (BenchState.block, read back from the
+# model, optimizer and step): a block that silently fell away would be timed as if it were on.
+BLOCK_BUILT = {
+    "clipping": {"global_clipnorm": 1.0},
+    "mixed_precision": {"compute_dtype": "float16", "variable_dtype": "float32", "loss_scale_optimizer": True},
+    "sync_batch_norm": {"batch_norm_layers": 2, "synchronized": True},
+    "xla": {"jit_compile": True},
+}
+
+# TensorFlow's errors for a block it does not support under a strategy: the block's benchmark is
+# skipped with the error; any other error fails it. XLA: the XLA property's errors
+# (catalog.XLA_UNSUPPORTED: collectives on CPU, variables on another device). Under
+# CentralStorageStrategy Keras 3 cannot update a BatchNormalization layer's moving statistics
+# or a dynamic LossScaleOptimizer's scale in replica context (known deviation
+# keras3-central-storage-replica-context-updates). Keras 2 refuses mixed_float16 and loss scaling
+# under every strategy but Mirrored, MultiWorkerMirrored and OneDevice (its allowlist,
+# keras/src/mixed_precision/loss_scale_optimizer.py strategy_supports_loss_scaling: CentralStorage,
+# known deviation keras2-mixed-precision-refused-under-central-storage, and parameter servers).
+_REPLICA_CONTEXT_UPDATE = r"You must specify an aggregation method to update a AggregatingVariable in Replica Context"
+BLOCK_UNSUPPORTED = {
+    "xla": XLA_UNSUPPORTED,
+    "mixed_precision": _REPLICA_CONTEXT_UPDATE + r"|(Mixed precision|Loss scaling) is not supported with the "
+                                                 r"tf.distribute.Strategy: \w+",
+    "sync_batch_norm": _REPLICA_CONTEXT_UPDATE,
+}
+
+
+class StepRaised(RuntimeError):
+    """A benchmark's step (or its building) raised in the engine: ``raised`` is its Raised."""
+
+    def __init__(self, raised):
+        super().__init__(f"{raised.where}: {raised.type}: {raised.message}")
+        self.raised = raised
 
 
 def steps_per_round(step_seconds: float, floor_seconds: float) -> int:
@@ -165,9 +211,10 @@ class Bencher:
         self.smoke = smoke
         self.plain_spec = parse_spec(self.PLAIN_SPEC_TEXT)
         self.floors: dict[str, float] = {}  # spec text -> median empty-call seconds
-        # (engine spec text, workload, global batch) -> (state key, K, step seconds)
-        self.plain: dict[tuple[str, str, int], tuple] = {}
-        self.latest: dict[tuple, tuple[str, dict]] = {}  # (spec, workload, batch, plain) -> (key, info)
+        # (engine spec text, workload, global batch, block) -> (state key, K, step seconds)
+        self.plain: dict[tuple[str, str, int, str | None], tuple] = {}
+        self.latest: dict[tuple, tuple[str, dict]] = {}  # (spec, workload, batch, plain, block) -> (key, info)
+        self.steps: dict[tuple[str, str, int], float] = {}  # (spec, workload, batch) -> train step seconds
         self._serial = 0
 
     # -- engine calls ----------------------------------------------------------------
@@ -176,17 +223,21 @@ class Bencher:
         ``mirrored:gpus`` spec knows its GPUs only there; parameter servers report 1)."""
         return int(self.engines.call(spec, "engine.info")[0].num_replicas_in_sync)
 
-    def prepare(self, spec, workload: str, global_batch: int, plain: bool = False) -> tuple[str, dict]:
+    def prepare(self, spec, workload: str, global_batch: int, plain: bool = False,
+                block: str | None = None) -> tuple[str, dict]:
         self._serial += 1
-        key = f"{workload}-{global_batch}-{'plain' if plain else 'strategy'}-{self._serial}"
-        info = self.engines.call(spec, "bench.prepare", workload=workload, global_batch=global_batch,
-                                 key=key, plain=plain)[0]
-        self.latest[(spec.text, workload, global_batch, plain)] = (key, info)
-        return key, info
+        key = f"{workload}-{global_batch}-{'plain' if plain else 'strategy'}-{block or 'none'}-{self._serial}"
+        replies = self.engines.call(spec, "bench.prepare", workload=workload, global_batch=global_batch,
+                                    key=key, plain=plain, block=block)
+        _raise_if_raised(replies)
+        self.latest[(spec.text, workload, global_batch, plain, block)] = (key, replies[0])
+        return key, replies[0]
 
     def run(self, spec, key: str, steps: int) -> BenchRun:
-        """K steps; the engine time is the slowest worker's (the harness waits for all)."""
+        """K steps; the engine time is the slowest worker's (the harness waits for all). A step
+        that raised (only states with a block return it) raises StepRaised."""
         replies = self.engines.call(spec, "bench.run", key=key, steps=steps)
+        _raise_if_raised(replies)
         losses = [r.loss for r in replies]
         Check(spec, case={"state": key, "steps": steps}).that(
             all(math.isfinite(v) for v in losses), "the train step's loss on each worker", losses, "finite")
@@ -203,12 +254,13 @@ class Bencher:
             self.floors[spec.text] = median(times)
         return self.floors[spec.text]
 
-    def traced_state(self, spec, workload: str, global_batch: int, plain: bool = False) -> tuple[str, dict]:
+    def traced_state(self, spec, workload: str, global_batch: int, plain: bool = False,
+                     block: str | None = None) -> tuple[str, dict]:
         """The state left by the trace benchmark, or a new one traced now."""
-        found = self.latest.get((spec.text, workload, global_batch, plain))
+        found = self.latest.get((spec.text, workload, global_batch, plain, block))
         if found is not None:
             return found
-        key, info = self.prepare(spec, workload, global_batch, plain)
+        key, info = self.prepare(spec, workload, global_batch, plain, block)
         self.run(spec, key, 1)
         return key, info
 
@@ -264,21 +316,35 @@ class Bencher:
         return {"steps": steps, "harness": harness, "engine": engine_seconds, "loss": losses[-1],
                 "control": control_seconds}
 
-    def plain_control(self, workload: str, global_batch: int, spec=None) -> tuple:
-        """The plain step on this global batch for ``spec`` (see ``control_spec``; None: the
-        ``default`` engine): its engine spec, state key, K and step seconds, from its benchmark,
-        or measured here (same method, without pytest-benchmark) when that was not run."""
+    def plain_control(self, workload: str, global_batch: int, spec=None, block: str | None = None) -> tuple:
+        """The plain step (with ``block``) on this global batch for ``spec`` (see ``control_spec``;
+        None: the ``default`` engine): its engine spec, state key, K and step seconds, from its
+        benchmark, or measured here (same method, without pytest-benchmark) when that was not run."""
         where = self.plain_spec if spec is None else self.control_spec(spec)
-        got = self.plain.get((where.text, workload, global_batch))
+        got = self.plain.get((where.text, workload, global_batch, block))
         if got is None:
-            key, _ = self.traced_state(where, workload, global_batch, plain=True)
+            key, _ = self.traced_state(where, workload, global_batch, plain=True, block=block)
             steps = self.calibrate(where, key)
             rounds = [self.run(where, key, steps).seconds for _ in range(max(self.rounds, 3))]
-            got = self.plain[(where.text, workload, global_batch)] = (where, key, steps, median(rounds) / steps)
+            got = self.plain[(where.text, workload, global_batch, block)] = (where, key, steps, median(rounds) / steps)
         return got
 
     def plain_step_seconds(self, workload: str, global_batch: int, spec=None) -> float:
         return self.plain_control(workload, global_batch, spec)[3]
+
+
+def _raise_if_raised(replies) -> None:
+    raised = [r for r in replies if isinstance(r, Raised)]
+    if raised:
+        raise StepRaised(raised[0])
+
+
+def block_unsupported(block: str, raised) -> str | None:
+    """The part of ``raised`` (a Raised) that makes it TensorFlow's error for ``block``
+    unsupported under a strategy (``BLOCK_UNSUPPORTED``), or None."""
+    pattern = BLOCK_UNSUPPORTED.get(block)
+    found = re.search(pattern, raised.message) if pattern else None
+    return found.group(0) if found else None
 
 
 def round_summary(measured: dict, floor: float) -> dict:
@@ -298,5 +364,11 @@ REQUIRED_EXTRA_INFO = (
 )
 
 
-def missing_extra_info(info: dict) -> list[str]:
-    return [k for k in REQUIRED_EXTRA_INFO if k not in info]
+REQUIRED_BLOCK_INFO = (
+    "kind", "block", "workload", "spec", "step_time_s", "examples_per_s", "global_batch", "replicas",
+    "plain_step_time_s", "overhead_ratio", "block_cost_ratio", "tensorflow", "keras", "shares_cores", "devices",
+)
+
+
+def missing_extra_info(info: dict, required: tuple[str, ...] = REQUIRED_EXTRA_INFO) -> list[str]:
+    return [k for k in required if k not in info]

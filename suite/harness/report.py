@@ -73,7 +73,7 @@ def load_benchmarks(path: Path) -> Results:
         stats = b.get("stats") or {}
         if "kind" not in info or "median" not in stats:
             continue  # a benchmark of another plugin user, or a smoke run without timings
-        per = info.get("steps_per_round", 1) if info["kind"] in ("train_step", "plain_step") else 1
+        per = info.get("steps_per_round", 1) if info["kind"] in ("train_step", "plain_step", "block_step") else 1
         entries.append(Entry(b.get("name", "?"), info, stats["median"] / per, stats.get("q1", stats["median"]) / per,
                              stats.get("q3", stats["median"]) / per, int(stats.get("rounds", 0))))
     if not entries:
@@ -101,7 +101,7 @@ def run_to_run_noise(all_results: list[Results]) -> tuple[float, int] | None:
     diffs = []
     for runs in groups.values():
         for i, a in enumerate(runs):
-            steps_a = {e.name: e for e in a.entries if e.kind in ("train_step", "plain_step")}
+            steps_a = {e.name: e for e in a.entries if e.kind in ("train_step", "plain_step", "block_step")}
             for b in runs[i + 1:]:
                 diffs += [abs(e.median / steps_a[e.name].median - 1.0) for e in b.entries if e.name in steps_a]
     if len(diffs) < 3:
@@ -412,6 +412,41 @@ def benchmark_sections(all_results: list[Results], out: Path, noise: float) -> l
             name = _plot_comparison(all_results, workload, scaling, out)
             if name:
                 lines += [f"![{workload} comparison]({name})", ""]
+    for res in all_results:
+        lines += block_section(res)
+    return lines
+
+
+def block_section(res: Results) -> list[str]:
+    """The building blocks' step times (``block_step`` results of one file): per workload, a
+    row per spec and block with the strategy's overhead over the same block on the plain step
+    and the block's cost over the spec's step without it."""
+    entries = res.of_kind("block_step")
+    if not entries:
+        return []
+    lines = ["## Building blocks", "",
+             f"`{res.path.name}` ({res.label}). Each block switched on in the train step (weak scaling): "
+             "step ms is the median round over K (IQR across rounds). *Overhead*: over the same block on the "
+             "plain `tf.function` step with no strategy on the same global batch, interleaved round by round. "
+             "*Block cost*: over the spec's train step without the block (its `train_step` result; – where that "
+             "did not run). Blocks TensorFlow does not support under a spec are skipped with its error and "
+             "do not appear.", ""]
+    blocks = {e.info["block"]: e.info.get("block_description", "") for e in entries}
+    lines += [f"- `{b}`: {d}" for b, d in blocks.items()] + [""]
+    by_workload: dict = collections.OrderedDict()
+    for e in entries:
+        by_workload.setdefault(e.info["workload"], []).append(e)
+    for workload, group in by_workload.items():
+        rows = []
+        for e in sorted(group, key=lambda e: (list(blocks).index(e.info["block"]))):
+            i = e.info
+            rows.append([f"`{i['block']}`", f"`{i['spec']}`", i["replicas"], i["global_batch"],
+                         f"{_ms(e.median)} ({_ms(e.q3 - e.q1)})", _ms(i.get("plain_step_time_s")),
+                         _num(i.get("overhead_ratio")), _ms(i.get("step_without_block_s")),
+                         _num(i.get("block_cost_ratio"))])
+        lines += [f"### {workload}", ""]
+        lines += _table(["block", "spec", "replicas", "global batch", "step ms (IQR)", "plain step with the block ms",
+                         "overhead", "step without the block ms", "block cost"], rows) + [""]
     return lines
 
 

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from suite.common.results import Raised
 from suite.common.specs import parse_spec
 from suite.harness import bench
 from suite.harness.check import Check, PropertyFailure
@@ -112,3 +113,32 @@ def test_round_summary_divides_rounds_by_k():
     assert s["step_time_s"] == pytest.approx(1.0 / 50)
     assert s["step_time_engine_s"] == pytest.approx(0.99 / 50)
     assert math.isclose(s["floor_share_of_round"], 0.001)
+
+
+@pytest.mark.parametrize("block, message", [
+    ("xla", "InvalidArgumentError ... Collectives are not yet implemented for CPU devices when compiling with XLA ..."),
+    ("xla", "see https://www.tensorflow.org/xla/known_issues#tfvariable_on_a_different_device for details"),
+    ("mixed_precision", "Mixed precision is not supported with the tf.distribute.Strategy: ParameterServerStrategyV2. "
+                        "Either stop using mixed precision"),
+    ("mixed_precision", "Loss scaling is not supported with the tf.distribute.Strategy: CentralStorageStrategy."),
+    ("sync_batch_norm", "You must specify an aggregation method to update a AggregatingVariable in Replica Context."),
+])
+def test_a_block_tensorflow_does_not_support_is_recognised_by_its_error(block, message):
+    found = bench.block_unsupported(block, Raised("ValueError", message, "bench.run"))
+    assert found and found in message
+
+
+@pytest.mark.parametrize("block, message", [
+    ("clipping", "You must specify an aggregation method to update a AggregatingVariable in Replica Context."),
+    ("xla", "Mixed precision is not supported with the tf.distribute.Strategy: CentralStorageStrategy"),
+    ("sync_batch_norm", "Incompatible shapes: [32,64] vs. [16,64]"),
+    ("mixed_precision", "Input 0 of layer dense is incompatible with the layer"),
+])
+def test_any_other_error_of_a_block_is_not_excused(block, message):
+    """Only the block's own unsupported-error skips its benchmark: anything else fails it."""
+    assert bench.block_unsupported(block, Raised("ValueError", message, "bench.run")) is None
+
+
+def test_every_block_has_what_its_engine_must_report_built():
+    assert set(bench.BLOCK_BUILT) == set(bench.BLOCKS)
+    assert set(bench.BLOCK_WORKLOADS) <= set(bench.WORKLOADS)

@@ -19,7 +19,7 @@ from reference import embeddings as ref_emb
 from reference import mixed_precision as ref_mp
 from reference import model as ref_model
 from reference import random_draws as ref_random
-from suite.common.catalog import ADAPTIVE, OPTIMIZERS
+from suite.common.catalog import ADAPTIVE, OPTIMIZERS, XLA_UNSUPPORTED
 from suite.common.results import Raised
 from suite.harness import cases, repro, tolerances
 from suite.harness.cases import ARCHS, arch_dict, training_cases
@@ -478,15 +478,6 @@ def test_seeded_random_draws_repeat_and_replicas_draw_their_own(engines, spec, k
 
 EMA_MOMENTUM = 0.75  # a binary fraction (the mutant ema_momentum_inverted uses 1 - momentum)
 
-# TensorFlow's errors for a step XLA cannot compile under a strategy: collectives on CPU devices
-# (the whole step of several workers), and a variable on another device than the compiled
-# computation (https://www.tensorflow.org/xla/known_issues#tfvariable_on_a_different_device: the
-# whole step of several devices; CentralStorage's variables, on one device for every replica),
-# and (Keras 2.15's whole step) shapes XLA cannot prove equal at compile time: the replicas' slices
-# of the global batch have sizes that are data, as a short last batch's are
-XLA_UNSUPPORTED = (r"Collectives are not yet implemented for CPU devices when compiling with XLA"
-                   r"|xla/known_issues#tfvariable_on_a_different_device"
-                   r"|Fail to proof the equality of two dimensions at compile time")
 
 
 @RETRACES  # XLA compiles the step again for every new shape of a replica's batch

@@ -1,6 +1,13 @@
 """Benchmark probes: a workload's train step built under the engine's strategy (or with no
 strategy at all: the plain control), then timed K steps at a time by the engine's own clock.
 
+A state can switch on one Keras building block (``BLOCKS``) in both the strategy's step and the
+plain control: clipping (``global_clipnorm`` on the optimizer), mixed precision (the
+``mixed_float16`` policy with a dynamic LossScaleOptimizer, the loss scaled and the gradients
+unscaled as the mixed-precision guide's loop does), synchronized BatchNormalization (after each
+hidden layer or convolution) and XLA (the replica's forward and backward pass compiled with
+``jit_compile=True``; apply_gradients outside it, as Keras' own train step does).
+
 ``prepare`` builds a state (data pipeline, model, optimizer, step function, iterator) without
 running it; the first ``run`` traces the step (the trace benchmark times that call); later
 ``run`` calls execute K steps and fetch the last loss, which waits for all K. Synchronous
@@ -16,6 +23,7 @@ import tensorflow as tf
 
 from suite.common.results import BenchRun, BenchState
 from suite.engine import compat
+from suite.engine.probes.common import failed
 from suite.engine.probes.registry import probe
 from suite.engine.probes.tutorial import create_model
 from suite.engine.steps import TrainStep, family_loss, reported
@@ -48,21 +56,56 @@ _FAMILY = {
 }
 
 
-def _model(workload: str):
-    """Model, optimizer and per-example loss ``loss(y, out)`` of a workload."""
+BLOCKS = ("clipping", "mixed_precision", "sync_batch_norm", "xla")
+CLIPNORM = 1.0  # global_clipnorm of the clipping block
+MIXED_POLICY = "mixed_float16"
+
+
+def _model(workload: str, block: str | None = None):
+    """Model, optimizer and per-example loss ``loss(y, out)`` of a workload, with ``block``."""
+    if block is not None and block not in BLOCKS:
+        raise KeyError(f"unknown block {block!r}; known: {', '.join(BLOCKS)}")
+    dtype = MIXED_POLICY if block == "mixed_precision" else None
+    options = {"global_clipnorm": CLIPNORM} if block == "clipping" else {}
     if workload in _FAMILY:
-        arch = _FAMILY[workload]
-        optimizer = keras.optimizers.SGD(0.001) if workload == "linear" else keras.optimizers.Adam()
-        return compat.build_model(arch, "float32"), optimizer, family_loss(arch)
-    if workload == "cnn":
-        return (create_model(), keras.optimizers.Adam(),
-                lambda y, out: keras.losses.sparse_categorical_crossentropy(y, out, from_logits=True))
-    raise KeyError(f"unknown workload {workload!r}")
+        arch = dict(_FAMILY[workload], batch_norm=block == "sync_batch_norm")
+        optimizer = (keras.optimizers.SGD(0.001, **options) if workload == "linear"
+                     else keras.optimizers.Adam(**options))
+        model, loss = compat.build_model(arch, dtype or "float32"), family_loss(arch)
+    elif workload == "cnn":
+        model, optimizer = create_model(dtype, batch_norm=block == "sync_batch_norm"), keras.optimizers.Adam(**options)
+        loss = lambda y, out: keras.losses.sparse_categorical_crossentropy(y, out, from_logits=True)  # noqa: E731
+    else:
+        raise KeyError(f"unknown workload {workload!r}")
+    if block == "mixed_precision":  # float16 outputs: the loss in float32, as the guide casts them
+        optimizer = keras.mixed_precision.LossScaleOptimizer(optimizer)
+        return model, optimizer, lambda y, out, loss=loss: loss(y, tf.cast(out, tf.float32))
+    return model, optimizer, loss
+
+
+def _built(block, model, opt, train_step) -> dict | None:
+    """What the state's step has of its block, read back from the built objects (the harness
+    checks it, so a block that silently fell away is not timed as if it were on)."""
+    if block is None:
+        return None
+    layers = model.layers
+    if block == "clipping":
+        inner = getattr(opt, "inner_optimizer", opt)
+        return {"global_clipnorm": float(inner.global_clipnorm) if inner.global_clipnorm is not None else None}
+    if block == "mixed_precision":
+        return {"compute_dtype": layers[0].compute_dtype, "variable_dtype": layers[0].variable_dtype,
+                "loss_scale_optimizer": train_step.loss_scaling}
+    if block == "sync_batch_norm":
+        norms = [layer for layer in layers if isinstance(layer, keras.layers.BatchNormalization)]
+        return {"batch_norm_layers": len(norms), "synchronized": all(bool(getattr(n, "synchronized", False)) for n in norms)}
+    return {"jit_compile": bool(getattr(train_step.losses_and_grads, "_jit_compile", False))}
 
 
 class _State:
-    def __init__(self, ctx, workload: str, global_batch: int, plain: bool):
+    def __init__(self, ctx, workload: str, global_batch: int, plain: bool, block: str | None = None):
         strategy = ctx.strategy
+        self.block = block
+        jit = block == "xla"
         x, y = ctx.cached(("bench-data", workload), lambda: _data(workload))
         self.coordinator = None if plain else ctx.coordinator
 
@@ -71,9 +114,9 @@ class _State:
             return ds.prefetch(tf.data.AUTOTUNE)
 
         if plain:  # no strategy anywhere: the model, optimizer and step of a single-device loop
-            model, opt, loss_fn = _model(workload)
+            model, opt, loss_fn = _model(workload, block)
             opt.build(model.trainable_variables)
-            train_step = TrainStep(model, opt, loss_fn)  # compute_average_loss with no strategy: the mean
+            train_step = TrainStep(model, opt, loss_fn, jit=jit)  # compute_average_loss with no strategy: the mean
 
             @tf.function
             def step(iterator):
@@ -82,9 +125,9 @@ class _State:
             self.iterator = iter(pipeline(global_batch))
         else:
             with strategy.scope():
-                model, opt, loss_fn = _model(workload)
+                model, opt, loss_fn = _model(workload, block)
                 opt.build(model.trainable_variables)  # see known deviation keras3-lazy-optimizer-slots-mirrored
-            train_step = TrainStep(model, opt, loss_fn)
+            train_step = TrainStep(model, opt, loss_fn, jit=jit)
 
             @tf.function
             def step(iterator):
@@ -102,6 +145,7 @@ class _State:
                 self.iterator = iter(strategy.experimental_distribute_dataset(ds))
         self.step = step
         self.parameters = int(sum(np.prod(v.shape) for v in model.trainable_variables))
+        self.built = _built(block, model, opt, train_step)
 
     def run(self, steps: int) -> float:
         if self.coordinator is not None:
@@ -115,28 +159,41 @@ class _State:
 
 
 @probe
-def prepare(ctx, workload: str, global_batch: int, key: str, plain: bool = False):
-    """Build the state ``key`` (nothing runs yet). Earlier states of the same workload, batch
-    and kind are dropped, so repeated trace rounds do not pile up."""
-    group = (workload, global_batch, plain)
+def prepare(ctx, workload: str, global_batch: int, key: str, plain: bool = False, block: str | None = None):
+    """Build the state ``key`` (nothing runs yet) with ``block`` (one of ``BLOCKS``) or none.
+    Earlier states of the same workload, batch, kind and block are dropped, so repeated trace
+    rounds do not pile up."""
+    group = (workload, global_batch, plain, block)
     for old in [k for k, v in ctx.cache.items() if isinstance(k, tuple) and k[0] == "bench" and v[0] == group]:
         del ctx.cache[old]
-    state = _State(ctx, workload, global_batch, plain)
+    try:
+        state = _State(ctx, workload, global_batch, plain, block)
+    except Exception as exc:
+        if block is None:
+            raise
+        return failed(ctx, exc, f"bench.prepare({workload}, block={block})")
     ctx.cache[("bench", key)] = (group, state)
     replicas = 1 if plain else ctx.num_replicas
     return BenchState(replicas, global_batch, global_batch // replicas, state.parameters,
                       None if plain else compat.cross_device_ops_name(ctx.strategy),
                       "none (plain tf.function)" if plain else type(ctx.strategy).__name__,
-                      tf.__version__, compat.KERAS_VERSION)
+                      tf.__version__, compat.KERAS_VERSION, state.built)
 
 
 @probe
 def run(ctx, key: str, steps: int):
     """Run ``steps`` train steps of state ``key``; the engine's own time for them (from the
-    first dispatch to the fetched loss of the last) and the loss."""
+    first dispatch to the fetched loss of the last) and the loss. A state with a block returns
+    the exception of a step that raised (a block TensorFlow does not support under the
+    strategy: the harness decides)."""
     entry = ctx.cache.get(("bench", key))
     if entry is None:
         raise KeyError(f"no benchmark state {key!r} in this engine (prepare it first)")
     began = time.perf_counter()
-    loss = entry[1].run(steps)
+    try:
+        loss = entry[1].run(steps)
+    except Exception as exc:
+        if entry[1].block is None:
+            raise
+        return failed(ctx, exc, f"bench.run({key}, block={entry[1].block})")
     return BenchRun(time.perf_counter() - began, loss)

@@ -17,14 +17,19 @@ from suite.engine.workloads import fashion
 keras = compat.keras
 
 
-def create_model():
+def create_model(dtype=None, batch_norm=False):
     """The guide's model: Conv2D 32 3x3 relu, MaxPool, Conv2D 64 3x3 relu, MaxPool, Flatten,
-    Dense 64 relu, Dense 10 (logits)."""
+    Dense 64 relu, Dense 10 (logits). The benchmarks' blocks: ``dtype`` a layer dtype policy
+    (``mixed_float16``), ``batch_norm`` a synchronized BatchNormalization after each convolution."""
+    def conv(filters):
+        layer = [keras.layers.Conv2D(filters, 3, activation="relu", dtype=dtype)]
+        if batch_norm:
+            layer.append(keras.layers.BatchNormalization(synchronized=True, dtype=dtype))
+        return layer + [keras.layers.MaxPooling2D(dtype=dtype)]
+
     return keras.Sequential([
-        keras.Input((28, 28, 1)),
-        keras.layers.Conv2D(32, 3, activation="relu"), keras.layers.MaxPooling2D(),
-        keras.layers.Conv2D(64, 3, activation="relu"), keras.layers.MaxPooling2D(),
-        keras.layers.Flatten(), keras.layers.Dense(64, activation="relu"), keras.layers.Dense(10)])
+        keras.Input((28, 28, 1)), *conv(32), *conv(64), keras.layers.Flatten(dtype=dtype),
+        keras.layers.Dense(64, activation="relu", dtype=dtype), keras.layers.Dense(10, dtype=dtype)])
 
 
 def _data(n_train, n_test):
