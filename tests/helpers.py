@@ -1,12 +1,19 @@
 """Helpers shared by the tests (pytest side: no TensorFlow): the repository root, process
-liveness from /proc, and a child pytest run the way a user would start one."""
+liveness from /proc, a child pytest run the way a user would start one, the examples budgets
+of properties that trace a step per case, and the skip of a step XLA cannot compile."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+
+from suite.common.catalog import XLA_UNSUPPORTED
+from suite.common.results import Raised
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -58,3 +65,21 @@ def run_pytest(args: list[str], timeout: float, **env) -> subprocess.CompletedPr
     base = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
     return subprocess.run([sys.executable, "-m", "pytest", "-n", "0", *args, "-q", "-p", "no:cacheprovider"],
                           cwd=ROOT, env=dict(base, **env), capture_output=True, text=True, timeout=timeout)
+
+
+# Properties where every drawn case traces (or compiles) a new step: a few per spec by default,
+# the profile's number with --deep (suite/harness/profiles.py)
+RETRACES = pytest.mark.budget(4)
+# one trace per spec, three engine steps per case: more cases for the same time
+CHEAP = pytest.mark.budget(8)
+
+
+def skip_if_xla_unsupported(results, spec, jit: str) -> None:
+    """Skip the test with TensorFlow's error where it cannot compile the step with XLA under the
+    spec's strategy (catalog.XLA_UNSUPPORTED); any other error stays for the check."""
+    if jit == "none":
+        return
+    for r in results:
+        found = re.search(XLA_UNSUPPORTED, r.message) if isinstance(r, Raised) else None
+        if found:
+            pytest.skip(f"XLA ({jit}) unsupported under {spec.text}: {r.type}: ...{found.group(0)}...")

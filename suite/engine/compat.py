@@ -97,17 +97,37 @@ def builtin_optimizer_names() -> list[str]:
     return sorted(names)
 
 
+class ActivityLoss(keras.layers.Layer):
+    """A user's custom layer that passes its input through and calls ``add_loss`` with an L2
+    activity penalty written by hand, ``rate * sum ||h_i||^2 / batch`` (``divide_no_nan``: an
+    empty replica adds nothing), as Keras' own L2 activity regularizer normalises it."""
+
+    def __init__(self, rate: float, **kwargs):
+        super().__init__(**kwargs)
+        self.rate = rate
+
+    def call(self, x):
+        batch = tf.cast(tf.shape(x)[0], x.dtype)
+        self.add_loss(self.rate * tf.math.divide_no_nan(tf.reduce_sum(tf.square(x)), batch))
+        return x
+
+
 def build_model(arch: dict, dtype: str):
     """The model family of reference/model.py as a Keras Sequential model of ``dtype`` (or a
     mixed-precision policy: ``mixed_float16``, float32 inputs). An ``activity`` factor puts an
-    L2 activity regularizer on every hidden layer; ``batch_norm`` (benchmarks only, not in the
-    reference) a synchronized BatchNormalization after each."""
+    L2 activity regularizer on every hidden layer (``activity_via="add_loss"``: an
+    ``ActivityLoss`` layer after it instead, the same penalty through a user's ``add_loss``);
+    ``batch_norm`` (benchmarks only, not in the reference) a synchronized BatchNormalization
+    after each."""
     reg = keras.regularizers.L2(arch["l2"]) if arch["l2"] else None
-    activity = keras.regularizers.L2(arch["activity"]) if arch.get("activity") else None
+    added = arch.get("activity_via") == "add_loss"  # the same penalty from a user's layer
+    activity = keras.regularizers.L2(arch["activity"]) if arch.get("activity") and not added else None
     layers = [keras.Input(shape=(arch["input_dim"],), dtype="float32" if dtype.startswith("mixed") else dtype)]
     for width in arch["hidden"]:
         layers.append(keras.layers.Dense(width, activation="relu", kernel_regularizer=reg,
                                          activity_regularizer=activity, dtype=dtype))
+        if arch.get("activity") and added:
+            layers.append(ActivityLoss(arch["activity"], dtype=dtype))
         if arch.get("batch_norm"):
             layers.append(keras.layers.BatchNormalization(synchronized=True, dtype=dtype))
     layers.append(keras.layers.Dense(arch["outputs"], kernel_regularizer=reg, dtype=dtype,

@@ -48,13 +48,21 @@ def training(spec: Spec, arch: dict, optimizer: tuple, dtype: str, params, steps
     cls, cfg = optimizer
     x, y, sizes = steps[0]
     reg = f"tf.keras.regularizers.L2({arch['l2']!r})" if arch["l2"] else "None"
-    act = f", activity_regularizer=tf.keras.regularizers.L2({arch['activity']!r})" if arch.get("activity") else ""
+    added = bool(arch.get("activity")) and arch.get("activity_via") == "add_loss"
+    act = (f", activity_regularizer=tf.keras.regularizers.L2({arch['activity']!r})"
+           if arch.get("activity") and not added else "")
+    after = f"        ActivityLoss({arch['activity']!r}),\n" if added else ""
     layers = "".join(f"        tf.keras.layers.Dense({w}, activation='relu', kernel_regularizer=reg{act}, "
-                     f"dtype='{dtype}'),\n" for w in arch["hidden"])
+                     f"dtype='{dtype}'),\n{after}" for w in arch["hidden"])
+    layer_class = ("class ActivityLoss(tf.keras.layers.Layer):  # a user's layer with add_loss\n"
+                   "    def __init__(self, rate):\n        super().__init__()\n        self.rate = rate\n"
+                   "    def call(self, h):\n        n = tf.cast(tf.shape(h)[0], h.dtype)\n"
+                   "        self.add_loss(self.rate * tf.math.divide_no_nan(tf.reduce_sum(tf.square(h)), n))\n"
+                   "        return h\n") if added else ""
     head = "'softmax'" if arch["head"] == "softmax" else "None"
     loss = ("tf.keras.losses.sparse_categorical_crossentropy(ys, out)" if arch["head"] == "softmax"
             else "tf.keras.losses.mse(ys, out)")
-    body = (f"reg = {reg}\n"
+    body = (f"{layer_class}reg = {reg}\n"
             "with strategy.scope():\n"
             "    model = tf.keras.Sequential([\n"
             f"        tf.keras.Input(({arch['input_dim']},), dtype='{dtype}'),\n{layers}"

@@ -5,8 +5,6 @@ device's step on the global batch."""
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pytest
 from hypothesis import assume, given
@@ -19,18 +17,12 @@ from reference import embeddings as ref_emb
 from reference import mixed_precision as ref_mp
 from reference import model as ref_model
 from reference import random_draws as ref_random
-from suite.common.catalog import ADAPTIVE, OPTIMIZERS, XLA_UNSUPPORTED
-from suite.common.results import Raised
+from suite.common.catalog import ADAPTIVE, OPTIMIZERS
 from suite.harness import cases, repro, tolerances
 from suite.harness.cases import ARCHS, arch_dict, training_cases
 from suite.harness.check import Check
+from tests.helpers import CHEAP, RETRACES, skip_if_xla_unsupported
 from tests.properties.test_training import check_history
-
-# Where every drawn case traces a new step (the block's options are Python numbers of the
-# optimizer): a few per spec by default, the profile's number with --deep (suite/harness/profiles.py)
-RETRACES = pytest.mark.budget(4)
-# one trace per spec, three engine steps per case: more cases for the same time
-CHEAP = pytest.mark.budget(8)
 
 DTYPE = "float32"  # what users train in; the blocks' mistakes are far outside its tolerance
 
@@ -122,15 +114,21 @@ def test_activity_regularizer_losses_are_scaled_as_the_guide_prescribes(engines,
     into ``model.losses`` on each replica; the guide's step adds
     ``scale_regularization_loss(add_n(model.losses))``: each replica's examples weigh
     ``1 / (replicas x its batch)`` (reference/model.py activity_weights; one device's
-    ``1 / global batch`` on an even split), the kernel terms count once over the replicas."""
+    ``1 / global batch`` on an even split), the kernel terms count once over the replicas.
+    The same penalty comes either from Keras' ``activity_regularizer`` or from a user's custom
+    layer that calls ``add_loss`` in ``call`` (compat.ActivityLoss): drawn per case."""
     optimizer, arch_name, arch, params, steps = _draw_training(data, spec, ["sgd", "sgd_momentum"], "mlp_activity")
+    via = data.draw(st.sampled_from(["activity_regularizer", "add_loss"]), label="penalty from")
     history = ref_model.train(arch, params, optimizer, steps, "global")
     assume(cases.well_conditioned(history, DTYPE, False))
-    unnormalised = ref_model.train(arch, params, optimizer, steps, "global", activity_normalised=False)
-    results = engines.call(spec, "training.train", arch=arch_dict(arch), optimizer=optimizer, dtype=DTYPE,
+    # Keras 3.0-3.13's regularizer does not divide by the batch (a deviation); a user's layer does
+    unnormalised = (ref_model.train(arch, params, optimizer, steps, "global", activity_normalised=False)
+                    if via == "activity_regularizer" else None)
+    model = dict(arch_dict(arch), activity_via=via)
+    results = engines.call(spec, "training.train", arch=model, optimizer=optimizer, dtype=DTYPE,
                            params=params, steps=steps)
-    snippet = repro.training(spec, arch_dict(arch), OPTIMIZERS[optimizer], DTYPE, params, steps)
-    case = {"arch": arch_name, "optimizer": optimizer, "sizes": [s[2] for s in steps]}
+    snippet = repro.training(spec, model, OPTIMIZERS[optimizer], DTYPE, params, steps)
+    case = {"arch": arch_name, "via": via, "optimizer": optimizer, "sizes": [s[2] for s in steps]}
     check_history(results, history, Check(spec, DTYPE, case, snippet), initial=params, alternative=unnormalised)
 
 
@@ -494,9 +492,7 @@ def test_training_compiled_with_xla_matches_the_reference(engines, spec, jit, da
     assume(cases.well_conditioned(history, DTYPE, optimizer in ADAPTIVE))
     results = engines.call(spec, "training.train", arch=arch_dict(arch), optimizer=optimizer, dtype=DTYPE,
                            params=params, steps=steps, jit=jit)
-    unsupported = [r for r in results if isinstance(r, Raised) and re.search(XLA_UNSUPPORTED, r.message)]
-    if unsupported:
-        pytest.skip(f"XLA ({jit}) unsupported under {spec.text}: {unsupported[0].type}: {unsupported[0].message[:400]}")
+    skip_if_xla_unsupported(results, spec, jit)
     snippet = repro.training(spec, arch_dict(arch), OPTIMIZERS[optimizer], DTYPE, params, steps)
     case = {"arch": arch_name, "optimizer": optimizer, "jit": jit, "sizes": [s[2] for s in steps]}
     check = Check(spec, DTYPE, case, snippet)

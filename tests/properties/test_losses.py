@@ -13,6 +13,7 @@ from reference import losses as ref_losses
 from suite.common.catalog import LOSS_CLASSES
 from suite.harness import cases, repro
 from suite.harness.check import Check
+from tests.helpers import RETRACES, skip_if_xla_unsupported
 
 DTYPES = pytest.mark.parametrize("dtype", cases.DTYPES)
 
@@ -29,12 +30,32 @@ def _avg_loss_repro(spec, losses, sizes, weights, weight_kind, gbs):
                          "print(strategy.reduce('SUM', per_replica, axis=None))\n")
 
 
+WEIGHT_KINDS = ("none", "scalar", "per_example")
+
+
 @DTYPES
-@pytest.mark.parametrize("weight_kind", ["none", "scalar", "per_example"])
+@pytest.mark.parametrize("weight_kind", WEIGHT_KINDS)
 @given(data=st.data())
 def test_compute_average_loss_matches_reference(engines, spec, dtype, weight_kind, data):
     """Per replica: sum(loss * weight) / global batch (explicit, or replicas x local batch by
     default); SUM over replicas of the results: their total."""
+    _check_compute_average_loss(engines, spec, dtype, weight_kind, data)
+
+
+@RETRACES
+@pytest.mark.parametrize("jit", ["replica", "step"])
+@given(data=st.data())
+def test_compute_average_loss_compiled_with_xla_matches_reference(engines, spec, jit, data):
+    """The same rule with the step compiled by XLA as users write it: ``tf.function(
+    jit_compile=True)`` around the replica function (``replica``) or around the step with
+    strategy.run and strategy.reduce (``step``). Where TensorFlow cannot compile it for a
+    strategy the test is skipped with TensorFlow's error."""
+    dtype = data.draw(st.sampled_from(cases.DTYPES), label="dtype")
+    weight_kind = data.draw(st.sampled_from(WEIGHT_KINDS), label="weight kind")
+    _check_compute_average_loss(engines, spec, dtype, weight_kind, data, jit)
+
+
+def _check_compute_average_loss(engines, spec, dtype, weight_kind, data, jit="none"):
     sizes = data.draw(cases.splits(spec.replicas), label="sizes")
     n = sum(sizes)
     losses = data.draw(cases.floats(dtype, n, 0.0, 8.0), label="per-example losses")
@@ -45,12 +66,17 @@ def test_compute_average_loss_matches_reference(engines, spec, dtype, weight_kin
         weights = data.draw(cases.floats(dtype, n, 0.0, 4.0), label="weights")
     gbs = data.draw(st.none() | st.integers(max(n, 1), 3 * max(n, 1)), label="global_batch_size")
     results = engines.call(spec, "losses.compute_average_loss", losses=losses, sizes=sizes,
-                           weight_kind=weight_kind, weights=weights, global_batch_size=gbs)
+                           weight_kind=weight_kind, weights=weights, global_batch_size=gbs, jit=jit)
+    skip_if_xla_unsupported(results, spec, jit)
     per_loss = ref.split(losses, sizes)
     per_w = ref.split(weights, sizes) if weight_kind == "per_example" else [weights] * len(sizes)
     expected = [ref.compute_average_loss(part, w, gbs, spec.replicas) for part, w in zip(per_loss, per_w)]
-    check = Check(spec, dtype, {"sizes": sizes, "losses": losses, "weights": weights, "global_batch_size": gbs},
+    case = {"sizes": sizes, "losses": losses, "weights": weights, "global_batch_size": gbs}
+    check = Check(spec, dtype, case if jit == "none" else dict(case, jit=jit),
                   _avg_loss_repro(spec, losses, sizes, weights, weight_kind, gbs))
+    if not all(check.returned(r, f"compute_average_loss compiled with XLA ({jit}, worker {w})")
+               for w, r in enumerate(results)):
+        return
     check.per_replica(results, expected, "compute_average_loss", n_terms=max(sizes + [1]))
     check.on_workers(results, "total", sum(expected), "SUM of compute_average_loss", n_terms=n + spec.replicas)
 

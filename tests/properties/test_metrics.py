@@ -15,6 +15,7 @@ from reference import metrics as ref_metrics
 from suite.common.catalog import METRIC_CLASSES
 from suite.harness import cases, repro
 from suite.harness.check import Check
+from tests.helpers import RETRACES, skip_if_xla_unsupported
 
 
 def _batch(data, kind, dtype, n):
@@ -45,13 +46,32 @@ def test_metric_result_is_the_metric_of_the_global_data(engines, spec, engine_ve
     """After 1-3 batches updated on every replica's slice, result() in cross-replica context
     equals the metric over all examples; read inside replica context it is the global value
     (Keras 2: result_wrapper merge_calls) or the local replica's value (Keras 3)."""
+    _check_metric(engines, spec, engine_versions, kind, data)
+
+
+@RETRACES
+@pytest.mark.parametrize("jit", ["replica", "step"])
+@given(data=st.data())
+def test_metric_result_compiled_with_xla_is_the_metric_of_the_global_data(engines, spec, engine_versions, jit, data):
+    """The same reads with the update compiled by XLA as users write it: ``tf.function(
+    jit_compile=True)`` around the replica function (``replica``) or around the step with
+    strategy.run (``step``). Where TensorFlow cannot compile it for a strategy the test is
+    skipped with TensorFlow's error."""
+    kind = data.draw(st.sampled_from(ref_metrics.METRICS), label="kind")
+    _check_metric(engines, spec, engine_versions, kind, data, jit)
+
+
+def _check_metric(engines, spec, engine_versions, kind, data, jit="none"):
     dtype = data.draw(cases.dtypes(), label="dtype")
     steps = data.draw(st.integers(1, 3), label="batches")
     batches, states = [], [(0.0, 0.0)] * spec.replicas
     in_replica_expected, increments = [], []
     one_copy = spec.kind == "central_storage"  # one aggregating variable that every replica reads
     for _ in range(steps):
-        sizes = data.draw(cases.splits(spec.replicas, max_per_replica=4), label="sizes")
+        # compiled, a batch has a row somewhere: XLA cannot compile an accuracy update on a slice
+        # of an empty global input (docs/research/losses_accumulation_xla.md), a step no loop runs
+        sizes = data.draw(cases.splits(spec.replicas, max_per_replica=4, min_total=0 if jit == "none" else 1),
+                          label="sizes")
         y, p = _batch(data, kind, dtype, sum(sizes))
         batches.append((y, p, sizes))
         step = [ref_metrics.state(kind, [(yy, pp)]) for yy, pp in zip(ref.split(y, sizes), ref.split(p, sizes))]
@@ -59,7 +79,8 @@ def test_metric_result_is_the_metric_of_the_global_data(engines, spec, engine_ve
         increments.append((sum(s[0] for s in step), sum(s[1] for s in step)))
         in_replica_expected.append([ref_metrics.replica_context_result(kind, states, r, engine_versions["keras"],
                                                                        one_copy) for r in range(spec.replicas)])
-    results = engines.call(spec, "metrics.update", kind=kind, batches=batches, dtype=dtype)
+    results = engines.call(spec, "metrics.update", kind=kind, batches=batches, dtype=dtype, jit=jit)
+    skip_if_xla_unsupported(results, spec, jit)
     n = sum(sum(b[2]) for b in batches)
     y, p, sizes = batches[-1]
     update = "metric.update_state(p)" if kind in ("mean", "sum") else "metric.update_state(y, p)"
@@ -71,7 +92,10 @@ def test_metric_result_is_the_metric_of_the_global_data(engines, spec, engine_ve
                             "in_replica = tf.function(lambda: strategy.run(fn))()\n"
                             "print('in replica context:', strategy.experimental_local_results(in_replica))\n"
                             "print('cross-replica result():', metric.result().numpy())\n")
-    check = Check(spec, dtype, {"kind": kind, "sizes": [b[2] for b in batches]}, snippet)
+    check = Check(spec, dtype, {"kind": kind, "sizes": [b[2] for b in batches], **({"jit": jit} if jit != "none" else {})},
+                  snippet)
+    if not all(check.returned(r, f"the metric compiled with XLA ({jit}, worker {w})") for w, r in enumerate(results)):
+        return
     # deviation models may read each batch's increments of (total, count), summed over replicas
     check.on_workers(results, "result", ref_metrics.cross_replica_result(kind, states),
                      f"{kind}.result() in cross-replica context", n_terms=n + 1,

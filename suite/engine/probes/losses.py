@@ -8,7 +8,7 @@ import tensorflow as tf
 
 from suite.common.results import Raised, ReplicaValues
 from suite.engine import compat, mutants
-from suite.engine.probes.common import counted, local, replica_slice, spec_of
+from suite.engine.probes.common import counted, failed, local, replica_slice, spec_of
 from suite.engine.probes.registry import probe
 
 SUM = tf.distribute.ReduceOp.SUM
@@ -16,13 +16,16 @@ SUM = tf.distribute.ReduceOp.SUM
 
 @probe
 def compute_average_loss(ctx, losses, sizes, weight_kind="none", weights=None,
-                         global_batch_size=None):
+                         global_batch_size=None, jit="none"):
     """Per-replica ``compute_average_loss`` of each replica's slice of ``losses``, the
-    SUM-reduced total, and a ``Mean`` metric fed the scaled losses (the tracking pitfall)."""
+    SUM-reduced total, and a ``Mean`` metric fed the scaled losses (the tracking pitfall).
+    ``jit``: compiled with XLA (``tf.function(jit_compile=True)``) around the replica function
+    (``replica``) or the whole step with strategy.run (``step``); a step that raises then comes
+    back as the exception (Raised)."""
     strategy = ctx.strategy
     dtype = losses.dtype
     use_default = global_batch_size is None
-    key = ("compute_average_loss", dtype.name, weight_kind, use_default)
+    key = ("compute_average_loss", dtype.name, weight_kind, use_default, jit)
 
     def build():
         with strategy.scope():
@@ -31,7 +34,7 @@ def compute_average_loss(ctx, losses, sizes, weight_kind="none", weights=None,
                   "per_example": tf.TensorSpec([None], dtype)}[weight_kind]
 
         @tf.function(input_signature=[spec_of(losses), tf.TensorSpec([None], tf.int32), w_spec,
-                                      tf.TensorSpec([], tf.int64)])
+                                      tf.TensorSpec([], tf.int64)], jit_compile=True if jit == "step" else None)
         def fn(losses, sizes, weights, gbs):
             counted(ctx, "losses.compute_average_loss")
 
@@ -50,7 +53,7 @@ def compute_average_loss(ctx, losses, sizes, weight_kind="none", weights=None,
                 tracker.update_state(scaled)
                 return scaled
 
-            per_replica = strategy.run(replica_fn)
+            per_replica = strategy.run(tf.function(replica_fn, jit_compile=True) if jit == "replica" else replica_fn)
             return per_replica, strategy.reduce(SUM, per_replica, axis=None)
 
         return fn, tracker
@@ -58,8 +61,12 @@ def compute_average_loss(ctx, losses, sizes, weight_kind="none", weights=None,
     fn, tracker = ctx.cached(key, build)
     tracker.reset_state()
     w = np.asarray(weights if weights is not None else 0, dtype=dtype)
-    per_replica, total = fn(losses, np.asarray(sizes, np.int32), w,
-                            np.int64(global_batch_size or 0))
+    try:
+        per_replica, total = fn(losses, np.asarray(sizes, np.int32), w, np.int64(global_batch_size or 0))
+    except Exception as exc:
+        if jit == "none":
+            raise
+        return failed(ctx, exc, f"losses.compute_average_loss(jit={jit})")
     return ReplicaValues(local(strategy, per_replica), total, tracker.result())
 
 

@@ -7,24 +7,27 @@ import tensorflow as tf
 
 from suite.common.results import MetricReads
 from suite.engine import compat, mutants
-from suite.engine.probes.common import counted, local, replica_slice, spec_of
+from suite.engine.probes.common import counted, failed, local, replica_slice, spec_of
 from suite.engine.probes.registry import probe
 
 
 @probe
-def update(ctx, kind, batches, dtype):
+def update(ctx, kind, batches, dtype, jit="none"):
     """Reset a metric, then for each ``(y_true, y_pred, sizes)`` batch update it on every
     replica's slice inside ``strategy.run`` and read ``result()`` there (replica context).
-    Returns those in-replica reads per batch and ``result()`` read in cross-replica context."""
+    Returns those in-replica reads per batch and ``result()`` read in cross-replica context.
+    ``jit``: compiled with XLA around the replica function (``replica``) or the whole step
+    (``step``); a step that raises then comes back as the exception (Raised)."""
     strategy = ctx.strategy
     y0, p0, _ = batches[0]
-    key = ("metric", kind, dtype, y0.dtype.name, y0.shape[1:], p0.shape[1:])
+    key = ("metric", kind, dtype, y0.dtype.name, y0.shape[1:], p0.shape[1:], jit)
 
     def build():
         with strategy.scope():
             metric = compat.make_metric(kind, dtype)
 
-        @tf.function(input_signature=[spec_of(y0), spec_of(p0), tf.TensorSpec([None], tf.int32)])
+        @tf.function(input_signature=[spec_of(y0), spec_of(p0), tf.TensorSpec([None], tf.int32)],
+                     jit_compile=True if jit == "step" else None)
         def step(y_true, y_pred, sizes):
             counted(ctx, "metrics.update")
 
@@ -38,7 +41,7 @@ def update(ctx, kind, batches, dtype):
                 metric.update_state(y, p) if kind not in ("mean", "sum") else metric.update_state(p)
                 return tf.identity(metric.result())
 
-            return strategy.run(replica_fn)
+            return strategy.run(tf.function(replica_fn, jit_compile=True) if jit == "replica" else replica_fn)
 
         return metric, step
 
@@ -46,7 +49,12 @@ def update(ctx, kind, batches, dtype):
     metric.reset_state()
     in_replica = []
     for y_true, y_pred, sizes in batches:
-        in_replica.append(local(strategy, step(y_true, y_pred, np.asarray(sizes, np.int32))))
+        try:
+            in_replica.append(local(strategy, step(y_true, y_pred, np.asarray(sizes, np.int32))))
+        except Exception as exc:
+            if jit == "none":
+                raise
+            return failed(ctx, exc, f"metrics.update({kind}, jit={jit}): batch {len(in_replica) + 1}")
     result = metric.result()
     if mutants.on("metric_first_replica") and ctx.num_replicas > 1:  # read one copy, not the SUM
         first = [compat.tf_variable(v).values[0] for v in metric.variables]  # (total, count) of replica 0
