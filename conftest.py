@@ -35,10 +35,11 @@ def pytest_addoption(parser):
     group.addoption("--engine-start-timeout", type=float, default=180.0,
                     help="seconds an engine may take to start (default 180)")
     group.addoption("--deep", action="store_true", default=False,
-                    help="run what the default selection leaves out: the building-block properties "
-                         "(tests/properties/test_blocks.py, marked budget) draw the hypothesis profile's "
-                         "examples per spec, like every other property (default: the few their budget "
-                         "marker gives), and tests marked deep run (the mutation matrix; .ci/run runs it)")
+                    help="run what the default selection leaves out: the properties marked budget "
+                         "(the building blocks of tests/properties/test_blocks.py and the costliest "
+                         "end-to-end properties) draw the hypothesis profile's examples per spec, like "
+                         "every other property (default: the fewer their budget marker gives), and tests "
+                         "marked deep run (the mutation matrix; .ci/run runs it)")
     group.addoption("--cluster-agents", default=os.environ.get("TFDS_CLUSTER_AGENTS"),
                     help="HOST:PORT,... of the engine agents of a real cluster, for the 'cluster' spec "
                          "(python -m suite.harness.agent on each host; see README)")

@@ -9,8 +9,9 @@ whatever its parametrization (conftest.py applies it at collection; draws.table 
 counts). A hypothesis test with no spec parameter gets the profile's number itself.
 
 A property marked ``@pytest.mark.budget(n)`` (the Keras building blocks of tests/properties/
-test_blocks.py, whose every drawn case traces a new step) draws ``n`` per spec instead, unless
-the run asks for depth (``pytest --deep``): then it draws the profile's number like the rest.
+test_blocks.py, whose every drawn case traces a new step, and the costliest end-to-end
+properties: tests/helpers.py COSTLY) draws ``n`` per spec instead, unless the run asks for depth
+(``pytest --deep``): then it draws the profile's number like the rest.
 """
 
 from __future__ import annotations

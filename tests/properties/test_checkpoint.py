@@ -21,6 +21,7 @@ from suite.harness import cases
 from suite.harness.cases import ARCHS, arch_dict, training_cases, training_steps
 from suite.harness.check import Check
 from suite.harness.tolerances import tolerance
+from tests.helpers import COSTLY
 
 OPTIMIZERS = ["sgd", "sgd_momentum", "adam", "rmsprop", "adagrad"]
 
@@ -66,6 +67,7 @@ def _check_state(got, history, under, check, what, counted=False):
                     given={"start": [0], "increments": [[n] for _, n in increments], "under": under})
 
 
+@COSTLY
 @given(data=st.data())
 def test_checkpoint_restores_under_another_strategy(engines, spec, restore_specs, data):
     target = data.draw(st.sampled_from(restore_specs), label="restore under")
@@ -112,6 +114,7 @@ def test_integer_metric_state_survives_restore(engines, spec):
         check.equal(r.values, values, f"int64 Sum metrics after a restore (worker {w})")
 
 
+@COSTLY
 @given(data=st.data())
 def test_saved_model_exported_under_a_strategy_predicts_identically_without_one(engines, spec, data):
     arch_name, params, steps = data.draw(training_cases(spec.replicas, "float32", max_steps=1), label="model")

@@ -14,6 +14,7 @@ from reference import input as ref_input
 from suite.common.results import Raised
 from suite.harness.check import Check
 from suite.harness.pool import ProbeError
+from tests.helpers import COSTLY
 
 STYLES = ("for", "iter_next", "get_next_as_optional", "tf_function_for")
 AFTER_END = {"iter_next": "StopIteration", "get_next_as_optional": "has_value=False"}
@@ -91,6 +92,7 @@ def _rows(ids, feature_shape, dtype) -> np.ndarray:
         (-1,) + (1,) * len(feature_shape))
 
 
+@COSTLY
 @pytest.mark.parametrize("style", STYLES)
 @given(data=st.data())
 def test_replica_batches_follow_the_split_rule(engines, spec, style, data):
@@ -146,6 +148,7 @@ def test_the_input_guides_worked_examples(engines, spec):
                         f"the guide's {example.name}: every worker's elements in order")
 
 
+@COSTLY
 @given(data=st.data())
 def test_every_element_is_delivered_exactly_once(engines, spec, data):
     """Conservation, measured on TensorFlow's output alone: over all steps, replicas and workers
@@ -170,6 +173,7 @@ def test_every_element_is_delivered_exactly_once(engines, spec, data):
                 f"elements delivered other than {copies}x, or not in the dataset")
 
 
+@COSTLY
 @given(data=st.data())
 def test_iteration_styles_deliver_the_same_stream(engines, spec, data):
     case = data.draw(input_cases(spec, whole_steps=True), label="case")

@@ -16,6 +16,7 @@ from suite.harness import cases, repro
 from suite.harness.cases import ARCHS, arch_dict, training_cases
 from suite.harness.check import Check
 from suite.harness.tolerances import tolerance
+from tests.helpers import COSTLY
 
 
 def check_history(results, history, check, initial=None, alternative=None, iterations=None):
@@ -119,6 +120,7 @@ def test_optimizer_variables_created_lazily_in_a_distributed_step(engines, spec,
                        r.distributed, "distributed variables of the strategy")
 
 
+@COSTLY
 @pytest.mark.parametrize("denominator", ["constant", "default"])
 @given(data=st.data())
 def test_short_last_batch_training_matches_the_reference_split(engines, spec, denominator, data):
