@@ -45,6 +45,16 @@ XLA_UNSUPPORTED = (r"Collectives are not yet implemented for CPU devices when co
                    r"|xla/known_issues#tfvariable_on_a_different_device"
                    r"|Fail to proof the equality of two dimensions at compile time")
 
+# The Keras building blocks the benchmarks switch on in a train step (suite/harness/bench.py,
+# suite/engine/probes/bench.py): name -> what is switched on.
+BENCH_BLOCKS = {
+    "clipping": "global_clipnorm=1.0 on the optimizer (clipping the summed gradient in apply_gradients)",
+    "mixed_precision": "the mixed_float16 policy with a dynamic LossScaleOptimizer; the loss scaled and the "
+                       "gradients unscaled in the step, as the mixed-precision guide's custom loop does",
+    "sync_batch_norm": "BatchNormalization(synchronized=True) after each hidden layer (MLP) or convolution (CNN)",
+    "xla": "the replica's forward and backward pass in tf.function(jit_compile=True); apply_gradients outside it",
+}
+
 # Deliberately wrong engines for tests/meta/test_mutants.py: the pool switches one on per call
 # (probe ``engine.mutant``), or ``TFDS_MUTANT=<name>`` in an engine's environment at start
 # (suite/engine/mutants.py).

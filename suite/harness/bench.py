@@ -17,7 +17,7 @@ import re
 import statistics
 import time
 
-from suite.common.catalog import XLA_UNSUPPORTED
+from suite.common.catalog import BENCH_BLOCKS, XLA_UNSUPPORTED
 from suite.common.results import BenchRun, Raised
 from suite.harness.check import Check
 
@@ -64,15 +64,10 @@ WORKLOADS = {w.name: w for w in (
 )}
 SCALINGS = ("weak", "strong")
 
-# The Keras building blocks a step can switch on (engine side: suite/engine/probes/bench.py),
-# timed on these workloads under weak scaling, each against the same block on the plain step.
-BLOCKS = {
-    "clipping": "global_clipnorm=1.0 on the optimizer (clipping the summed gradient in apply_gradients)",
-    "mixed_precision": "the mixed_float16 policy with a dynamic LossScaleOptimizer; the loss scaled and the "
-                       "gradients unscaled in the step, as the mixed-precision guide's custom loop does",
-    "sync_batch_norm": "BatchNormalization(synchronized=True) after each hidden layer (MLP) or convolution (CNN)",
-    "xla": "the replica's forward and backward pass in tf.function(jit_compile=True); apply_gradients outside it",
-}
+# The Keras building blocks a step can switch on (catalog.BENCH_BLOCKS, engine side in
+# suite/engine/probes/bench.py), timed on these workloads under weak scaling, each against the
+# same block on the plain step.
+BLOCKS = BENCH_BLOCKS
 BLOCK_WORKLOADS = ("mlp", "cnn")
 # What the engine must report it built for each block (BenchState.block, read back from the
 # model, optimizer and step): a block that silently fell away would be timed as if it were on.

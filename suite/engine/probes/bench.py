@@ -21,6 +21,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
+from suite.common.catalog import BENCH_BLOCKS
 from suite.common.results import BenchRun, BenchState
 from suite.engine import compat
 from suite.engine.probes.common import failed
@@ -56,7 +57,7 @@ _FAMILY = {
 }
 
 
-BLOCKS = ("clipping", "mixed_precision", "sync_batch_norm", "xla")
+BLOCKS = tuple(BENCH_BLOCKS)
 CLIPNORM = 1.0  # global_clipnorm of the clipping block
 MIXED_POLICY = "mixed_float16"
 
