@@ -166,7 +166,8 @@ def test_num_replicas_and_loss_scaling(engines, ps_spec, engine_versions, reduct
                 "num_replicas_in_sync in a scheduled step's replica context (CPU workers)")
     check.close(r.compute_average_loss,
                 ref.compute_average_loss(per_example, weights, gbs, num_replicas=ref_ps.NUM_REPLICAS_IN_SYNC_CPU),
-                "compute_average_loss in a scheduled step", n_terms=n)
+                "compute_average_loss in a scheduled step" + (" (with sample_weight)" if weights is not None else ""),
+                n_terms=n)
     expected = ref_losses.keras_loss_in_replica(per_example, reduction, engine_versions["keras"],
                                                 ref_ps.NUM_REPLICAS_IN_SYNC_CPU, has_strategy=True)
     what = f"Keras MAE with reduction={reduction} in a scheduled step"
