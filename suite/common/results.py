@@ -284,3 +284,30 @@ class TutorialRun:
 class Evaluation:
     test_accuracy: float
     restored: str | None
+
+
+# -- users' workloads (python -m suite.check) ---------------------------------------------------
+@record
+class WorkloadStep:
+    loss: float  # the step's loss reduced as the user's loop reduces it (Workload.loss_reduction)
+    replica_losses: list  # what the step returned on each local replica
+    rows: list  # each local replica's examples in this step
+    variables: list  # per model variable (trainable and not), every local replica's copy
+    optimizer: list  # per optimizer variable (iterations, slots), every local replica's copy
+    gradients: list | None  # per local replica, the gradients handed to apply_gradients (model.trainable order)
+    metrics: dict  # name -> result() after the step
+    regularization: float | None = None  # add_n(model.losses) before the step (weight penalties), if readable
+
+
+@record
+class WorkloadRun:
+    replicas: int  # num_replicas_in_sync
+    local_replica_ids: list
+    names: list  # model variable names (model.variables order)
+    trainable: list  # bool per model variable
+    optimizer_names: list
+    initial: list  # replica 0's value of each model variable before the first step
+    steps: list  # of WorkloadStep
+    facts: dict  # what the engine saw of the workload (evidence for diagnoses)
+    masks: list | None = None  # each local replica's training-mode output for one shared input (random layers)
+    raised: Raised | None = None  # the step that raised (its index in ``where``)

@@ -1,0 +1,241 @@
+"""A user's workload (suite/engine/workload.py) trained under the engine's strategy, reading after
+every step what the check compares: the reported loss, every replica's copy of every model and
+optimizer variable, the metric results, and as evidence for a diagnosis what each replica's
+step returned, how many examples it saw and the gradients it handed to ``apply_gradients``.
+
+The same probe runs the reference (the ``default`` spec: no strategy, the global batch on one
+device) and every distributed spec, with op determinism on and the seeds set, the model loaded
+with the reference's initial values. Random layers (Dropout and its kin) are switched off for
+the comparison, since a replica's draws cannot equal one device's; what they draw is checked
+once, before training (``masks``).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import numpy as np
+import tensorflow as tf
+
+from suite.common.results import WorkloadRun, WorkloadStep
+from suite.engine import compat, workload
+from suite.engine.probes.common import failed
+from suite.engine.probes.registry import probe
+from suite.engine.steps import TrainStep
+
+keras = compat.keras
+RANDOM_LAYERS = {"Dropout": "rate", "SpatialDropout1D": "rate", "SpatialDropout2D": "rate",
+                 "SpatialDropout3D": "rate", "GaussianDropout": "rate", "AlphaDropout": "rate",
+                 "GaussianNoise": "stddev"}
+_DETERMINISTIC = []
+
+
+def _random_attr(layer) -> str | None:
+    """The attribute that switches a random layer off (its rate or stddev), for Keras' random
+    layers and subclasses of them."""
+    for cls in type(layer).__mro__:
+        if cls.__name__ in RANDOM_LAYERS and cls.__module__.startswith(("keras", "tf_keras")):
+            return RANDOM_LAYERS[cls.__name__]
+    return None
+
+
+def _name(v) -> str:
+    return getattr(v, "path", None) or compat.tf_variable(v).name.split(":")[0]
+
+
+def _layers(model):
+    out = []
+    for layer in getattr(model, "layers", []):
+        out.append(layer)
+        if getattr(layer, "layers", None):
+            out.extend(_layers(layer))
+    return out
+
+
+def _facts(ctx, wl, strategy, built_variables: int) -> dict:
+    """What the engine can see of the workload before it trains: evidence for diagnoses."""
+    layers = _layers(wl.model)
+    facts = {
+        "keras": compat.KERAS_GENERATION,
+        "loss_reduction": wl.loss_reduction,
+        "loss_object_reduction": str(getattr(wl.loss, "reduction", "")) or None,
+        "user_step": wl.step is not None,
+        "optimizer": type(wl.optimizer).__name__,
+        "optimizer_variables_before_step": built_variables,
+        "optimizer_built": getattr(getattr(wl.optimizer, "inner_optimizer", wl.optimizer), "built", None),
+        "batch_norm": [[layer.name, bool(getattr(layer, "synchronized", False))] for layer in layers
+                       if type(layer).__name__ == "BatchNormalization"],
+        "random_layers": [layer.name for layer in layers if _random_attr(layer)
+                          and float(getattr(layer, _random_attr(layer), 0) or 0) > 0],
+        "regularized": bool(wl.model.losses),
+        "distribute": wl.distribute,
+    }
+    if ctx.spec.kind != "default":
+        extended = strategy.extended
+        facts["outside_scope"] = sorted(
+            {_name(v) for v in wl.model.variables if not extended.variable_created_in_scope(compat.tf_variable(v))}
+            | {"optimizer: " + _name(v) for v in compat.optimizer_variables(wl.optimizer)
+               if not extended.variable_created_in_scope(compat.tf_variable(v))})
+    return facts
+
+
+class _Capture:
+    """``optimizer.apply_gradients`` wrapped so each replica's step records the gradients it
+    hands over (per thread: MirroredStrategy runs each replica's function in a thread of its own)."""
+
+    def __init__(self, optimizer, variables):
+        self.local = threading.local()
+        self.index = {id(v): i for i, v in enumerate(variables)}
+        self.variables = variables
+        original = optimizer.apply_gradients
+
+        def apply_gradients(grads_and_vars, *args, **kwargs):
+            pairs = list(grads_and_vars)
+            self.local.grads = {self.index.get(id(v)): g for g, v in pairs}
+            return original(pairs, *args, **kwargs)
+
+        optimizer.apply_gradients = apply_gradients
+
+    def start(self):
+        self.local.grads = None
+
+    def take(self):
+        grads = getattr(self.local, "grads", None)
+        if grads is None:
+            return []
+        return [tf.zeros_like(tf.convert_to_tensor(v)) if grads.get(i) is None else tf.convert_to_tensor(grads[i])
+                for i, v in enumerate(self.variables)]
+
+
+def _rows(batch):
+    return tf.shape(tf.nest.flatten(batch)[0])[0]
+
+
+def _dataset(ctx, wl, strategy, global_batch):
+    """The workload's batches as the strategy delivers them (parameter servers: the global
+    batches in order, passed to each scheduled step)."""
+    if ctx.coordinator is not None:
+        return iter(wl.dataset(global_batch, None))
+    if wl.distribute == "function":
+        return iter(strategy.distribute_datasets_from_function(lambda ic: wl.dataset(global_batch, ic)))
+    if ctx.spec.kind == "default":
+        return iter(wl.dataset(global_batch, None))
+    return iter(strategy.experimental_distribute_dataset(wl.dataset(global_batch, None)))
+
+
+def _masks(strategy, model, x):
+    """Each replica's training-mode output for the same input (the first example of the first
+    batch): equal outputs mean equal random draws."""
+    out = strategy.run(lambda: model(x, training=True))
+    return [np.asarray(v) for v in strategy.experimental_local_results(out)]
+
+
+def _regularization(model) -> float | None:
+    """The model's weight penalties (``add_n(model.losses)``) at the current weights, read
+    eagerly; None when they cannot be read outside the step (activity penalties)."""
+    try:
+        losses = model.losses
+        return float(np.asarray(tf.add_n([tf.convert_to_tensor(v) for v in losses]))) if losses else 0.0
+    except Exception:
+        return None
+
+
+@probe
+def run(ctx, target, steps, global_batch, seed=0, canonical=False, init=None, path=None):
+    """Build the workload (fresh), load ``init`` (every model variable), train ``steps`` steps of
+    its dataset with its own step (``canonical``: the suite's) and report each step."""
+    strategy = ctx.strategy
+    if not _DETERMINISTIC:
+        tf.config.experimental.enable_op_determinism()
+        _DETERMINISTIC.append(True)
+    keras.backend.clear_session()
+    keras.utils.set_random_seed(seed)
+    wctx = workload.WorkloadContext(strategy, int(global_batch), strategy.num_replicas_in_sync, seed)
+    wl = workload.build(target, wctx, path)
+    model, opt = wl.model, wl.optimizer
+    built_variables = len(compat.optimizer_variables(opt))
+    facts = _facts(ctx, wl, strategy, built_variables)
+    batches = _dataset(ctx, wl, strategy, global_batch)
+    try:
+        first = next(batches)
+    except StopIteration:
+        raise workload.WorkloadError(f"workload {target!r}: its dataset is empty") from None
+    masks = None
+    if facts["random_layers"] and ctx.coordinator is None and ctx.spec.kind != "default":
+        saved = [np.array(compat.local_values(strategy, v)[0]) for v in model.variables]
+        x0 = tf.convert_to_tensor(tf.nest.flatten(strategy.experimental_local_results(first)[0])[0])[:1]
+        masks = _masks(strategy, model, x0)
+        for v, value in zip(model.variables, saved):
+            v.assign(value)
+    for layer in _layers(model):
+        attr = _random_attr(layer)
+        if attr:
+            setattr(layer, attr, 0.0)
+    if init is not None:
+        if len(init) != len(model.variables):
+            raise workload.WorkloadError(f"workload {target!r}: the factory built {len(model.variables)} model "
+                                         f"variables here and {len(init)} for the reference: it must build the "
+                                         "same model whatever the strategy")
+        for v, value in zip(model.variables, init):
+            v.assign(np.asarray(value))
+    initial = [np.array(compat.local_values(strategy, v)[0]) for v in model.variables]
+    capture = _Capture(opt, model.trainable_variables)
+    canonical_step = TrainStep(model, opt, wl.loss)
+    user_step = wl.step if wl.step is not None and not canonical else None
+    op = getattr(tf.distribute.ReduceOp, wl.loss_reduction)
+
+    def replica(batch):
+        capture.start()
+        if user_step is not None:
+            loss = user_step(batch)
+        else:
+            x, y = batch
+            loss = canonical_step(x, y, global_batch_size=global_batch)
+        return tf.convert_to_tensor(loss), _rows(batch), capture.take()
+
+    def distributed(batch):
+        per_replica = strategy.run(replica, args=(batch,))
+        return (strategy.reduce(op, per_replica[0], axis=None),) + tuple(per_replica)
+
+    step_fn = tf.function(distributed, reduce_retracing=True)
+    history, raised = [], None
+    batch = first
+    for k in range(1, steps + 1):
+        if k > 1:
+            try:
+                batch = next(batches)
+            except StopIteration:
+                break
+        regularization = _regularization(model)
+        try:
+            if ctx.coordinator is not None:
+                value = ctx.coordinator.schedule(step_fn, args=(batch,))
+                ctx.coordinator.join()
+                reported, losses, rows, grads = value.fetch()
+                losses, rows, grads = [losses], [rows], [grads]
+            else:
+                reported, losses, rows, grads = step_fn(batch)
+                losses, rows = strategy.experimental_local_results(losses), strategy.experimental_local_results(rows)
+                grads = [[strategy.experimental_local_results(g)[r] for g in grads] for r in range(len(losses))]
+        except Exception as exc:
+            raised = failed(ctx, exc, f"step {k}")
+            break
+        history.append(WorkloadStep(
+            float(np.asarray(reported)), [float(np.asarray(v)) for v in losses], [int(np.asarray(v)) for v in rows],
+            [compat.local_values(strategy, v) for v in model.variables],
+            [compat.local_values(strategy, v) for v in compat.optimizer_variables(opt)],
+            [[np.asarray(g) for g in gs] for gs in grads] if all(len(gs) for gs in grads) else None,
+            {name: float(np.asarray(m.result())) for name, m in wl.metrics.items()}, regularization))
+    first_rows = sum(history[0].rows) if history else None
+    facts["optimizer_variables_after"] = len(compat.optimizer_variables(opt))
+    facts["first_batch_rows"] = first_rows
+    return WorkloadRun(strategy.num_replicas_in_sync, ctx.local_replica_ids, [_name(v) for v in model.variables],
+                       [any(v is t for t in model.trainable_variables) for v in model.variables],
+                       [_name(v) for v in compat.optimizer_variables(opt)], initial, history, facts, masks, raised)
+
+
+@probe
+def environment(ctx):
+    """The engine's TensorFlow and Keras versions (the check's header)."""
+    return {"tensorflow": tf.__version__, "keras": compat.KERAS_VERSION, "pid": os.getpid()}

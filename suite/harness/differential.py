@@ -1,0 +1,539 @@
+"""A user's workload compared with itself on one device: the verdict of one spec, and when it
+diverges, where first and why (pytest side: plain data in, plain data out, no TensorFlow).
+
+The reference is differential: the workload's own step with no strategy on the global batch
+(suite/engine/probes/workload.py). A spec passes when after every step its reported loss, every
+replica's copy of every model and optimizer variable, and every metric equal the reference's
+within the tolerance, and the replicas' copies equal each other. Variables are compared by
+their change since the common initial value, norm-wise (``|got - expected| <= rtol x
+|expected - initial| + atol x sqrt(size)``): a mistake moves a whole update (a factor of the
+replica count, a missing term), rounding moves a few low bits.
+
+At the first step that diverges, ``diagnose`` matches the evidence against the catalogue
+(``CAUSES``): ratios of the loss, of the summed gradients and of a metric to the replica count,
+the examples each replica saw, the weight penalty, the gradients' norms on each replica, and
+what the engine saw of the workload (the loss object's reduction, BatchNormalization layers,
+variables created outside the scope, an optimizer built in the first step).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+
+import numpy as np
+
+from suite.harness import deviations, signatures
+
+RTOL = 1e-4
+ATOL = 1e-7
+RATIO_SLACK = 0.05  # a measured ratio "is" N when within 5% of it
+
+
+@dataclasses.dataclass(frozen=True)
+class Cause:
+    title: str
+    fix: str
+
+
+CAUSES = {
+    "loss_averaged_per_replica": Cause(
+        "loss averaged per replica",
+        "scale the per-example losses by the global batch: tf.nn.compute_average_loss(per_example_loss, "
+        "global_batch_size=GLOBAL_BATCH_SIZE) instead of tf.reduce_mean, so apply_gradients' sum over the "
+        "replicas is the global mean"),
+    "loss_divided_twice": Cause(
+        "loss divided twice",
+        "divide once: compute_average_loss already divides by the global batch (replicas x local batch); do "
+        "not also divide by strategy.num_replicas_in_sync"),
+    "regularization_not_scaled": Cause(
+        "regularization not scaled",
+        "add tf.nn.scale_regularization_loss(tf.add_n(model.losses)) to the loss, not the bare sum: every "
+        "replica adds the penalty and apply_gradients sums them"),
+    "metric_fed_scaled_loss": Cause(
+        "a Mean metric fed scaled losses",
+        "update the metric with the per-example losses (metric.update_state(per_example_loss)), not with the "
+        "replica's scaled loss: a replica's scaled loss is its share of the global mean, and Mean averages the "
+        "shares"),
+    "keras_loss_reduction": Cause(
+        "Keras loss object reduces by itself under the strategy",
+        "create the loss with reduction='none' (keras.losses.Reduction.NONE on Keras 2) and scale the "
+        "per-example losses with tf.nn.compute_average_loss; Keras 2 refuses its default reduction inside "
+        "strategy.run, Keras 3 averages over the replica's local batch"),
+    "created_outside_scope": Cause(
+        "model or optimizer created outside the strategy's scope",
+        "create the model, the optimizer and the metrics inside `with strategy.scope():` (in the factory), not "
+        "at import time or before the scope"),
+    "lazy_optimizer_build": Cause(
+        "optimizer built lazily inside the distributed step",
+        "build the optimizer in the scope before the first step: optimizer.build(model.trainable_variables) "
+        "(Keras 3), so its slots are made once as distributed variables, not inside strategy.run"),
+    "clipped_before_aggregation": Cause(
+        "gradients clipped before aggregation",
+        "clip the summed gradients, not each replica's: give the optimizer global_clipnorm= (or clipnorm=) and "
+        "pass the raw gradients to apply_gradients, which sums the replicas before it clips"),
+    "per_replica_batch_norm": Cause(
+        "per-replica BatchNormalization where global statistics were expected",
+        "use keras.layers.BatchNormalization(synchronized=True) so every replica normalizes with the global "
+        "batch's mean and variance, as one device does"),
+    "identical_dropout_masks": Cause(
+        "identical dropout masks across replicas",
+        "give each replica its own random stream (Keras 2 Dropout does; Keras 3's shares its seed state across "
+        "replicas: known deviation keras3-dropout-mask-shared-by-replicas); for a layer of your own, draw from "
+        "a tf.random.Generator created in the scope or fold the replica id into a stateless seed"),
+    "per_replica_batch_size": Cause(
+        "dataset batched with the per-replica size",
+        "batch the dataset given to experimental_distribute_dataset with the global batch size (per-replica "
+        "size x strategy.num_replicas_in_sync); the strategy splits each global batch among the replicas"),
+    "short_batch_weighted_differently": Cause(
+        "short last batch weighted differently",
+        "pass global_batch_size= to tf.nn.compute_average_loss (its default, replicas x local batch, weighs a "
+        "short, unevenly split batch's examples by their replica's share), or drop the remainder"),
+    "reduce_mean_for_sum": Cause(
+        "strategy.reduce MEAN where SUM was meant",
+        "report the step's loss with strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica_loss, axis=None): "
+        "each replica's loss is already its share of the global mean"),
+    "replicas_disagree": Cause(
+        "variables that differ between replicas",
+        "update a variable from every replica with the same value: create it in the scope with its default "
+        "synchronization, and change it through the optimizer or with an all-reduced value, not from each "
+        "replica's own data"),
+}
+
+
+@dataclasses.dataclass
+class Mismatch:
+    step: int
+    quantity: str
+    got: float | str
+    expected: float | str
+    relative: float  # |got - expected| over the scale the tolerance is relative to
+    ratio: float | None = None  # got / expected (scalars), or the update's projection (variables)
+
+    def line(self) -> str:
+        ratio = f", ratio {self.ratio:.4g}" if self.ratio is not None and math.isfinite(self.ratio) else ""
+        return f"{self.quantity}: got {_num(self.got)}, expected {_num(self.expected)} " \
+               f"(relative difference {self.relative:.3g}{ratio})"
+
+
+@dataclasses.dataclass
+class Diagnosis:
+    cause: str
+    evidence: list
+
+    @property
+    def title(self) -> str:
+        return CAUSES[self.cause].title
+
+    @property
+    def fix(self) -> str:
+        return CAUSES[self.cause].fix
+
+
+@dataclasses.dataclass
+class Verdict:
+    spec: str
+    replicas: int
+    status: str  # PASS | FAIL | ERROR
+    steps: int = 0  # steps compared
+    agreed: int = 0  # steps that agreed before the first divergence
+    worst: float = 0.0  # largest relative difference seen in agreeing steps
+    seconds: float = 0.0
+    mismatches: list = dataclasses.field(default_factory=list)  # at the first diverging step
+    diagnoses: list = dataclasses.field(default_factory=list)
+    error: str | None = None
+    deviation: list | None = None  # [deviation id, evidence] when a known deviation explains every difference
+
+    @property
+    def first_step(self) -> int | None:
+        return self.mismatches[0].step if self.mismatches else None
+
+    def as_json(self) -> dict:
+        return {"spec": self.spec, "replicas": self.replicas, "status": self.status, "steps": self.steps,
+                "agreed_steps": self.agreed, "worst_relative_difference": self.worst, "seconds": round(self.seconds, 2),
+                "first_diverging_step": self.first_step, "error": self.error,
+                "known_deviation": self.deviation,
+                "mismatches": [dataclasses.asdict(m) for m in self.mismatches],
+                "diagnoses": [{"cause": d.cause, "title": d.title, "evidence": d.evidence, "fix": d.fix}
+                              for d in self.diagnoses]}
+
+
+def short_error(message: str, limit: int = 220) -> str:
+    """A TensorFlow error without its traceback lines: graph errors repeat the Python stack
+    ("File ..., line N, in f") before what went wrong."""
+    tail = re.split(r'File "[^"]*", line \d+, in \S+', message)[-1].strip()
+    tail = re.sub(r"\[\[\{\{node [^]]*\]\]|\[Op:[^]]*\]", "", tail).strip(" .")
+    return tail[:limit] if tail else message[:limit]
+
+
+def _num(x) -> str:
+    return f"{x:.7g}" if isinstance(x, float) else str(x)
+
+
+def _norm(x) -> float:
+    return float(np.linalg.norm(np.asarray(x, np.float64).ravel()))
+
+
+# -- combining a cluster's replies -------------------------------------------------------------
+def stitch(runs: list):
+    """One run of every replica from the replies of a spec's processes (each holds its local
+    replicas): per step the replica lists concatenated in worker order."""
+    first = runs[0]
+    if len(runs) == 1:
+        return first
+    count = min(len(r.steps) for r in runs)
+    steps = []
+    for k in range(count):
+        parts = [r.steps[k] for r in runs]
+        grads = None if any(p.gradients is None for p in parts) else [g for p in parts for g in p.gradients]
+        steps.append(dataclasses.replace(
+            parts[0], replica_losses=[v for p in parts for v in p.replica_losses], rows=[v for p in parts for v in p.rows],
+            variables=[[c for p in parts for c in p.variables[i]] for i in range(len(parts[0].variables))],
+            optimizer=[[c for p in parts for c in p.optimizer[i]] for i in range(len(parts[0].optimizer))],
+            gradients=grads))
+    raised = next((r.raised for r in runs if r.raised is not None), None)
+    masks = None if first.masks is None else [m for r in runs for m in (r.masks or [])]
+    return dataclasses.replace(first, steps=steps, raised=raised, masks=masks,
+                               local_replica_ids=[i for r in runs for i in r.local_replica_ids])
+
+
+# -- repeatability of the reference ------------------------------------------------------------
+def first_difference(a, b) -> str | None:
+    """Where two runs of the reference first differ bit for bit (None: they repeat exactly)."""
+    if (a.raised is None) != (b.raised is None):
+        return "one run raised and the other did not"
+    for k, (sa, sb) in enumerate(zip(a.steps, b.steps), 1):
+        for name, va, vb in zip(a.names, sa.variables, sb.variables):
+            if not np.array_equal(va[0], vb[0]):
+                return f"variable {name} after step {k} (largest difference {_largest(va[0], vb[0]):.3g})"
+        for name, va, vb in zip(a.optimizer_names, sa.optimizer, sb.optimizer):
+            if not np.array_equal(va[0], vb[0]):
+                return f"optimizer variable {name} after step {k} (largest difference {_largest(va[0], vb[0]):.3g})"
+        if sa.loss != sb.loss:
+            return f"the loss of step {k} ({sa.loss!r} then {sb.loss!r})"
+        for name in sa.metrics:
+            if sa.metrics[name] != sb.metrics.get(name):
+                return f"metric {name} after step {k}"
+    if len(a.steps) != len(b.steps):
+        return f"the number of steps ({len(a.steps)} then {len(b.steps)})"
+    return None
+
+
+def _largest(a, b) -> float:
+    return float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)))) if np.size(a) else 0.0
+
+
+# -- the comparison ----------------------------------------------------------------------------
+def _scalar(step, quantity, got, expected, rtol, atol):
+    err = abs(got - expected)
+    scale = abs(expected)
+    rel = err / scale if scale else (0.0 if err == 0 else math.inf)
+    ok = err <= rtol * scale + atol
+    return ok, rel, Mismatch(step, quantity, float(got), float(expected), rel, got / expected if expected else None)
+
+
+def _array(step, quantity, got, expected, base, rtol, atol):
+    got = np.asarray(got, np.float64)
+    expected = np.asarray(expected, np.float64)
+    if got.shape != expected.shape:
+        return False, math.inf, Mismatch(step, quantity, f"shape {list(got.shape)}", f"shape {list(expected.shape)}",
+                                         math.inf)
+    moved = expected - base
+    err, scale = _norm(got - expected), _norm(moved)
+    rel = err / scale if scale else (0.0 if err == 0 else math.inf)
+    ok = err <= rtol * scale + atol * math.sqrt(max(got.size, 1))
+    ratio = float(np.vdot(got - base, moved) / np.vdot(moved, moved)) if scale else None
+    shown_got = f"{got.dtype.name}{list(got.shape)} |x - initial| = {_norm(got - base):.6g}"
+    shown_exp = f"|x - initial| = {scale:.6g}"
+    if got.size == 1:
+        shown_got, shown_exp = float(got.ravel()[0]), float(expected.ravel()[0])
+    return ok, rel, Mismatch(step, quantity, shown_got, shown_exp, rel, ratio)
+
+
+def compare(ref, dist, rtol: float = RTOL, atol: float = ATOL, metrics: bool = True):
+    """(agreeing steps, worst relative difference while agreeing, mismatches of the first
+    diverging step); compares as many steps as both ran (``metrics=False``: not the metrics)."""
+    worst = 0.0
+    zero_opt = [np.zeros_like(np.asarray(v[0], np.float64)) for v in (ref.steps[0].optimizer if ref.steps else [])]
+    for k, (r, d) in enumerate(zip(ref.steps, dist.steps), 1):
+        found, rels = [], []
+
+        def take(result, found=found, rels=rels):
+            ok, rel, mismatch = result
+            (rels if ok else found).append(rel if ok else mismatch)
+
+        take(_scalar(k, "loss", d.loss, r.loss, rtol, atol))
+        for name, init, rv, dv in zip(ref.names, ref.initial, r.variables, d.variables):
+            for rep, copy in enumerate(dv):
+                take(_array(k, f"{name} (replica {rep})", copy, rv[0], init, rtol, atol))
+        prev = ref.steps[k - 2].optimizer if k > 1 else None
+        for i, (name, rv, dv) in enumerate(zip(ref.optimizer_names, r.optimizer, d.optimizer)):
+            base = np.asarray(prev[i][0], np.float64) if prev is not None else zero_opt[i]
+            for rep, copy in enumerate(dv):
+                take(_array(k, f"optimizer {name} (replica {rep})", copy, rv[0], base, rtol, atol))
+        for name, value in (r.metrics if metrics else {}).items():
+            take(_scalar(k, f"metric {name}", d.metrics.get(name, math.nan), value, rtol, atol))
+        for name, init, dv in zip(ref.names, ref.initial, d.variables):
+            for rep, copy in enumerate(dv[1:], 1):  # the replicas against each other
+                ok, rel, m = _array(k, f"{name}: replica {rep} against replica 0", copy, dv[0], init, rtol, atol)
+                if not ok:
+                    found.append(dataclasses.replace(m, quantity=f"{name}: replica {rep} against replica 0"))
+        if found:
+            return k - 1, worst, found
+        worst = max([worst] + [x for x in rels if math.isfinite(x)])
+    return min(len(ref.steps), len(dist.steps)), worst, []
+
+
+# -- the diagnosis -----------------------------------------------------------------------------
+def _is(x, target) -> bool:
+    return x is not None and math.isfinite(x) and target > 0 and abs(x - target) <= RATIO_SLACK * target
+
+
+def _grad_evidence(r, d):
+    """(ratio of the replicas' summed gradients to the reference's, projected; their cosine;
+    each replica's global gradient norm; the reference's norm), or None without gradients."""
+    if r.gradients is None or d.gradients is None or not r.gradients or not d.gradients:
+        return None
+    ref = [np.asarray(g, np.float64) for g in r.gradients[0]]
+    summed = [sum(np.asarray(rep[i], np.float64) for rep in d.gradients) for i in range(len(ref))]
+    dot = sum(float(np.vdot(a, b)) for a, b in zip(summed, ref))
+    nr = math.sqrt(sum(_norm(g) ** 2 for g in ref))
+    ns = math.sqrt(sum(_norm(g) ** 2 for g in summed))
+    if not nr or not ns:
+        return None
+    norms = [math.sqrt(sum(_norm(g) ** 2 for g in rep)) for rep in d.gradients]
+    return dot / nr ** 2, dot / (nr * ns), norms, nr
+
+
+LOSS_REDUCTIONS_THAT_AVERAGE = ("sum_over_batch_size", "auto", "Reduction.AUTO", "Reduction.SUM_OVER_BATCH_SIZE")
+
+
+def diagnose(ref, dist, mismatches: list, global_batch: int) -> list[Diagnosis]:
+    """The catalogued causes the evidence of the first diverging step supports (first the
+    strongest); empty when none does."""
+    n = dist.replicas
+    facts = dist.facts
+    out: list[Diagnosis] = []
+
+    def add(cause, *evidence):
+        if cause not in [d.cause for d in out]:
+            out.append(Diagnosis(cause, list(evidence)))
+
+    if facts.get("outside_scope"):
+        shown = ", ".join(facts["outside_scope"][:4]) + (" ..." if len(facts["outside_scope"]) > 4 else "")
+        add("created_outside_scope", f"not created in the strategy's scope: {shown}")
+    before, after = facts.get("optimizer_variables_before_step"), facts.get("optimizer_variables_after")
+    lazy = before is not None and after is not None and after > before
+    if dist.raised is not None:
+        message = dist.raised.message
+        if "Reduction" in message and ("SUM" in message or "NONE" in message) and "strategy" in message.lower():
+            add("keras_loss_reduction", f"{dist.raised.where} raised {dist.raised.type}: {short_error(message)}")
+        if facts.get("optimizer_built") is False or lazy:
+            add("lazy_optimizer_build", f"the optimizer was not built when the first step began ({before} variables: "
+                                        f"no slots yet), and {dist.raised.where} raised {dist.raised.type}: "
+                                        f"{short_error(message)}")
+        return out
+    if dist.masks and len(dist.masks) > 1 and facts.get("random_layers"):
+        if all(np.array_equal(m, dist.masks[0]) for m in dist.masks[1:]):
+            add("identical_dropout_masks",
+                f"the model's random layers ({', '.join(facts['random_layers'])}) in training mode gave every one of "
+                f"the {len(dist.masks)} replicas the same output for the same input: the same random draws")
+    if not mismatches:
+        return out
+    k = mismatches[0].step
+    r, d = ref.steps[k - 1], dist.steps[k - 1]
+    rows_ref, rows = sum(r.rows), sum(d.rows)
+    if rows != rows_ref:
+        if rows * n == rows_ref:
+            add("per_replica_batch_size", f"step {k} gave the {n} replicas {rows} examples in all ({d.rows}), one device "
+                                          f"{rows_ref}: the dataset's batches are the per-replica size, {n}x too small")
+        else:
+            add("per_replica_batch_size", f"step {k} gave the replicas {rows} examples ({d.rows}), one device {rows_ref}")
+        return out
+    if lazy and any(m.quantity.startswith("optimizer ") or "against replica 0" in m.quantity for m in mismatches):
+        add("lazy_optimizer_build", f"the optimizer had {before} variables when the first step began and {after} "
+                                    "after it: its slots were created inside strategy.run")
+    loss_ratio = d.loss / r.loss if r.loss else None
+    returned = sum(d.replica_losses)
+    returned_ratio = returned / r.loss if r.loss else None
+    kinds = {m.quantity.split(" ")[0] for m in mismatches}
+    only_metrics = all(m.quantity.startswith("metric ") for m in mismatches)
+    if only_metrics:
+        for m in mismatches:
+            if _is(m.ratio, 1 / n):
+                add("metric_fed_scaled_loss", f"{m.quantity} after step {k} is {m.ratio:.4g} of one device's "
+                                              f"(1/{n} for {n} replicas) while the loss and every variable agree")
+        return out
+    reduction = str(facts.get("loss_object_reduction") or "")
+    # the data loss's ratio: what the replicas' steps returned, summed, against one device's, the
+    # weight penalty taken out of both (a correctly scaled penalty sums to one device's)
+    reg = r.regularization or 0.0
+    data_ratio = (returned - reg) / (r.loss - reg) if r.loss - reg else None
+    grads = _grad_evidence(r, d)
+    ratio = cosine = None
+    evidence = [f"the losses the {n} replicas' steps returned sum to {data_ratio:.4g} x one device's"
+                + (" (the weight penalty taken out of both)" if reg else "")] if data_ratio is not None else []
+    if grads is not None:
+        ratio, cosine, norms, ref_norm = grads
+        evidence.append(f"the gradients they handed to apply_gradients sum to {ratio:.4g} x one device's "
+                        f"(cosine {cosine:.6f})")
+    times_n = _is(data_ratio, n) or (_is(ratio, n) and cosine > 0.99)
+    over_n = _is(data_ratio, 1 / n) or (_is(ratio, 1 / n) and cosine > 0.99)
+    if n > 1 and times_n:
+        if facts.get("user_step") and reduction in LOSS_REDUCTIONS_THAT_AVERAGE:
+            add("keras_loss_reduction", *evidence, f"{n} is the replica count, and the loss object's reduction is "
+                                                   f"{reduction!r}, which averages over each replica's own batch")
+        else:
+            add("loss_averaged_per_replica", *evidence, f"{n} is the replica count: each replica divided by its "
+                                                        "own batch, not the global one")
+    elif n > 1 and over_n:
+        add("loss_divided_twice", *evidence, f"1/{n} is one over the replica count: the loss was divided by it once "
+                                             "too often")
+    if grads is not None:
+        spread = max(norms) - min(norms)
+        if (n > 1 and not _is(ratio, 1.0) and min(norms) > 0 and spread <= 1e-3 * max(norms)
+                and abs(ref_norm - norms[0]) <= 1e-3 * ref_norm):
+            add("clipped_before_aggregation",
+                f"every replica handed apply_gradients gradients of global norm {norms[0]:.6g} (the same on all "
+                f"{n}), and one device's norm is {ref_norm:.6g} too: a clip bound each replica's gradients before "
+                f"apply_gradients summed them; their sum is {ratio:.4g} x one device's")
+    if facts.get("regularized") and reg and n > 1 and loss_ratio is not None:
+        extra = d.loss - r.loss
+        if abs(extra - (n - 1) * reg) <= RATIO_SLACK * (n - 1) * reg:
+            add("regularization_not_scaled", f"the loss of step {k} exceeds one device's by {extra:.6g} = "
+                                             f"({n} - 1) x the weight penalty {reg:.6g}: every replica added it whole")
+    if not out and loss_ratio is not None and "loss" in kinds and _is(loss_ratio, 1 / n):
+        if facts.get("loss_reduction") == "MEAN" or _is(returned_ratio, 1.0):
+            add("reduce_mean_for_sum", f"the reported loss is {loss_ratio:.4g} x one device's (1/{n}) while the "
+                                       f"replicas' own losses sum to {returned_ratio:.4g} x it; the loop reduces with "
+                                       f"{facts.get('loss_reduction')}")
+    unsynced = [name for name, synced in facts.get("batch_norm", []) if not synced]
+    if unsynced and n > 1:
+        add("per_replica_batch_norm", f"BatchNormalization layers {', '.join(unsynced)} are not synchronized: each "
+                                      f"of the {n} replicas normalizes with its own batch's statistics, one device "
+                                      "with the global batch's")
+    if rows_ref < global_batch and len(set(d.rows)) > 1 and not out:
+        agreed = f"steps 1-{k - 1} agreed; " if k > 1 else ""
+        short = (f"{agreed}step {k} is a short batch of {rows_ref} examples (global batch {global_batch}), split "
+                 f"{d.rows} among the replicas, and it is the first step that diverges")
+        if facts.get("user_step") and reduction in LOSS_REDUCTIONS_THAT_AVERAGE:
+            add("keras_loss_reduction", short, f"the loss object's reduction is {reduction!r}: under a strategy Keras 3 "
+                                               "divides each replica's mean by the replica count, which is the global "
+                                               "mean only when the replicas' batches are equal")
+        else:
+            add("short_batch_weighted_differently", short, "on the full batches before it, split evenly, the "
+                                                           "denominators agreed")
+    disagree = [m for m in mismatches if "against replica 0" in m.quantity]
+    if disagree and not out:
+        add("replicas_disagree", f"after step {k}, {disagree[0].quantity}: relative difference "
+                                 f"{disagree[0].relative:.3g} ({len(disagree)} such comparisons)")
+    return out
+
+
+def verdict(spec: str, ref, runs: list, global_batch: int, rtol: float = RTOL, atol: float = ATOL,
+            seconds: float = 0.0, spec_obj=None, versions: dict | None = None) -> Verdict:
+    """Compare a spec's run with the reference and diagnose its first divergence; a divergence
+    that a known deviation of the installed TensorFlow/Keras explains, value for value, is the
+    verdict DEVIATION (the loop is right, TensorFlow is not)."""
+    dist = stitch(runs)
+    agreed, worst, mismatches = compare(ref, dist, rtol, atol)
+    v = Verdict(spec, dist.replicas, "PASS", steps=min(len(ref.steps), len(dist.steps)), agreed=agreed, worst=worst,
+                seconds=seconds, mismatches=mismatches)
+    if dist.raised is not None:
+        v.status = "FAIL"
+        v.error = f"{dist.raised.where} raised {dist.raised.type}: {short_error(dist.raised.message, 300)}"
+    if mismatches:
+        v.status = "FAIL"
+    v.diagnoses = diagnose(ref, dist, mismatches, global_batch)
+    if mismatches and not v.diagnoses and dist.raised is None and spec_obj is not None:
+        explained = known_deviation(ref, dist, spec_obj, versions or {}, rtol, atol)
+        if explained is not None:
+            v.status, v.deviation = "DEVIATION", explained
+            v.mismatches = []
+            v.agreed = v.steps
+            return v
+    if v.diagnoses and v.status == "PASS":  # evidence with no divergence (identical dropout masks)
+        v.status = "FAIL"
+    if len(dist.steps) < len(ref.steps) and dist.raised is None and not mismatches:
+        v.status = "FAIL"
+        v.error = f"ran {len(dist.steps)} steps, one device {len(ref.steps)}: the strategy delivered fewer batches"
+    return v
+
+
+# -- known deviations of TensorFlow/Keras that a correct loop meets --------------------------
+def known_deviation(ref, dist, spec, versions: dict, rtol: float, atol: float):
+    """``[id, evidence]`` when an entry of known_deviations.toml that applies to the engine's
+    versions predicts every difference between the spec's run and the reference; else None.
+
+    keras3-central-storage-metric-accumulation: under CentralStorage every metric update makes
+    the state ``replicas x old + increment``. For a metric whose state is (total, count of
+    examples), the reference gives each step's increments (count: the step's examples; total:
+    result x count), so the wrong result is predicted exactly; everything else must agree."""
+    if spec.strategy != "central_storage" or not ref.steps or not ref.steps[0].metrics:
+        return None
+    entry = next((d for d in deviations.load() if d.id == "keras3-central-storage-metric-accumulation"), None)
+    if entry is None or not entry.applies_to(versions.get("tensorflow"), versions.get("keras")):
+        return None
+    agreed, _, found = compare(ref, dist, rtol, atol, metrics=False)
+    if found or agreed < min(len(ref.steps), len(dist.steps)):
+        return None
+    shown = []
+    for name in ref.steps[0].metrics:
+        increments, total, count = [], 0.0, 0
+        for k, (r, d) in enumerate(zip(ref.steps, dist.steps), 1):
+            new_count = count + sum(r.rows)
+            new_total = r.metrics[name] * new_count
+            increments.append((new_total - total, new_count - count))
+            total, count = new_total, new_count
+            t, c = signatures._assigned_by_every_replica([0.0, 0.0], increments, [spec] * len(increments))
+            predicted = t / c if c else 0.0
+            got = d.metrics.get(name, math.nan)
+            if not abs(got - predicted) <= 1e-5 * abs(predicted) + 1e-7:
+                return None
+            if abs(got - r.metrics[name]) > rtol * abs(r.metrics[name]) + atol:
+                shown.append(f"{name} after step {k}: got {got:.7g}, one device {r.metrics[name]:.7g}, the deviation "
+                             f"predicts {predicted:.7g}")
+    if not shown:
+        return None
+    return [entry.id, "; ".join(shown[:3]) + ". Your loop is right: " + " ".join(entry.summary.split())[:400]]
+
+
+# -- rendering ---------------------------------------------------------------------------------
+def table(verdicts: list[Verdict]) -> str:
+    rows = [("spec", "replicas", "verdict", "steps agreed", "worst rel. diff", "first divergence", "diagnosis", "time")]
+    for v in verdicts:
+        first = "" if v.first_step is None else f"step {v.first_step}"
+        if v.status == "ERROR":
+            first = "error"
+        cause = v.diagnoses[0].title if v.diagnoses else ("" if v.status == "PASS" else "no catalogued cause")
+        if v.deviation:
+            cause = f"known deviation {v.deviation[0]}"
+        rows.append((v.spec, str(v.replicas), v.status, f"{v.agreed}/{v.steps}", f"{v.worst:.2g}", first, cause,
+                     f"{v.seconds:.1f} s"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    return "\n".join(lines[:1] + ["  ".join("-" * w for w in widths)] + lines[1:])
+
+
+def details(v: Verdict, limit: int = 6) -> str:
+    """What a user reads for a failing spec: where it diverged, got vs expected, the diagnosis."""
+    if v.status == "PASS":
+        return ""
+    if v.status == "DEVIATION":
+        return (f"{v.spec}: DEVIATION: TensorFlow/Keras, not the loop: known deviation {v.deviation[0]}\n"
+                f"  evidence: {v.deviation[1]}")
+    out = [f"{v.spec}: {v.status}" + (f", first divergence at step {v.first_step}" if v.first_step else "")]
+    if v.error:
+        out.append(f"  {v.error}")
+    for m in v.mismatches[:limit]:
+        out.append(f"  {m.line()}")
+    if len(v.mismatches) > limit:
+        out.append(f"  ... and {len(v.mismatches) - limit} more differences at that step")
+    if not v.diagnoses:
+        out.append("  diagnosis: no catalogued cause matches the evidence (see docs/check.md for the catalogue)")
+    for d in v.diagnoses:
+        out.append(f"  diagnosis: {d.title}")
+        out.extend(f"    evidence: {e}" for e in d.evidence)
+        out.append(f"    fix: {d.fix}")
+    return "\n".join(out)

@@ -1,0 +1,263 @@
+"""Check a user's training loop against itself on one device, under every selected spec
+(``python -m suite.check package.module:factory``; pytest side, no TensorFlow).
+
+The workload (suite/engine/workload.py) is run in the ``default`` engine twice with the same
+seeds (the reference must repeat itself bit for bit, or no divergence could be told from
+noise), once with the suite's canonical step (a note when the user's own step differs from it
+on one device), then under each spec from the reference's initial values; each spec's run is
+compared after every step and diagnosed (suite/harness/differential.py).
+
+Exit status: 0 every spec agrees, 1 some spec diverges or fails, 2 the input cannot be checked
+(an unknown spec, a workload that does not import or build, a dataset smaller than one global
+batch, a reference that does not repeat itself, no TensorFlow for the engines).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.util
+import json
+import os
+import sys
+import time
+
+from suite.common.specs import DEFAULT_SPECS, SpecError, parse_spec, parse_specs
+from suite.harness import differential
+from suite.harness.pool import EngineError, EnginePool, EngineStartError, EngineUnavailable, ProbeError
+from suite.harness.versions import engine_versions
+
+
+class CheckInputError(Exception):
+    """The workload or the options cannot be checked; the message is one line."""
+
+
+@dataclasses.dataclass
+class Report:
+    target: str
+    versions: dict
+    global_batch: int
+    steps: int
+    rtol: float
+    atol: float
+    notes: list
+    verdicts: list
+
+    @property
+    def passed(self) -> bool:
+        """Every spec trains what one device trains, or differs only where a known deviation of
+        TensorFlow/Keras predicts (the loop is right)."""
+        return all(v.status in ("PASS", "DEVIATION") for v in self.verdicts)
+
+    def text(self) -> str:
+        head = (f"workload {self.target}: TensorFlow {self.versions.get('tensorflow')}, Keras "
+                f"{self.versions.get('keras')}, global batch {self.global_batch}, {self.steps} steps, "
+                f"rtol {self.rtol:g}, atol {self.atol:g}")
+        parts = [head, "reference: the workload with no strategy on the global batch, run twice: it repeats "
+                       "itself bit for bit"]
+        parts += [f"note: {n}" for n in self.notes]
+        parts += ["", differential.table(self.verdicts)]
+        failing = [differential.details(v) for v in self.verdicts if v.status != "PASS"]
+        if failing:
+            parts += [""] + failing
+        parts += ["", "PASS: every spec trains what one device trains" if self.passed else
+                  f"FAIL: {sum(v.status not in ('PASS', 'DEVIATION') for v in self.verdicts)} of {len(self.verdicts)} specs "
+                  "diverge"]
+        return "\n".join(parts)
+
+    def as_json(self) -> dict:
+        return {"workload": self.target, "versions": self.versions, "global_batch": self.global_batch,
+                "steps": self.steps, "rtol": self.rtol, "atol": self.atol, "notes": self.notes,
+                "passed": self.passed, "specs": [v.as_json() for v in self.verdicts]}
+
+
+def validate_target(target: str) -> None:
+    """A target that names no module fails here, before any engine starts (the module itself is
+    imported only in engines: it imports TensorFlow)."""
+    module, sep, attr = target.partition(":")
+    if not sep or not module or not attr or not attr.isidentifier():
+        raise CheckInputError(f"workload {target!r}: expected 'package.module:factory'")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        found = importlib.util.find_spec(module)
+    except (ImportError, ValueError) as exc:
+        raise CheckInputError(f"workload {target!r}: module {module!r} does not import ({exc})") from None
+    if found is None:
+        raise CheckInputError(f"workload {target!r}: no module named {module!r} (run from the folder that holds "
+                              "it, or put it on PYTHONPATH)")
+
+
+def _input_error(target: str, exc: EngineError) -> CheckInputError | None:
+    """The workload's own error (raised in the engine as WorkloadError) as a one-line input error."""
+    if isinstance(exc, ProbeError) and exc.raised.type == "WorkloadError":
+        return CheckInputError(exc.raised.message)
+    if isinstance(exc, EngineStartError):
+        return CheckInputError(f"workload {target!r}: {str(exc).splitlines()[0]}")
+    return None
+
+
+class Checker:
+    """Runs the reference once and then any spec against it (the CLI and the pytest plugin)."""
+
+    def __init__(self, pool: EnginePool, target: str, steps: int = 3, global_batch: int = 48,
+                 rtol: float = differential.RTOL, atol: float = differential.ATOL, seed: int = 0):
+        validate_target(target)
+        if steps < 1 or global_batch < 1:
+            raise CheckInputError(f"workload {target!r}: --steps and --global-batch must be positive")
+        self.pool, self.target, self.steps, self.global_batch = pool, target, steps, global_batch
+        self.rtol, self.atol, self.seed = rtol, atol, seed
+        self.path = os.getcwd()
+        self.notes: list[str] = []
+        self.ref = None
+        self.versions = engine_versions(pool.python)
+
+    def _run(self, spec, **kwargs):
+        return self.pool.call(spec, "workload.run", target=self.target, steps=self.steps,
+                              global_batch=self.global_batch, seed=self.seed, path=self.path, **kwargs)
+
+    def reference(self):
+        """The reference run, checked to repeat itself (computed once)."""
+        if self.ref is not None:
+            return self.ref
+        default = parse_spec("default")
+        try:
+            # each reference run in a fresh process: state kept at module level (an optimizer made
+            # at import) must not carry from one run into the next
+            first = self._run(default)[0]
+            self._fresh(default)
+            second = self._run(default)[0]
+        except EngineError as exc:
+            raise _input_error(self.target, exc) or CheckInputError(
+                f"workload {self.target!r}: the reference run failed: {str(exc).splitlines()[0]}") from None
+        if first.raised is not None:
+            raise CheckInputError(f"workload {self.target!r}: with no strategy, {first.raised.where} raised "
+                                  f"{first.raised.type}: {differential.short_error(first.raised.message, 200)}")
+        rows = first.facts.get("first_batch_rows")
+        if rows is not None and rows < self.global_batch:
+            raise CheckInputError(f"workload {self.target!r}: its dataset gave {rows} examples, fewer than one global "
+                                  f"batch of {self.global_batch} (use a larger dataset or --global-batch)")
+        moved = differential.first_difference(first, second)
+        if moved is not None:
+            raise CheckInputError(f"workload {self.target!r} does not repeat itself with no strategy: {moved} differs "
+                                  "between two runs with the same seeds (an unseeded random op, a non-deterministic "
+                                  "kernel); fix that before checking it under strategies")
+        self._fresh(default)
+        if first.facts.get("user_step"):
+            try:
+                canonical = self._run(default, canonical=True, init=first.initial)[0]
+            except EngineError as exc:
+                canonical = None
+                self.notes.append(f"the suite's canonical step could not train this workload: {str(exc).splitlines()[0]}")
+            if canonical is not None:
+                agreed, _, found = differential.compare(first, canonical, self.rtol, self.atol, metrics=False)
+                if canonical.raised is not None:
+                    self.notes.append(f"the suite's canonical step (compute_average_loss of Workload.loss) could not "
+                                      f"train this workload: {canonical.raised.type}: "
+                                      f"{differential.short_error(canonical.raised.message, 160)}")
+                elif found:
+                    self.notes.append(f"on one device your step differs from the guide's canonical step "
+                                      f"(compute_average_loss of Workload.loss plus the scaled model.losses) from step "
+                                      f"{found[0].step}: {found[0].line()}; the check compares your step with itself")
+        self._fresh(default)
+        self.ref = first
+        return first
+
+    def _fresh(self, spec):
+        """The spec's engine is replaced before its next call."""
+        self.pool.discard(spec)
+
+    def check(self, spec) -> differential.Verdict:
+        ref = self.reference()
+        began = time.monotonic()
+        try:
+            runs = self._run(spec, init=ref.initial)
+        except EngineUnavailable:
+            raise
+        except EngineError as exc:
+            bad = _input_error(self.target, exc)
+            if bad is not None:
+                raise bad from None
+            return differential.Verdict(spec.text, spec.replicas, "ERROR", seconds=time.monotonic() - began,
+                                        error=str(exc).splitlines()[0])
+        return differential.verdict(spec.text, ref, runs, self.global_batch, self.rtol, self.atol,
+                                    seconds=time.monotonic() - began, spec_obj=spec, versions=self.versions)
+
+
+def run(target: str, specs: list, pool: EnginePool, steps: int = 3, global_batch: int = 48,
+        rtol: float = differential.RTOL, atol: float = differential.ATOL, seed: int = 0, progress=None) -> Report:
+    checker = Checker(pool, target, steps, global_batch, rtol, atol, seed)
+    began = time.monotonic()
+    checker.reference()
+    if progress:
+        progress(f"reference (no strategy): repeats itself; {time.monotonic() - began:.1f} s")
+    verdicts = []
+    for i, spec in enumerate(specs, 1):
+        try:
+            v = checker.check(spec)
+        except EngineUnavailable as exc:
+            if progress:
+                progress(f"[{i}/{len(specs)}] {spec.text}: skipped ({exc})")
+            continue
+        verdicts.append(v)
+        if progress:
+            cause = f": {v.diagnoses[0].title}" if v.diagnoses else ""
+            progress(f"[{i}/{len(specs)}] {spec.text}: {v.status}{cause} ({v.seconds:.1f} s)")
+    return Report(target, checker.versions, global_batch, steps, rtol, atol, checker.notes, verdicts)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m suite.check",
+        description="Check that a training loop trains the same model under each tf.distribute strategy spec as "
+                    "with no strategy on the global batch, and diagnose where it does not.")
+    p.add_argument("workload", help="the workload factory, package.module:factory (see README, 'Check your own loop')")
+    p.add_argument("--strategies", default=",".join(DEFAULT_SPECS),
+                   help="comma-separated strategy specs (default: every default spec)")
+    p.add_argument("--steps", type=int, default=3, help="steps to train and compare (default 3)")
+    p.add_argument("--global-batch", type=int, default=48, help="the global batch size (default 48)")
+    p.add_argument("--rtol", type=float, default=differential.RTOL,
+                   help=f"relative tolerance, of each variable's change since the start (default {differential.RTOL:g})")
+    p.add_argument("--atol", type=float, default=differential.ATOL,
+                   help=f"absolute tolerance per element (default {differential.ATOL:g})")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", metavar="FILE", help="also write the verdicts as JSON to FILE ('-': stdout)")
+    p.add_argument("--engine-python", default=None, help="the interpreter whose TensorFlow runs the engines")
+    p.add_argument("--engine-timeout", type=float, default=300.0, help="seconds an engine call may take")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    return p
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        specs = parse_specs(args.strategies)
+        if any(s.kind == "cluster" for s in specs):
+            raise CheckInputError("the 'cluster' spec is checked through pytest (--cluster-agents); see README")
+    except SpecError as exc:
+        print(f"error: --strategies: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return 2
+    except CheckInputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    pool = EnginePool(python=args.engine_python, call_timeout=args.engine_timeout)
+    progress = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
+    try:
+        report = run(args.workload, specs, pool, args.steps, args.global_batch, args.rtol, args.atol, args.seed,
+                     progress)
+    except CheckInputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 2
+    finally:
+        pool.close()
+    if args.json == "-":
+        print(json.dumps(report.as_json(), indent=1))
+    else:
+        print(report.text())
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(report.as_json(), f, indent=1)
+    return 0 if report.passed else 1
