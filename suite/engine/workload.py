@@ -87,14 +87,16 @@ class Workload:
 
 def resolve(target: str, path: str | None = None) -> Callable:
     """The factory named ``package.module:factory`` (``path`` put first on sys.path: the folder
-    the user ran the check from)."""
+    the user ran the check from). A module imported before is reloaded, so objects it makes at
+    import (an optimizer at module level) start afresh in every run, as in a new process."""
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
         raise WorkloadError(f"workload {target!r}: expected 'package.module:factory'")
     if path and path not in sys.path:
         sys.path.insert(0, path)
     try:
-        module = importlib.import_module(module_name)
+        module = sys.modules.get(module_name)
+        module = importlib.reload(module) if module is not None else importlib.import_module(module_name)
     except Exception as exc:
         raise WorkloadError(f"workload {target!r}: module {module_name!r} does not import "
                             f"({type(exc).__name__}: {_line(exc)})") from None

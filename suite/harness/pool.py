@@ -462,12 +462,6 @@ class EnginePool:
     def call(self, spec: Spec, probe: str, timeout: float | None = None, **kwargs) -> list:
         return self.get(spec).call(probe, timeout=timeout, **kwargs)
 
-    def discard(self, spec: Spec):
-        """Close the spec's engine, if running: the next call starts a fresh one."""
-        engine = self._engines.get(spec.text)
-        if engine is not None and engine.alive:
-            engine.close()
-
     def live_pids(self) -> list[int]:
         return [pid for e in self._engines.values() if e.alive for pid in e.pids()]
 

@@ -2,7 +2,7 @@
 (``python -m suite.check package.module:factory``; pytest side, no TensorFlow).
 
 The workload (suite/engine/workload.py) is run in the ``default`` engine twice with the same
-seeds (the reference must repeat itself bit for bit, or no divergence could be told from
+seeds (its module reloaded each time) (the reference must repeat itself bit for bit, or no divergence could be told from
 noise), once with the suite's canonical step (a note when the user's own step differs from it
 on one device), then under each spec from the reference's initial values; each spec's run is
 compared after every step and diagnosed (suite/harness/differential.py).
@@ -71,16 +71,19 @@ class Report:
                 "passed": self.passed, "specs": [v.as_json() for v in self.verdicts]}
 
 
-def validate_target(target: str) -> None:
+def validate_target(target: str, path: str) -> None:
     """A target that names no module fails here, before any engine starts (the module itself is
-    imported only in engines: it imports TensorFlow)."""
+    imported only in engines: it imports TensorFlow; ``path`` is the folder it is found from)."""
     module, sep, attr = target.partition(":")
     if not sep or not module or not attr or not attr.isidentifier():
         raise CheckInputError(f"workload {target!r}: expected 'package.module:factory'")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
+    if path not in sys.path:
+        sys.path.insert(0, path)
     try:
         found = importlib.util.find_spec(module)
+    except ModuleNotFoundError as exc:
+        raise CheckInputError(f"workload {target!r}: no module named {exc.name!r} (run from the folder that holds "
+                              "it, or put it on PYTHONPATH)") from None
     except (ImportError, ValueError) as exc:
         raise CheckInputError(f"workload {target!r}: module {module!r} does not import ({exc})") from None
     if found is None:
@@ -101,13 +104,14 @@ class Checker:
     """Runs the reference once and then any spec against it (the CLI and the pytest plugin)."""
 
     def __init__(self, pool: EnginePool, target: str, steps: int = 3, global_batch: int = 48,
-                 rtol: float = differential.RTOL, atol: float = differential.ATOL, seed: int = 0):
-        validate_target(target)
+                 rtol: float = differential.RTOL, atol: float = differential.ATOL, seed: int = 0,
+                 path: str | None = None):
+        self.path = str(path or os.getcwd())
+        validate_target(target, self.path)
         if steps < 1 or global_batch < 1:
             raise CheckInputError(f"workload {target!r}: --steps and --global-batch must be positive")
         self.pool, self.target, self.steps, self.global_batch = pool, target, steps, global_batch
         self.rtol, self.atol, self.seed = rtol, atol, seed
-        self.path = os.getcwd()
         self.notes: list[str] = []
         self.ref = None
         self.versions = engine_versions(pool.python)
@@ -122,10 +126,9 @@ class Checker:
             return self.ref
         default = parse_spec("default")
         try:
-            # each reference run in a fresh process: state kept at module level (an optimizer made
-            # at import) must not carry from one run into the next
+            # every run reloads the workload's module (suite/engine/workload.py: resolve), so state
+            # kept at module level (an optimizer made at import) does not carry into the next
             first = self._run(default)[0]
-            self._fresh(default)
             second = self._run(default)[0]
         except EngineError as exc:
             raise _input_error(self.target, exc) or CheckInputError(
@@ -142,7 +145,6 @@ class Checker:
             raise CheckInputError(f"workload {self.target!r} does not repeat itself with no strategy: {moved} differs "
                                   "between two runs with the same seeds (an unseeded random op, a non-deterministic "
                                   "kernel); fix that before checking it under strategies")
-        self._fresh(default)
         if first.facts.get("user_step"):
             try:
                 canonical = self._run(default, canonical=True, init=first.initial)[0]
@@ -159,13 +161,8 @@ class Checker:
                     self.notes.append(f"on one device your step differs from the guide's canonical step "
                                       f"(compute_average_loss of Workload.loss plus the scaled model.losses) from step "
                                       f"{found[0].step}: {found[0].line()}; the check compares your step with itself")
-        self._fresh(default)
         self.ref = first
         return first
-
-    def _fresh(self, spec):
-        """The spec's engine is replaced before its next call."""
-        self.pool.discard(spec)
 
     def check(self, spec) -> differential.Verdict:
         ref = self.reference()
@@ -224,6 +221,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", metavar="FILE", help="also write the verdicts as JSON to FILE ('-': stdout)")
     p.add_argument("--engine-python", default=None, help="the interpreter whose TensorFlow runs the engines")
     p.add_argument("--engine-timeout", type=float, default=300.0, help="seconds an engine call may take")
+    p.add_argument("--strict", action="store_true",
+                   help="a spec where only a known deviation of TensorFlow/Keras differs fails too (exit 1)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     return p
 
@@ -260,4 +259,6 @@ def main(argv=None) -> int:
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(report.as_json(), f, indent=1)
+    if args.strict and any(v.status == "DEVIATION" for v in report.verdicts):
+        return 1
     return 0 if report.passed else 1

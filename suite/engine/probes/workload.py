@@ -125,8 +125,8 @@ def _dataset(ctx, wl, strategy, global_batch):
 
 
 def _masks(strategy, model, x):
-    """Each replica's training-mode output for the same input (the first example of the first
-    batch): equal outputs mean equal random draws."""
+    """Each replica's training-mode output for the same input: equal outputs mean equal random
+    draws."""
     out = strategy.run(lambda: model(x, training=True))
     return [np.asarray(v) for v in strategy.experimental_local_results(out)]
 
@@ -164,7 +164,8 @@ def run(ctx, target, steps, global_batch, seed=0, canonical=False, init=None, pa
     masks = None
     if facts["random_layers"] and ctx.coordinator is None and ctx.spec.kind != "default":
         saved = [np.array(compat.local_values(strategy, v)[0]) for v in model.variables]
-        x0 = tf.convert_to_tensor(tf.nest.flatten(strategy.experimental_local_results(first)[0])[0])[:1]
+        # the same input on every replica of every worker: ones shaped like one example
+        x0 = tf.ones_like(tf.convert_to_tensor(tf.nest.flatten(strategy.experimental_local_results(first)[0])[0])[:1])
         masks = _masks(strategy, model, x0)
         for v, value in zip(model.variables, saved):
             v.assign(value)

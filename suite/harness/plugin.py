@@ -1,0 +1,45 @@
+"""The pytest plugin a user's own test suite gets by installing the package (entry point
+``pytest11``; pytest side, no TensorFlow): the fixture ``distribution_check``.
+
+    def test_my_loop_is_distribution_correct(distribution_check):
+        distribution_check("mypackage.training:workload", strategies="mirrored:2,multi_worker:2x1")
+
+It runs ``python -m suite.check``'s comparison under the given specs and fails the test with
+the same report (verdict table, first divergence, diagnosis) when a spec diverges; it returns
+the report otherwise. Engines are started once per session and closed at its end.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from suite.common.specs import DEFAULT_SPECS, SpecError, parse_specs
+from suite.harness import differential, usercheck
+from suite.harness.pool import EnginePool
+
+
+@pytest.fixture(scope="session")
+def distribution_check_pool():
+    pool = EnginePool(call_timeout=300.0)
+    yield pool
+    pool.close()
+
+
+@pytest.fixture
+def distribution_check(distribution_check_pool):
+    """``distribution_check(target, strategies=..., steps=3, global_batch=48, rtol=..., atol=...)``:
+    fail the test unless the workload trains under every spec what it trains with no strategy."""
+
+    def check(target: str, strategies: str = ",".join(DEFAULT_SPECS), steps: int = 3, global_batch: int = 48,
+              rtol: float = differential.RTOL, atol: float = differential.ATOL) -> usercheck.Report:
+        __tracebackhide__ = True
+        try:
+            specs = parse_specs(strategies)
+            report = usercheck.run(target, specs, distribution_check_pool, steps, global_batch, rtol, atol)
+        except (SpecError, usercheck.CheckInputError) as exc:
+            raise pytest.UsageError(str(exc).splitlines()[0]) from None
+        if not report.passed:
+            pytest.fail(report.text(), pytrace=False)
+        return report
+
+    return check
