@@ -40,6 +40,11 @@ def pytest_addoption(parser):
                          "end-to-end properties) draw the hypothesis profile's examples per spec, like "
                          "every other property (default: the fewer their budget marker gives), and tests "
                          "marked deep run (the mutation matrix; .ci/run runs it)")
+    group.addoption("--workload", default=None, metavar="PACKAGE.MODULE:FACTORY",
+                    help="check this training loop (the workload protocol, README 'Check your own loop') under "
+                         "every selected spec against itself with no strategy; only that test runs "
+                         "(tests/workloads/test_user_workload.py)")
+    group.addoption("--workload-steps", type=int, default=3, help="steps --workload trains and compares (default 3)")
     group.addoption("--cluster-agents", default=os.environ.get("TFDS_CLUSTER_AGENTS"),
                     help="HOST:PORT,... of the engine agents of a real cluster, for the 'cluster' spec "
                          "(python -m suite.harness.agent on each host; see README)")
@@ -118,6 +123,9 @@ def pytest_generate_tests(metafunc):
                                     for s in specs])
 
 
+USER_WORKLOAD_TEST = "tests/workloads/test_user_workload.py::"
+
+
 def pytest_collection_modifyitems(config, items):
     # A known deviation never marks a test: it gives the test a ledger of the entries in scope,
     # and only a mismatch that an entry's signature explains is tolerated (suite/harness/check.py).
@@ -125,6 +133,10 @@ def pytest_collection_modifyitems(config, items):
     active = [d for d in config._tfds_deviations if d.applies_to(v["tensorflow"], v["keras"])]
     per_spec = collections.Counter()  # (test function, spec) -> items
     budgets = {}  # test function -> examples per spec, without --deep (profiles.py)
+    if config.getoption("--workload"):  # pytest tests --workload X: only the check of X
+        chosen = [i for i in items if i.nodeid.startswith(USER_WORKLOAD_TEST)]
+        config.hook.pytest_deselected(items=[i for i in items if i not in chosen])
+        items[:] = chosen
     deep_only = pytest.mark.skip(reason="runs with --deep (.ci/run runs it as a step of its own)")
     for item in items:
         if item.get_closest_marker("deep") and not config.getoption("--deep"):

@@ -1,7 +1,7 @@
 """The process line, enforced from the tree: every module on the pytest side (suite/harness,
-suite/common, reference/, tests/, benchmarks/, conftest.py) imports neither TensorFlow nor
-Keras nor the engine package; every module on the engine side (suite/engine, suite/common)
-imports neither the reference nor the harness. Modules are found by walking the folders, so
+suite/common, suite/check.py, reference/, tests/, benchmarks/, conftest.py) imports neither
+TensorFlow nor Keras nor the engine package; every module on the engine side (suite/engine,
+suite/common, and the workloads in examples/) imports neither the reference nor the harness. Modules are found by walking the folders, so
 a new module is covered the day it is added."""
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ import pytest
 from suite.harness.check import Check
 from tests.helpers import ROOT
 
-PYTEST_SIDE = ("suite/harness", "suite/common", "reference", "tests", "benchmarks", "conftest.py")
-ENGINE_SIDE = ("suite/engine", "suite/common")
+PYTEST_SIDE = ("suite/harness", "suite/common", "suite/check.py", "reference", "tests", "benchmarks", "conftest.py")
+# examples/ holds workloads of users' kind: they run in engines (suite/engine/workload.py), never judge
+ENGINE_SIDE = ("suite/engine", "suite/common", "examples")
 # what each side must not import (top-level package, or a package prefix)
 NOT_ON_PYTEST_SIDE = ("tensorflow", "keras", "tf_keras", "suite.engine")
 NOT_ON_ENGINE_SIDE = ("reference", "suite.harness")

@@ -1,0 +1,67 @@
+"""The ways a user runs the check, end to end in child processes: ``python -m suite.check`` (its
+exit status, verdict table, diagnosis and JSON), ``pytest tests --workload`` and the plugin's
+``distribution_check`` fixture in a user's own test suite (installed with the package)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+from suite.harness.check import Check
+from tests.helpers import ROOT, run_pytest
+
+
+def _env() -> dict:
+    return {k: v for k, v in dict(os.environ, PYTHONPATH=str(ROOT)).items() if not k.startswith("PYTEST_XDIST_")}
+
+
+def test_the_cli_passes_a_right_loop_and_diagnoses_a_wrong_one(tmp_path):
+    check = Check("python -m suite.check")
+    out = tmp_path / "verdicts.json"
+    right = subprocess.run([sys.executable, "-m", "suite.check", "examples.mistakes:right", "--strategies",
+                            "mirrored:2,parameter_server:2w1ps", "--json", str(out)], cwd=ROOT, env=_env(),
+                           capture_output=True, text=True, timeout=300)
+    check.equal(right.returncode, 0, "exit status for a right loop", right.stdout[-2000:] + right.stderr[-1000:])
+    check.contains(right.stdout, ["PASS: every spec trains what one device trains"], "the verdict")
+    check.contains(right.stderr, ["[1/2] mirrored:2: PASS", "[2/2] parameter_server:2w1ps: PASS"], "progress lines")
+    data = json.loads(out.read_text())
+    check.equal([(s["spec"], s["status"], s["steps"]) for s in data["specs"]],
+                [("mirrored:2", "PASS", 3), ("parameter_server:2w1ps", "PASS", 3)], "the JSON verdicts")
+    wrong = subprocess.run([sys.executable, "-m", "suite.check", "examples.mistakes:loss_averaged_per_replica",
+                            "--strategies", "mirrored:2", "--json", "-", "-q"], cwd=ROOT, env=_env(),
+                           capture_output=True, text=True, timeout=300)
+    check.equal(wrong.returncode, 1, "exit status for a wrong loop", wrong.stdout[-2000:] + wrong.stderr[-1000:])
+    spec = json.loads(wrong.stdout)["specs"][0]
+    check.equal((spec["status"], spec["first_diverging_step"], [d["cause"] for d in spec["diagnoses"]]),
+                ("FAIL", 1, ["loss_averaged_per_replica"]), "the JSON verdict of a wrong loop")
+
+
+def test_pytest_workload_option_runs_only_the_check_of_that_workload():
+    check = Check("pytest tests --workload")
+    right = run_pytest(["tests", "--workload", "examples.mistakes:right", "--strategies", "mirrored:2"], timeout=300)
+    check.equal(right.returncode, 0, "exit status for a right loop", right.stdout[-2000:])
+    check.contains(right.stdout, ["1 passed"], "the summary")
+    wrong = run_pytest(["tests", "--workload", "examples.mistakes:regularization_not_scaled", "--strategies",
+                        "mirrored:2"], timeout=300)
+    check.equal(wrong.returncode, 1, "exit status for a wrong loop", wrong.stdout[-2000:])
+    check.contains(wrong.stdout, ["diagnosis: regularization not scaled", "1 failed"], "the report")
+
+
+def test_the_plugin_fixture_checks_a_loop_in_a_users_own_tests(tmp_path):
+    (tmp_path / "test_my_loop.py").write_text(textwrap.dedent('''
+        def test_right_loop(distribution_check):
+            report = distribution_check("examples.mistakes:right", strategies="mirrored:2")
+            assert report.passed
+
+        def test_wrong_loop(distribution_check):
+            distribution_check("examples.mistakes:reduce_mean_for_sum", strategies="mirrored:2")
+    '''))
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+                           "test_my_loop.py"], cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
+    check = Check("the distribution_check fixture")
+    check.equal(done.returncode, 1, "exit status", done.stdout[-3000:])
+    check.contains(done.stdout, ["1 failed, 1 passed", "diagnosis: strategy.reduce MEAN where SUM was meant",
+                                 "FAILED test_my_loop.py::test_wrong_loop"], "the user's pytest report")

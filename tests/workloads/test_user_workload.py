@@ -1,0 +1,36 @@
+"""``pytest tests --workload package.module:factory``: the user's workload trains under each
+selected spec what it trains with no strategy on the global batch (suite/harness/usercheck.py).
+Without --workload this test is skipped; with it, it is the only test collected (conftest)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from suite.harness import differential, usercheck
+from suite.harness.check import Check
+
+_CHECKER: list = []
+
+
+@pytest.fixture
+def workload_checker(pool, request) -> usercheck.Checker:
+    target = request.config.getoption("--workload")
+    if not target:
+        pytest.skip("no --workload given (pytest tests --workload package.module:factory)")
+    if not _CHECKER:
+        try:
+            _CHECKER.append(usercheck.Checker(pool, target, steps=request.config.getoption("--workload-steps"),
+                                              path=os.getcwd()))
+            _CHECKER[0].reference()
+        except usercheck.CheckInputError as exc:
+            raise pytest.UsageError(str(exc)) from None
+    return _CHECKER[0]
+
+
+def test_workload_trains_as_on_one_device(any_spec, workload_checker):
+    v = workload_checker.check(any_spec)
+    Check(any_spec).that(v.status in ("PASS", "DEVIATION"), f"workload {workload_checker.target}", v.status,
+                         "PASS: it trains what it trains with no strategy on the global batch",
+                         differential.details(v))
