@@ -19,7 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from suite.common.results import WorkloadRun, WorkloadStep
-from suite.engine import compat, workload
+from suite.engine import compat, mutants, workload
 from suite.engine.probes.common import failed
 from suite.engine.probes.registry import probe
 from suite.engine.steps import TrainStep
@@ -93,6 +93,12 @@ class _Capture:
         def apply_gradients(grads_and_vars, *args, **kwargs):
             pairs = list(grads_and_vars)
             self.local.grads = {self.index.get(id(v)): g for g, v in pairs}
+            context = tf.distribute.get_replica_context()
+            if mutants.on("double_gradient_aggregation") and context is not None:  # summed twice: once here
+                pairs = [(context.all_reduce(tf.distribute.ReduceOp.SUM, g), v) for g, v in pairs]
+            if mutants.on("step_one_replica_dropped") and context is not None:  # replica 1 never reaches the sum
+                keep = tf.cast(tf.not_equal(context.replica_id_in_sync_group, 1), pairs[0][0].dtype)
+                pairs = [(g * keep, v) for g, v in pairs]
             return original(pairs, *args, **kwargs)
 
         optimizer.apply_gradients = apply_gradients
