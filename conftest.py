@@ -43,7 +43,8 @@ def pytest_addoption(parser):
     group.addoption("--workload", default=None, metavar="PACKAGE.MODULE:FACTORY",
                     help="check this training loop (the workload protocol, README 'Check your own loop') under "
                          "every selected spec against itself with no strategy; only that test runs "
-                         "(tests/workloads/test_user_workload.py)")
+                         "(tests/workloads/test_user_workload.py). With pytest benchmarks: time its train step "
+                         "instead of the built-in workloads")
     group.addoption("--workload-steps", type=int, default=3, help="steps --workload trains and compares (default 3)")
     group.addoption("--cluster-agents", default=os.environ.get("TFDS_CLUSTER_AGENTS"),
                     help="HOST:PORT,... of the engine agents of a real cluster, for the 'cluster' spec "
@@ -133,8 +134,8 @@ def pytest_collection_modifyitems(config, items):
     active = [d for d in config._tfds_deviations if d.applies_to(v["tensorflow"], v["keras"])]
     per_spec = collections.Counter()  # (test function, spec) -> items
     budgets = {}  # test function -> examples per spec, without --deep (profiles.py)
-    if config.getoption("--workload"):  # pytest tests --workload X: only the check of X
-        chosen = [i for i in items if i.nodeid.startswith(USER_WORKLOAD_TEST)]
+    if config.getoption("--workload"):  # pytest tests --workload X: only the check of X (benchmarks: time X)
+        chosen = [i for i in items if i.nodeid.startswith(USER_WORKLOAD_TEST) or not i.nodeid.startswith("tests/")]
         config.hook.pytest_deselected(items=[i for i in items if i not in chosen])
         items[:] = chosen
     deep_only = pytest.mark.skip(reason="runs with --deep (.ci/run runs it as a step of its own)")

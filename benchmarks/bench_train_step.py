@@ -55,8 +55,8 @@ def test_harness_floor(benchmark, bencher, any_spec):
 def test_plain_step(benchmark, bencher, plain_batch, versions_info):
     """The control: the same model, optimizer and data, a plain ``tf.function`` step (mean
     loss plus regularization, ``apply_gradients``) with no strategy, on one global batch."""
-    name, global_batch = plain_batch
-    workload = bench.WORKLOADS[name]
+    workload, global_batch = plain_batch
+    name = workload.name
     spec = bencher.plain_spec
     key, info = bencher.traced_state(spec, name, global_batch, plain=True)
     measured = bencher.measure(benchmark, spec, key)

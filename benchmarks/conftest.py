@@ -27,11 +27,16 @@ def pytest_addoption(parser):
     group.addoption("--bench-blocks", default=",".join(bench.BLOCKS),
                     help=f"comma-separated building blocks to time on {' and '.join(bench.BLOCK_WORKLOADS)} "
                          f"(default: all of {', '.join(bench.BLOCKS)}; 'none': no block benchmarks)")
+    group.addoption("--workload-batch", type=int, default=32,
+                    help="with --workload: the per-replica batch under weak scaling (default 32; strong: 3x it)")
     group.addoption("--bench-trace-rounds", type=int, default=3,
                     help="how many fresh step functions the first-call (trace) benchmark traces (default 3)")
 
 
 def _workloads(config) -> list[bench.Workload]:
+    target = config.getoption("--workload")
+    if target:  # pytest benchmarks --workload package.module:factory: that workload alone
+        return [bench.user_workload(target, config.getoption("--workload-batch"))]
     names = [n.strip() for n in config.getoption("--bench-workloads").split(",") if n.strip()]
     unknown = [n for n in names if n not in bench.WORKLOADS]
     if unknown:
@@ -68,15 +73,16 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("scaling", scalings, ids=scalings)
     if "plain_batch" in metafunc.fixturenames:  # the plain controls: every batch a spec's step needs
         needed = set()
-        for w in _workloads(config):
+        workloads = _workloads(config)
+        for i, w in enumerate(workloads):
             for scaling in _scalings(config):
                 for spec in config._tfds_specs:
                     got = w.batches_or_none(spec.replicas, scaling)
                     if got:
-                        needed.add((w.name, got[0]))  # the same global batch: the overhead ratio
-                        needed.add((w.name, got[1] if spec.synchronous else got[0]))  # one replica's: efficiency
-        params = sorted(needed, key=lambda p: (list(bench.WORKLOADS).index(p[0]), p[1]))
-        metafunc.parametrize("plain_batch", params, ids=[f"{w}-B{b}" for w, b in params])
+                        needed.add((i, got[0]))  # the same global batch: the overhead ratio
+                        needed.add((i, got[1] if spec.synchronous else got[0]))  # one replica's: efficiency
+        params = [(workloads[i], b) for i, b in sorted(needed)]
+        metafunc.parametrize("plain_batch", params, ids=[f"{w.name}-B{b}" for w, b in params])
 
 
 @pytest.fixture(scope="session")

@@ -64,6 +64,13 @@ WORKLOADS = {w.name: w for w in (
 )}
 SCALINGS = ("weak", "strong")
 
+
+def user_workload(target: str, per_replica_batch: int) -> Workload:
+    """A user's workload (``package.module:factory``, ``pytest benchmarks --workload``), timed
+    like the built-in ones: ``per_replica_batch`` under weak scaling, 3 x it under strong."""
+    return Workload(target, f"the user's workload {target} (its own step and dataset)",
+                    per_replica_batch=per_replica_batch, global_batch=3 * per_replica_batch)
+
 # The Keras building blocks a step can switch on (catalog.BENCH_BLOCKS, engine side in
 # suite/engine/probes/bench.py), timed on these workloads under weak scaling, each against the
 # same block on the plain step.

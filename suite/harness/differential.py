@@ -139,7 +139,8 @@ class Verdict:
     steps: int = 0  # steps compared
     agreed: int = 0  # steps that agreed before the first divergence
     worst: float = 0.0  # largest relative difference seen in agreeing steps
-    seconds: float = 0.0
+    seconds: float = 0.0  # the spec's run (its engine's start not included)
+    start_seconds: float = 0.0  # the engine's start, when this check started it
     mismatches: list = dataclasses.field(default_factory=list)  # at the first diverging step
     diagnoses: list = dataclasses.field(default_factory=list)
     error: str | None = None
@@ -152,6 +153,7 @@ class Verdict:
     def as_json(self) -> dict:
         return {"spec": self.spec, "replicas": self.replicas, "status": self.status, "steps": self.steps,
                 "agreed_steps": self.agreed, "worst_relative_difference": self.worst, "seconds": round(self.seconds, 2),
+                "engine_start_seconds": round(self.start_seconds, 2),
                 "first_diverging_step": self.first_step, "error": self.error,
                 "known_deviation": self.deviation,
                 "mismatches": [dataclasses.asdict(m) for m in self.mismatches],
@@ -526,7 +528,8 @@ def deviation_raised(raised, spec, versions: dict):
 
 # -- rendering ---------------------------------------------------------------------------------
 def table(verdicts: list[Verdict]) -> str:
-    rows = [("spec", "replicas", "verdict", "steps agreed", "worst rel. diff", "first divergence", "diagnosis", "time")]
+    rows = [("spec", "replicas", "verdict", "steps agreed", "worst rel. diff", "first divergence", "diagnosis", "time",
+             "engine start")]
     for v in verdicts:
         first = "" if v.first_step is None else f"step {v.first_step}"
         if v.status == "ERROR":
@@ -535,7 +538,7 @@ def table(verdicts: list[Verdict]) -> str:
         if v.deviation and not v.diagnoses:
             cause = f"known deviation {v.deviation[0]}"
         rows.append((v.spec, str(v.replicas), v.status, f"{v.agreed}/{v.steps}", f"{v.worst:.2g}", first, cause,
-                     f"{v.seconds:.1f} s"))
+                     f"{v.seconds:.1f} s", f"{v.start_seconds:.1f} s"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
     return "\n".join(lines[:1] + ["  ".join("-" * w for w in widths)] + lines[1:])

@@ -65,3 +65,13 @@ def test_the_plugin_fixture_checks_a_loop_in_a_users_own_tests(tmp_path):
     check.equal(done.returncode, 1, "exit status", done.stdout[-3000:])
     check.contains(done.stdout, ["1 failed, 1 passed", "diagnosis: strategy.reduce MEAN where SUM was meant",
                                  "FAILED test_my_loop.py::test_wrong_loop"], "the user's pytest report")
+
+
+def test_benchmarks_time_a_user_workload_with_the_controls():
+    done = run_pytest(["benchmarks", "--workload", "examples.mistakes:right", "--strategies", "mirrored:2",
+                       "--benchmark-disable", "--bench-blocks", "none", "-rA"], timeout=300)
+    check = Check("pytest benchmarks --workload")
+    check.equal(done.returncode, 0, "exit status", done.stdout[-3000:])
+    check.contains(done.stdout, ["PASSED benchmarks/bench_train_step.py::test_plain_step[examples.mistakes:right-B32]",
+                                 "PASSED benchmarks/bench_train_step.py::test_train_step[examples.mistakes:right-weak-"
+                                 "mirrored:2]"], "the user workload's benchmarks")

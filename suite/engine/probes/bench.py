@@ -16,6 +16,7 @@ step); parameter servers schedule K closures on a per-worker dataset and join.""
 
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -24,6 +25,7 @@ import tensorflow as tf
 from suite.common.catalog import BENCH_BLOCKS
 from suite.common.results import BenchRun, BenchState
 from suite.engine import compat
+from suite.engine import workload as user_workload
 from suite.engine.probes.common import failed
 from suite.engine.probes.registry import probe
 from suite.engine.probes.tutorial import create_model
@@ -102,10 +104,46 @@ def _built(block, model, opt, train_step) -> dict | None:
     return {"jit_compile": bool(getattr(train_step.losses_and_grads, "_jit_compile", False))}
 
 
+def _user_state(state, ctx, target: str, global_batch: int, plain: bool):
+    """A user's workload (``package.module:factory``, suite/engine/workload.py): its own step (or
+    the canonical one) on its own dataset, repeated; with no strategy for the plain control."""
+    strategy = tf.distribute.get_strategy() if plain else ctx.strategy
+    replicas = 1 if plain else ctx.num_replicas
+    wl = user_workload.build(target, user_workload.WorkloadContext(strategy, global_batch, replicas, 0), os.getcwd())
+    canonical = TrainStep(wl.model, wl.optimizer, wl.loss)
+
+    def replica_step(batch):
+        return wl.step(batch) if wl.step is not None else canonical(*batch, global_batch_size=global_batch)
+
+    op = getattr(tf.distribute.ReduceOp, wl.loss_reduction)
+    if plain:
+        state.iterator = iter(wl.dataset(global_batch, None).repeat())
+        state.step = tf.function(lambda iterator: replica_step(next(iterator)))
+    else:
+        @tf.function
+        def step(iterator):
+            return strategy.reduce(op, strategy.run(replica_step, args=(next(iterator),)), axis=None)
+
+        state.step = step
+        if state.coordinator is not None:
+            state.iterator = iter(state.coordinator.create_per_worker_dataset(
+                lambda: wl.dataset(global_batch, None).repeat()))
+        elif wl.distribute == "function":
+            state.iterator = iter(strategy.distribute_datasets_from_function(
+                lambda ic: wl.dataset(global_batch, ic).repeat()))
+        else:
+            state.iterator = iter(strategy.experimental_distribute_dataset(wl.dataset(global_batch, None).repeat()))
+    state.parameters = int(sum(np.prod(v.shape) for v in wl.model.trainable_variables))
+    state.built = None
+
+
 class _State:
     def __init__(self, ctx, workload: str, global_batch: int, plain: bool, block: str | None = None):
         strategy = ctx.strategy
         self.block = block
+        if ":" in workload:  # a user's workload: package.module:factory
+            self.coordinator = None if plain else ctx.coordinator
+            return _user_state(self, ctx, workload, global_batch, plain)
         jit = block == "xla"
         x, y = ctx.cached(("bench-data", workload), lambda: _data(workload))
         self.coordinator = None if plain else ctx.coordinator
