@@ -1,8 +1,8 @@
 """The process line, enforced from the tree: every module on the pytest side (suite/harness,
 suite/common, suite/check.py, reference/, tests/, benchmarks/, conftest.py) imports neither
 TensorFlow nor Keras nor the engine package; every module on the engine side (suite/engine,
-suite/common, and the workloads in examples/) imports neither the reference nor the harness. Modules are found by walking the folders, so
-a new module is covered the day it is added."""
+suite/common, and the workloads in examples/) imports neither the reference nor the harness.
+Modules are found by walking the folders, so a new module is covered the day it is added."""
 
 from __future__ import annotations
 
