@@ -89,3 +89,14 @@ def test_each_catalogued_mistake_is_diagnosed_with_its_cause_only(spec, mistake,
     else:  # harmless here: what one device trains (CentralStorage's metrics may carry their deviation)
         check.that(v.status in ("PASS", "DEVIATION") and (v.status == "PASS" or spec.strategy == "central_storage"),
                    f"verdict of examples.mistakes:{mistake}", v.status, "PASS", differential.details(v))
+
+
+@pytest.mark.parametrize("name", ["linear", "mlp", "cnn"])
+def test_the_builtin_workloads_train_as_on_one_device(any_spec, name, pool, request):
+    """The benchmarks' workloads, written against the same protocol (suite/engine/workloads/builtin.py),
+    trained by the suite's canonical step."""
+    if any_spec.text not in ("mirrored:2", "parameter_server:2w1ps") and not request.config.getoption("--deep"):
+        pytest.skip("mirrored:2 and the parameter-server spec without --deep")
+    v = checker(pool, f"suite.engine.workloads.builtin:{name}").check(any_spec)
+    Check(any_spec).that(v.status == "PASS", f"suite.engine.workloads.builtin:{name}", v.status, "PASS",
+                         differential.details(v))

@@ -28,35 +28,14 @@ from suite.engine import compat
 from suite.engine import workload as user_workload
 from suite.engine.probes.common import failed
 from suite.engine.probes.registry import probe
-from suite.engine.probes.tutorial import create_model
-from suite.engine.steps import TrainStep, family_loss, reported
-from suite.engine.workloads import fashion
+from suite.engine.steps import TrainStep, reported
+from suite.engine.workloads import builtin
 
 keras = compat.keras
-EXAMPLES = 4096  # rows in memory; the pipeline repeats them
 
 
 def _data(workload: str):
-    rng = np.random.default_rng(0)
-    if workload == "linear":
-        x = rng.normal(size=(EXAMPLES, 1)).astype(np.float32)
-        return x, (3.0 * x + 2.0 + 0.1 * rng.normal(size=(EXAMPLES, 1))).astype(np.float32)
-    if workload == "mlp":
-        x = rng.normal(size=(EXAMPLES, 64)).astype(np.float32)
-        w = rng.normal(size=(64, 10))
-        return x, np.argmax(x @ w, axis=1).astype(np.int32)
-    if workload == "cnn":
-        (images, labels), _ = fashion.load_data(EXAMPLES, 1)
-        return (images[..., None] / np.float32(255)).astype(np.float32), labels.astype(np.int32)
-    raise KeyError(f"unknown workload {workload!r}")
-
-
-# The linear and MLP workloads are members of the suite's model family (reference/model.py), built
-# and scored by the same helpers as the training properties.
-_FAMILY = {
-    "linear": {"input_dim": 1, "hidden": (), "outputs": 1, "head": "linear", "l2": 1e-4},
-    "mlp": {"input_dim": 64, "hidden": (256, 256), "outputs": 10, "head": "softmax", "l2": 1e-4},
-}
+    return builtin.data(workload)
 
 
 BLOCKS = tuple(BENCH_BLOCKS)
@@ -70,16 +49,7 @@ def _model(workload: str, block: str | None = None):
         raise KeyError(f"unknown block {block!r}; known: {', '.join(BLOCKS)}")
     dtype = MIXED_POLICY if block == "mixed_precision" else None
     options = {"global_clipnorm": CLIPNORM} if block == "clipping" else {}
-    if workload in _FAMILY:
-        arch = dict(_FAMILY[workload], batch_norm=block == "sync_batch_norm")
-        optimizer = (keras.optimizers.SGD(0.001, **options) if workload == "linear"
-                     else keras.optimizers.Adam(**options))
-        model, loss = compat.build_model(arch, dtype or "float32"), family_loss(arch)
-    elif workload == "cnn":
-        model, optimizer = create_model(dtype, batch_norm=block == "sync_batch_norm"), keras.optimizers.Adam(**options)
-        loss = lambda y, out: keras.losses.sparse_categorical_crossentropy(y, out, from_logits=True)  # noqa: E731
-    else:
-        raise KeyError(f"unknown workload {workload!r}")
+    model, optimizer, loss = builtin.parts(workload, dtype, batch_norm=block == "sync_batch_norm", options=options)
     if block == "mixed_precision":  # float16 outputs: the loss in float32, as the guide casts them
         optimizer = keras.mixed_precision.LossScaleOptimizer(optimizer)
         return model, optimizer, lambda y, out, loss=loss: loss(y, tf.cast(out, tf.float32))

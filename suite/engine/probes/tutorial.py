@@ -12,24 +12,12 @@ import tensorflow as tf
 from suite.common.results import Evaluation, TutorialEpoch, TutorialRun
 from suite.engine import compat, mutants
 from suite.engine.probes.registry import probe
-from suite.engine.workloads import fashion
+from suite.engine.workloads import builtin, fashion
 
 keras = compat.keras
 
 
-def create_model(dtype=None, batch_norm=False):
-    """The guide's model: Conv2D 32 3x3 relu, MaxPool, Conv2D 64 3x3 relu, MaxPool, Flatten,
-    Dense 64 relu, Dense 10 (logits). The benchmarks' blocks: ``dtype`` a layer dtype policy
-    (``mixed_float16``), ``batch_norm`` a synchronized BatchNormalization after each convolution."""
-    def conv(filters):
-        layer = [keras.layers.Conv2D(filters, 3, activation="relu", dtype=dtype)]
-        if batch_norm:
-            layer.append(keras.layers.BatchNormalization(synchronized=True, dtype=dtype))
-        return layer + [keras.layers.MaxPooling2D(dtype=dtype)]
-
-    return keras.Sequential([
-        keras.Input((28, 28, 1)), *conv(32), *conv(64), keras.layers.Flatten(dtype=dtype),
-        keras.layers.Dense(64, activation="relu", dtype=dtype), keras.layers.Dense(10, dtype=dtype)])
+create_model = builtin.cnn_model  # the guide's model, one definition for the tutorial and the workloads
 
 
 def _data(n_train, n_test):
