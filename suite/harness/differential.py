@@ -24,6 +24,7 @@ import re
 
 import numpy as np
 
+from suite.common.results import Raised
 from suite.harness import deviations, signatures
 
 RTOL = 1e-4
@@ -462,6 +463,24 @@ def verdict(spec: str, ref, runs: list, global_batch: int, rtol: float = RTOL, a
     if mismatches:
         v.status = "FAIL"
     v.diagnoses = diagnose(ref, dist, mismatches, global_batch)
+    shared = shared_masks_deviation(dist, spec_obj, versions or {}) if [d.cause for d in v.diagnoses] == [
+        "identical_dropout_masks"] else None
+    if shared is not None:  # Keras' own Dropout drawing one mask for several replicas: TensorFlow's, not the loop's
+        v.status, v.diagnoses = ("DEVIATION" if not mismatches and dist.raised is None else v.status), []
+        v.deviation = [shared.id, "the model's random layers (" + ", ".join(dist.facts["random_layers"]) + ") are "
+                       "Keras' own and gave every replica the same training-mode output for the same input. "
+                       + " ".join(shared.summary.split())[:400]]
+        if v.status == "DEVIATION":
+            return v
+    if dist.facts.get("masks_raised"):  # a random layer in training mode raised: the loop cannot run here
+        kind, message = dist.facts["masks_raised"]
+        raised = Raised(kind, message, "the model's random layers in training mode")
+        v.error = f"{raised.where} raised {kind}: {short_error(message, 300)}"
+        entry = deviation_raised(raised, spec_obj, versions or {})
+        v.status = "DEVIATION" if entry is not None and not v.diagnoses else "FAIL"
+        if entry is not None:
+            v.deviation = [entry.id, f"{v.error}. " + " ".join(entry.summary.split())[:400]]
+        return v
     entry = deviation_raised(dist.raised, spec_obj, versions or {}) if dist.raised is not None else None
     if entry is not None and not v.diagnoses:
         v.status = "DEVIATION"  # TensorFlow/Keras refuses a correct loop under this spec
@@ -508,6 +527,24 @@ def deviation_metrics(ref, spec, versions: dict):
             values.append(t / c if c else 0.0)
         predicted[name] = values
     return entry, predicted
+
+
+RANDOM_DRAWS_TEST = "tests/properties/test_blocks.py::test_seeded_random_draws_repeat_and_replicas_draw_their_own"
+SHARED_MASKS = ("keras3-dropout-mask-shared-by-replicas", "keras2-dropout-mask-shared-across-workers")
+
+
+def shared_masks_deviation(dist, spec, versions: dict):
+    """The entry of known_deviations.toml that makes Keras' own Dropout draw one mask for several
+    replicas under ``spec`` (its random-draws property with Dropout, for the engine's versions),
+    when every random layer of the model is Keras' own; else None."""
+    if spec is None or not dist.facts.get("random_layers_keras"):
+        return None
+    test = f"{RANDOM_DRAWS_TEST}[{spec.text}-dropout]"
+    for entry in deviations.load():
+        if entry.id in SHARED_MASKS and entry.applies_to(versions.get("tensorflow"), versions.get("keras")) \
+                and entry.matches(test):
+            return entry
+    return None
 
 
 def deviation_raised(raised, spec, versions: dict):

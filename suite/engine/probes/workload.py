@@ -68,6 +68,10 @@ def _facts(ctx, wl, strategy, built_variables: int) -> dict:
                        if type(layer).__name__ == "BatchNormalization"],
         "random_layers": [layer.name for layer in layers if _random_attr(layer)
                           and float(getattr(layer, _random_attr(layer), 0) or 0) > 0],
+        # whether every random layer is one of Keras' own classes (not a user's subclass)
+        "random_layers_keras": all(type(layer).__name__ in RANDOM_LAYERS
+                                   and type(layer).__module__.startswith(("keras", "tf_keras"))
+                                   for layer in layers if _random_attr(layer)),
         "regularized": bool(wl.model.losses),
         "distribute": wl.distribute,
     }
@@ -172,7 +176,12 @@ def run(ctx, target, steps, global_batch, seed=0, canonical=False, init=None, pa
         saved = [np.array(compat.local_values(strategy, v)[0]) for v in model.variables]
         # the same input on every replica of every worker: ones shaped like one example
         x0 = tf.ones_like(tf.convert_to_tensor(tf.nest.flatten(strategy.experimental_local_results(first)[0])[0])[:1])
-        masks = _masks(strategy, model, x0)
+        try:
+            masks = _masks(strategy, model, x0)
+        except Exception as exc:  # the step will meet the same error (CentralStorage, Keras 3)
+            facts["masks_raised"] = [type(exc).__name__, " ".join(str(exc).split())[:1000]]
+            if isinstance(exc, tf.errors.OpError):
+                ctx.request_restart()
         for v, value in zip(model.variables, saved):
             v.assign(value)
     for layer in _layers(model):
