@@ -23,7 +23,7 @@ import sys
 import time
 
 from suite.common.specs import DEFAULT_SPECS, SpecError, parse_spec, parse_specs
-from suite.harness import differential
+from suite.harness import agent, differential
 from suite.harness.pool import EngineError, EnginePool, EngineStartError, EngineUnavailable, ProbeError
 from suite.harness.versions import engine_versions
 
@@ -229,6 +229,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", metavar="FILE", help="also write the verdicts as JSON to FILE ('-': stdout)")
     p.add_argument("--engine-python", default=None, help="the interpreter whose TensorFlow runs the engines")
+    p.add_argument("--cluster-agents", default=os.environ.get("TFDS_CLUSTER_AGENTS"), metavar="HOST:PORT,...",
+                   help="the engine agents of a real cluster, for the 'cluster' spec (README, 'A real cluster')")
     p.add_argument("--engine-timeout", type=float, default=300.0, help="seconds an engine call may take")
     p.add_argument("--strict", action="store_true",
                    help="a spec where only a known deviation of TensorFlow/Keras differs fails too (exit 1)")
@@ -238,15 +240,14 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
+    resolve = (lambda: agent.resolve_cluster(args.cluster_agents.split(","))) if args.cluster_agents else None
     try:
-        specs = parse_specs(args.strategies)
-        if any(s.kind == "cluster" for s in specs):
-            raise CheckInputError("the 'cluster' spec is checked through pytest (--cluster-agents); see README")
+        specs = parse_specs(args.strategies, resolve)
     except SpecError as exc:
         print(f"error: --strategies: {str(exc).splitlines()[0]}", file=sys.stderr)
         return 2
-    except CheckInputError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except agent.AgentError as exc:
+        print(f"error: --cluster-agents: {str(exc).splitlines()[0]}", file=sys.stderr)
         return 2
     pool = EnginePool(python=args.engine_python, call_timeout=args.engine_timeout)
     progress = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))

@@ -84,11 +84,13 @@ def _pytest(args: list[str], agents: list[str], key: str = KEY, timeout: float =
 
 def test_multi_worker_properties_run_on_a_tf_config_cluster(agents):
     """A chief, a worker and an evaluator: the cluster spec resolves to MultiWorkerMirrored
-    over chief + worker (2 replicas), the reduce and loss properties pass on both tasks, the
+    over chief + worker (2 replicas), the reduce and loss properties pass on both tasks, a
+    user's loop checked against one device passes (python -m suite.check's comparison), the
     evaluator restores the chief's checkpoint, and the engines end with the run."""
     _, addresses = agents.start({"chief": 1, "worker": 1, "evaluator": 1})
     proc = _pytest(["tests/properties/test_reduce.py",
                     "tests/properties/test_losses.py::test_compute_average_loss_matches_reference",
+                    "tests/workloads/test_examples.py::test_the_right_loop_of_the_mistakes_passes",
                     "tests/harness/test_cluster.py::test_evaluator_restores_the_chiefs_checkpoint"], addresses)
     out = proc.stdout + proc.stderr
     check = Check("cluster", case={"tasks": "chief, worker, evaluator"})
