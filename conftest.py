@@ -117,6 +117,8 @@ def pytest_generate_tests(metafunc):
         marker = metafunc.definition.get_closest_marker("specs")
         if marker:  # @pytest.mark.specs(lambda spec: ...) narrows the selected specs
             specs = [s for s in specs if marker.args[0](s)]
+            if "without_deep" in marker.kwargs and not metafunc.config.getoption("--deep"):
+                specs = [s for s in specs if marker.kwargs["without_deep"](s)]  # fewer without --deep
         if name == "layout_spec":
             specs = one_per_layout(specs)
         no_gpu = pytest.mark.skip(reason="mirrored:gpus: no GPU visible here (nvidia-smi -L, CUDA_VISIBLE_DEVICES)")

@@ -76,7 +76,7 @@ def _model(batch_norm=False, dropout=False, center=False, keras_dropout=False):
 OUTSIDE_OPTIMIZER = keras.optimizers.SGD(0.1)  # made at import: outside any strategy's scope
 
 
-def _loop(ctx, mistake=None, n=EXAMPLES, keras_dropout=False):
+def _loop(ctx, mistake=None, n=EXAMPLES, keras_dropout=False, from_function=False):
     model = _model(batch_norm=mistake == "per_replica_batch_norm", dropout=mistake == "identical_dropout_masks",
                    center=mistake == "replicas_disagree", keras_dropout=keras_dropout)
     if mistake == "created_outside_scope":
@@ -94,6 +94,10 @@ def _loop(ctx, mistake=None, n=EXAMPLES, keras_dropout=False):
     batch = ctx.per_replica_batch_size if mistake == "per_replica_batch_size" else ctx.global_batch_size
 
     def dataset(global_batch_size, input_context):
+        if from_function:  # distribute_datasets_from_function: this pipeline's share, per-replica batches
+            ds = tf.data.Dataset.from_tensor_slices((x, y))
+            ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+            return ds.batch(input_context.get_per_replica_batch_size(global_batch_size))
         return tf.data.Dataset.from_tensor_slices((x, y)).batch(batch)
 
     def step(inputs):
@@ -123,11 +127,18 @@ def _loop(ctx, mistake=None, n=EXAMPLES, keras_dropout=False):
         return loss
 
     return Workload(model, optimizer, loss_object, dataset, step=step, metrics={"loss": mean_loss},
-                    loss_reduction="MEAN" if mistake == "reduce_mean_for_sum" else "SUM")
+                    loss_reduction="MEAN" if mistake == "reduce_mean_for_sum" else "SUM",
+                    distribute="function" if from_function else "dataset")
 
 
 def right(ctx):
     return _loop(ctx)
+
+
+def right_from_function(ctx):
+    """``right`` fed by ``distribute_datasets_from_function``: each input pipeline takes its shard
+    of the examples and batches it with the per-replica size (one pipeline per worker)."""
+    return _loop(ctx, from_function=True)
 
 
 def right_with_dropout(ctx):

@@ -162,6 +162,15 @@ class Verdict:
                               for d in self.diagnoses]}
 
 
+def _summary(entry, limit: int = 420) -> str:
+    """A deviation's summary on one line, cut after its last whole sentence within ``limit``."""
+    text = " ".join(entry.summary.split())
+    if len(text) <= limit:
+        return text
+    cut = text[:limit].rfind(". ")
+    return text[:cut + 1] if cut > 0 else text[:limit] + " ..."
+
+
 def short_error(message: str, limit: int = 220) -> str:
     """A TensorFlow error without its traceback lines: graph errors repeat the Python stack
     ("File ..., line N, in f") before what went wrong."""
@@ -469,7 +478,7 @@ def verdict(spec: str, ref, runs: list, global_batch: int, rtol: float = RTOL, a
         v.status, v.diagnoses = ("DEVIATION" if not mismatches and dist.raised is None else v.status), []
         v.deviation = [shared.id, "the model's random layers (" + ", ".join(dist.facts["random_layers"]) + ") are "
                        "Keras' own and gave every replica the same training-mode output for the same input. "
-                       + " ".join(shared.summary.split())[:400]]
+                       + _summary(shared)]
         if v.status == "DEVIATION":
             return v
     if dist.facts.get("masks_raised"):  # a random layer in training mode raised: the loop cannot run here
@@ -479,15 +488,15 @@ def verdict(spec: str, ref, runs: list, global_batch: int, rtol: float = RTOL, a
         entry = deviation_raised(raised, spec_obj, versions or {})
         v.status = "DEVIATION" if entry is not None and not v.diagnoses else "FAIL"
         if entry is not None:
-            v.deviation = [entry.id, f"{v.error}. " + " ".join(entry.summary.split())[:400]]
+            v.deviation = [entry.id, f"{v.error}. " + _summary(entry)]
         return v
     entry = deviation_raised(dist.raised, spec_obj, versions or {}) if dist.raised is not None else None
     if entry is not None and not v.diagnoses:
         v.status = "DEVIATION"  # TensorFlow/Keras refuses a correct loop under this spec
-        v.deviation = [entry.id, f"{v.error}. " + " ".join(entry.summary.split())[:400]]
+        v.deviation = [entry.id, f"{v.error}. " + _summary(entry)]
         return v
     if explained and known:
-        v.deviation = [known[0].id, "; ".join(explained[:3]) + ". " + " ".join(known[0].summary.split())[:400]]
+        v.deviation = [known[0].id, "; ".join(explained[:3]) + ". " + _summary(known[0])]
         if v.status == "PASS" and not v.diagnoses:
             v.status = "DEVIATION"  # the loop is right; TensorFlow/Keras is not
     if v.diagnoses and v.status == "PASS":  # evidence with no divergence (identical dropout masks)

@@ -109,13 +109,14 @@ class Checker:
 
     def __init__(self, pool: EnginePool, target: str, steps: int = 3, global_batch: int = 48,
                  rtol: float = differential.RTOL, atol: float = differential.ATOL, seed: int = 0,
-                 path: str | None = None):
+                 path: str | None = None, canonical: bool = True):
         self.path = str(path or os.getcwd())
         validate_target(target, self.path)
         if steps < 1 or global_batch < 1:
             raise CheckInputError(f"workload {target!r}: --steps and --global-batch must be positive")
         self.pool, self.target, self.steps, self.global_batch = pool, target, steps, global_batch
         self.rtol, self.atol, self.seed = rtol, atol, seed
+        self.canonical = canonical  # also train the suite's canonical step on one device (a note when it differs)
         self.notes: list[str] = []
         self.ref = None
         self.versions = engine_versions(pool.python)
@@ -149,7 +150,7 @@ class Checker:
             raise CheckInputError(f"workload {self.target!r} does not repeat itself with no strategy: {moved} differs "
                                   "between two runs with the same seeds (an unseeded random op, a non-deterministic "
                                   "kernel); fix that before checking it under strategies")
-        if first.facts.get("user_step"):
+        if first.facts.get("user_step") and self.canonical:
             try:
                 canonical = self._run(default, canonical=True, init=first.initial)[0]
             except EngineError as exc:

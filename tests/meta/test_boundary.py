@@ -17,7 +17,8 @@ import pytest
 from suite.harness.check import Check
 from tests.helpers import ROOT
 
-PYTEST_SIDE = ("suite/harness", "suite/common", "suite/check.py", "reference", "tests", "benchmarks", "conftest.py")
+PYTEST_SIDE = ("suite/harness", "suite/common", "suite/check.py", "pytest_tf_distribute_suite.py", "reference", "tests",
+               "benchmarks", "conftest.py")
 # examples/ holds workloads of users' kind: they run in engines (suite/engine/workload.py), never judge
 ENGINE_SIDE = ("suite/engine", "suite/common", "examples")
 # what each side must not import (top-level package, or a package prefix)

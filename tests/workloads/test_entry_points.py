@@ -30,13 +30,18 @@ def test_the_cli_passes_a_right_loop_and_diagnoses_a_wrong_one(tmp_path):
     data = json.loads(out.read_text())
     check.equal([(s["spec"], s["status"], s["steps"]) for s in data["specs"]],
                 [("mirrored:2", "PASS", 3), ("parameter_server:2w1ps", "PASS", 3)], "the JSON verdicts")
-    wrong = subprocess.run([sys.executable, "-m", "suite.check", "examples.mistakes:loss_averaged_per_replica",
+    # compute_average_loss's default denominator: on one device it weighs the short last batch
+    # (23 of 48) unlike the guide's canonical step (global_batch_size=48), which the notes say
+    wrong = subprocess.run([sys.executable, "-m", "suite.check", "examples.mistakes:short_batch_weighted_differently",
                             "--strategies", "mirrored:2", "--json", "-", "-q"], cwd=ROOT, env=_env(),
                            capture_output=True, text=True, timeout=300)
     check.equal(wrong.returncode, 1, "exit status for a wrong loop", wrong.stdout[-2000:] + wrong.stderr[-1000:])
-    spec = json.loads(wrong.stdout)["specs"][0]
+    data = json.loads(wrong.stdout)
+    spec = data["specs"][0]
     check.equal((spec["status"], spec["first_diverging_step"], [d["cause"] for d in spec["diagnoses"]]),
-                ("FAIL", 1, ["loss_averaged_per_replica"]), "the JSON verdict of a wrong loop")
+                ("FAIL", 3, ["short_batch_weighted_differently"]), "the JSON verdict of a wrong loop")
+    check.contains(" ".join(data["notes"]), ["on one device your step differs from the guide's canonical step",
+                                             "from step 3"], "the notes")
 
 
 def test_pytest_workload_option_runs_only_the_check_of_that_workload():

@@ -16,9 +16,10 @@ _CHECKERS: dict = {}
 
 
 def checker(pool, target: str) -> usercheck.Checker:
-    """One checker (one reference run) per workload in this process."""
+    """One checker (one reference run) per workload in this process; without the canonical step's
+    note, which these tests do not read (tests/workloads/test_entry_points.py runs the CLI with it)."""
     if target not in _CHECKERS:
-        _CHECKERS[target] = usercheck.Checker(pool, target, path=str(ROOT))
+        _CHECKERS[target] = usercheck.Checker(pool, target, path=str(ROOT), canonical=False)
     return _CHECKERS[target]
 
 
@@ -28,6 +29,18 @@ def test_the_guides_loop_trains_as_on_one_device(any_spec, pool):
                          "PASS, or DEVIATION where a known deviation of TensorFlow predicts every difference",
                          differential.details(v))
     Check(any_spec).equal(v.steps, 3, "steps compared")
+
+
+@pytest.mark.specs(lambda spec: True, without_deep=lambda spec: spec.text in ONE_PER_KIND)
+def test_a_right_loop_fed_by_distribute_datasets_from_function_passes(spec, pool):
+    """Workload.distribute="function": per-replica batches of each input pipeline's shard. On one
+    worker the replicas take consecutive batches (rows 0-23 and 24-47 of the first 48); across
+    two workers each takes every other example, so a step's rows are again the first 48, the
+    examples one device's step sees."""
+    v = checker(pool, "examples.mistakes:right_from_function").check(spec)
+    Check(spec).that(v.status in ("PASS", "DEVIATION"), "examples.mistakes:right_from_function", v.status,
+                     "PASS, or DEVIATION where a known deviation of TensorFlow predicts every difference",
+                     differential.details(v))
 
 
 def test_the_right_loop_of_the_mistakes_passes(any_spec, pool):
@@ -72,11 +85,10 @@ ONE_PER_KIND = ("mirrored:2", "central_storage:2", "multi_worker:2x1")
 CENTRAL_STORAGE_RAISES = "keras3-central-storage-replica-context-updates"
 
 
-@pytest.mark.specs(lambda spec: spec.replicas > 1)
+@pytest.mark.specs(lambda spec: spec.replicas > 1, without_deep=lambda spec: spec.text in ONE_PER_KIND)
 @pytest.mark.parametrize("mistake", sorted(differential.CAUSES))
 def test_each_catalogued_mistake_is_diagnosed_with_its_cause_only(spec, mistake, pool, request):
-    if spec.text not in ONE_PER_KIND and not request.config.getoption("--deep"):
-        pytest.skip("one spec per strategy kind without --deep")
+    """Under one spec of every synchronous kind with 2 replicas (every such selected spec with --deep)."""
     v = checker(pool, f"examples.mistakes:{mistake}").check(spec)
     want, deviation = expected(mistake, spec, request.config._tfds_versions)
     check = Check(spec)
@@ -92,26 +104,23 @@ def test_each_catalogued_mistake_is_diagnosed_with_its_cause_only(spec, mistake,
                    f"verdict of examples.mistakes:{mistake}", v.status, "PASS", differential.details(v))
 
 
+@pytest.mark.specs(lambda spec: True, without_deep=lambda spec: spec.text in ("mirrored:2", "parameter_server:2w1ps"))
 @pytest.mark.parametrize("name", ["linear", "mlp", "cnn"])
-def test_the_builtin_workloads_train_as_on_one_device(any_spec, name, pool, request):
+def test_the_builtin_workloads_train_as_on_one_device(any_spec, name, pool):
     """The benchmarks' workloads, written against the same protocol (suite/engine/workloads/builtin.py),
-    trained by the suite's canonical step."""
-    if any_spec.text not in ("mirrored:2", "parameter_server:2w1ps") and not request.config.getoption("--deep"):
-        pytest.skip("mirrored:2 and the parameter-server spec without --deep")
+    trained by the suite's canonical step (mirrored:2 and the parameter-server spec without --deep)."""
     v = checker(pool, f"suite.engine.workloads.builtin:{name}").check(any_spec)
     Check(any_spec).that(v.status == "PASS", f"suite.engine.workloads.builtin:{name}", v.status, "PASS",
                          differential.details(v))
 
 
-@pytest.mark.specs(lambda spec: spec.replicas > 1)
+@pytest.mark.specs(lambda spec: spec.replicas > 1, without_deep=lambda spec: spec.text in ONE_PER_KIND)
 def test_keras_dropout_sharing_masks_is_reported_as_its_deviation(spec, pool, request):
     """A right loop with Keras' own Dropout: where a known deviation makes Keras draw one mask for
     several replicas under the spec (its random-draws property's scope, for the installed
     versions) the verdict is that deviation; elsewhere each replica draws its own and it passes.
     Under Keras 3 CentralStorage Dropout cannot train at all (keras3-central-storage-replica-
     context-updates)."""
-    if spec.text not in ONE_PER_KIND and not request.config.getoption("--deep"):
-        pytest.skip("one spec per strategy kind without --deep")
     v = checker(pool, "examples.mistakes:right_with_dropout").check(spec)
     versions = request.config._tfds_versions
     test = f"{differential.RANDOM_DRAWS_TEST}[{spec.text}-dropout]"

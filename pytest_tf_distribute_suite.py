@@ -1,25 +1,28 @@
-"""The pytest plugin a user's own test suite gets by installing the package (entry point
+"""The pytest plugin a user's own test suite gets by installing tf-distribute-suite (entry point
 ``pytest11``; pytest side, no TensorFlow): the fixture ``distribution_check``.
 
     def test_my_loop_is_distribution_correct(distribution_check):
         distribution_check("mypackage.training:workload", strategies="mirrored:2,multi_worker:2x1")
 
-It runs ``python -m suite.check``'s comparison under the given specs and fails the test with
-the same report (verdict table, first divergence, diagnosis) when a spec diverges; it returns
-the report otherwise. Engines are started once per session and closed at its end.
+It runs ``python -m suite.check``'s comparison (suite/harness/usercheck.py) under the given specs
+and fails the test with the same report (verdict table, first divergence, diagnosis) when a spec
+diverges; it returns the report otherwise. Engines start once per session and close at its end.
+
+This module lives outside the ``suite`` package and imports it only when a fixture is used:
+pytest loads entry points before any conftest, and importing ``suite`` here would pin the
+installed copy, ahead of the checkout whose conftest puts it first on sys.path (tox runs the
+suite's own tests that way).
 """
 
 from __future__ import annotations
 
 import pytest
 
-from suite.common.specs import DEFAULT_SPECS, SpecError, parse_specs
-from suite.harness import differential, usercheck
-from suite.harness.pool import EnginePool
-
 
 @pytest.fixture(scope="session")
 def distribution_check_pool():
+    from suite.harness.pool import EnginePool
+
     pool = EnginePool(call_timeout=300.0)
     yield pool
     pool.close()
@@ -29,13 +32,15 @@ def distribution_check_pool():
 def distribution_check(distribution_check_pool):
     """``distribution_check(target, strategies=..., steps=3, global_batch=48, rtol=..., atol=...)``:
     fail the test unless the workload trains under every spec what it trains with no strategy."""
+    from suite.common.specs import DEFAULT_SPECS, SpecError, parse_specs
+    from suite.harness import differential, usercheck
 
     def check(target: str, strategies: str = ",".join(DEFAULT_SPECS), steps: int = 3, global_batch: int = 48,
               rtol: float = differential.RTOL, atol: float = differential.ATOL) -> usercheck.Report:
         __tracebackhide__ = True
         try:
-            specs = parse_specs(strategies)
-            report = usercheck.run(target, specs, distribution_check_pool, steps, global_batch, rtol, atol)
+            report = usercheck.run(target, parse_specs(strategies), distribution_check_pool, steps, global_batch,
+                                   rtol, atol)
         except (SpecError, usercheck.CheckInputError) as exc:
             raise pytest.UsageError(str(exc).splitlines()[0]) from None
         if not report.passed:
