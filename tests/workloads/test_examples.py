@@ -23,6 +23,12 @@ def checker(pool, target: str) -> usercheck.Checker:
     return _CHECKERS[target]
 
 
+# Without --deep the guide's CNN runs on one spec of every kind (.ci/run's README command runs it on every
+# default spec); the other default specs differ only in counts
+ONE_OF_EACH = ("default", "one_device", "mirrored:2", "central_storage:2", "multi_worker:2x1", "parameter_server:2w1ps")
+
+
+@pytest.mark.specs(lambda spec: True, without_deep=lambda spec: spec.text in ONE_OF_EACH)
 def test_the_guides_loop_trains_as_on_one_device(any_spec, pool):
     v = checker(pool, GUIDE).check(any_spec)
     Check(any_spec).that(v.status in ("PASS", "DEVIATION"), "the guide's loop (examples/guide.py)", v.status,
@@ -43,6 +49,7 @@ def test_a_right_loop_fed_by_distribute_datasets_from_function_passes(spec, pool
                      differential.details(v))
 
 
+@pytest.mark.specs(lambda spec: True, without_deep=lambda spec: spec.text in ONE_OF_EACH)
 def test_the_right_loop_of_the_mistakes_passes(any_spec, pool):
     v = checker(pool, "examples.mistakes:right").check(any_spec)
     Check(any_spec).that(v.status in ("PASS", "DEVIATION"), "examples.mistakes:right", v.status,
