@@ -57,11 +57,9 @@ def _facts(ctx, wl, strategy, built_variables: int) -> dict:
     """What the engine can see of the workload before it trains: evidence for diagnoses."""
     layers = _layers(wl.model)
     facts = {
-        "keras": compat.KERAS_GENERATION,
         "loss_reduction": wl.loss_reduction,
         "loss_object_reduction": str(getattr(wl.loss, "reduction", "")) or None,
         "user_step": wl.step is not None,
-        "optimizer": type(wl.optimizer).__name__,
         "optimizer_variables_before_step": built_variables,
         "optimizer_built": getattr(getattr(wl.optimizer, "inner_optimizer", wl.optimizer), "built", None),
         "batch_norm": [[layer.name, bool(getattr(layer, "synchronized", False))] for layer in layers
@@ -73,7 +71,6 @@ def _facts(ctx, wl, strategy, built_variables: int) -> dict:
                                    and type(layer).__module__.startswith(("keras", "tf_keras"))
                                    for layer in layers if _random_attr(layer)),
         "regularized": bool(wl.model.losses),
-        "distribute": wl.distribute,
     }
     if ctx.spec.kind != "default":
         extended = strategy.extended
