@@ -10,19 +10,16 @@ import numpy as np
 import tensorflow as tf
 
 from suite.engine.workload import Workload
+from suite.engine.workloads import fashion
 
 keras = tf.keras
 
 
-def fashion_like(n: int = 256, seed: int = 0):
-    """28x28 grey images of 10 classes (a class template, shifted and noisy) and their labels."""
-    rng = np.random.default_rng(seed)
-    templates = np.kron(rng.random((10, 7, 7)), np.ones((4, 4)))
-    labels = rng.integers(0, 10, n)
-    shifts = rng.integers(-2, 3, (n, 2))
-    images = np.stack([np.roll(templates[c], tuple(s), axis=(0, 1)) for c, s in zip(labels, shifts)])
-    images = np.clip(images + rng.normal(0.0, 0.25, images.shape), 0.0, 1.0)
-    return images[..., None].astype(np.float32), labels.astype(np.int64)
+def fashion_like(n: int = 256):
+    """The suite's deterministic Fashion-MNIST stand-in (suite/engine/workloads/fashion.py), scaled
+    to [0, 1] as the guide scales the real images."""
+    (images, labels), _ = fashion.load_data(n, 1)
+    return (images[..., None] / np.float32(255)).astype(np.float32), labels.astype(np.int64)
 
 
 def create_model():
