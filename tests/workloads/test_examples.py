@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from suite.common.specs import DEFAULT_SPECS
 from suite.harness import deviations, differential, usercheck
 from suite.harness.check import Check
 from tests.helpers import ROOT
@@ -23,12 +24,20 @@ def checker(pool, target: str) -> usercheck.Checker:
     return _CHECKERS[target]
 
 
-# Without --deep the guide's CNN runs on one spec of every kind (.ci/run's README command runs it on every
-# default spec); the other default specs differ only in counts
+# Without --deep the guide's CNN runs on one default spec of every kind (.ci/run's README command runs it on
+# every default spec); the other default specs differ only in counts
 ONE_OF_EACH = ("default", "one_device", "mirrored:2", "central_storage:2", "multi_worker:2x1", "parameter_server:2w1ps")
+ONE_PER_KIND = ("mirrored:2", "central_storage:2", "multi_worker:2x1")
 
 
-@pytest.mark.specs(lambda spec: True, without_deep=lambda spec: spec.text in ONE_OF_EACH)
+def trimmed(keep: tuple[str, ...]):
+    """The ``without_deep`` predicate of a test trimmed to the default specs ``keep``: a spec
+    selected beyond the defaults (a deeper cluster, the real ``cluster`` spec) was asked for by
+    name and always runs."""
+    return lambda spec: spec.text in keep or spec.text not in DEFAULT_SPECS
+
+
+@pytest.mark.specs(lambda spec: True, without_deep=trimmed(ONE_OF_EACH))
 def test_the_guides_loop_trains_as_on_one_device(any_spec, pool):
     v = checker(pool, GUIDE).check(any_spec)
     Check(any_spec).that(v.status in ("PASS", "DEVIATION"), "the guide's loop (examples/guide.py)", v.status,
@@ -37,7 +46,7 @@ def test_the_guides_loop_trains_as_on_one_device(any_spec, pool):
     Check(any_spec).equal(v.steps, 3, "steps compared")
 
 
-@pytest.mark.specs(lambda spec: True, without_deep=lambda spec: spec.text in ONE_PER_KIND)
+@pytest.mark.specs(lambda spec: True, without_deep=trimmed(ONE_PER_KIND))
 def test_a_right_loop_fed_by_distribute_datasets_from_function_passes(spec, pool):
     """Workload.distribute="function": per-replica batches of each input pipeline's shard. On one
     worker the replicas take consecutive batches (rows 0-23 and 24-47 of the first 48); across
@@ -49,7 +58,7 @@ def test_a_right_loop_fed_by_distribute_datasets_from_function_passes(spec, pool
                      differential.details(v))
 
 
-@pytest.mark.specs(lambda spec: True, without_deep=lambda spec: spec.text in ONE_OF_EACH)
+@pytest.mark.specs(lambda spec: True, without_deep=trimmed(ONE_OF_EACH))
 def test_the_right_loop_of_the_mistakes_passes(any_spec, pool):
     v = checker(pool, "examples.mistakes:right").check(any_spec)
     Check(any_spec).that(v.status in ("PASS", "DEVIATION"), "examples.mistakes:right", v.status,
@@ -88,11 +97,10 @@ def expected(mistake: str, spec, versions: dict) -> tuple[list[str], str | None]
     return [mistake], None
 
 
-ONE_PER_KIND = ("mirrored:2", "central_storage:2", "multi_worker:2x1")
 CENTRAL_STORAGE_RAISES = "keras3-central-storage-replica-context-updates"
 
 
-@pytest.mark.specs(lambda spec: spec.replicas > 1, without_deep=lambda spec: spec.text in ONE_PER_KIND)
+@pytest.mark.specs(lambda spec: spec.replicas > 1, without_deep=trimmed(ONE_PER_KIND))
 @pytest.mark.parametrize("mistake", sorted(differential.CAUSES))
 def test_each_catalogued_mistake_is_diagnosed_with_its_cause_only(spec, mistake, pool, request):
     """Under one spec of every synchronous kind with 2 replicas (every such selected spec with --deep)."""
@@ -111,7 +119,7 @@ def test_each_catalogued_mistake_is_diagnosed_with_its_cause_only(spec, mistake,
                    f"verdict of examples.mistakes:{mistake}", v.status, "PASS", differential.details(v))
 
 
-@pytest.mark.specs(lambda spec: True, without_deep=lambda spec: spec.text in ("mirrored:2", "parameter_server:2w1ps"))
+@pytest.mark.specs(lambda spec: True, without_deep=trimmed(("mirrored:2", "parameter_server:2w1ps")))
 @pytest.mark.parametrize("name", ["linear", "mlp", "cnn"])
 def test_the_builtin_workloads_train_as_on_one_device(any_spec, name, pool):
     """The benchmarks' workloads, written against the same protocol (suite/engine/workloads/builtin.py),
@@ -121,7 +129,7 @@ def test_the_builtin_workloads_train_as_on_one_device(any_spec, name, pool):
                          differential.details(v))
 
 
-@pytest.mark.specs(lambda spec: spec.replicas > 1, without_deep=lambda spec: spec.text in ONE_PER_KIND)
+@pytest.mark.specs(lambda spec: spec.replicas > 1, without_deep=trimmed(ONE_PER_KIND))
 def test_keras_dropout_sharing_masks_is_reported_as_its_deviation(spec, pool, request):
     """A right loop with Keras' own Dropout: where a known deviation makes Keras draw one mask for
     several replicas under the spec (its random-draws property's scope, for the installed
