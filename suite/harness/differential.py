@@ -574,8 +574,8 @@ def deviation_raised(raised, spec, versions: dict):
 
 # -- rendering ---------------------------------------------------------------------------------
 def table(verdicts: list[Verdict]) -> str:
-    rows = [("spec", "replicas", "verdict", "steps agreed", "worst rel. diff", "first divergence", "diagnosis", "time",
-             "engine start")]
+    rows = [("spec", "replicas", "verdict", "steps agreed", "worst rel. diff agreeing", "first divergence", "diagnosis",
+             "time", "engine start")]
     for v in verdicts:
         first = "" if v.first_step is None else f"step {v.first_step}"
         if v.status == "ERROR":
@@ -583,7 +583,8 @@ def table(verdicts: list[Verdict]) -> str:
         cause = v.diagnoses[0].title if v.diagnoses else ("" if v.status == "PASS" else "no catalogued cause")
         if v.deviation and not v.diagnoses:
             cause = f"known deviation {v.deviation[0]}"
-        rows.append((v.spec, str(v.replicas), v.status, f"{v.agreed}/{v.steps}", f"{v.worst:.2g}", first, cause,
+        rows.append((v.spec, str(v.replicas), v.status, f"{v.agreed}/{v.steps}",
+                     f"{v.worst:.2g}" if v.agreed else "–", first, cause,
                      f"{v.seconds:.1f} s", f"{v.start_seconds:.1f} s"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
