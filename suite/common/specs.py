@@ -25,6 +25,11 @@ strategy spec grammar:
   cluster                       the cluster of the engine agents named by --cluster-agents, each
                                 with the TF_CONFIG its host gives it (see README, "A real cluster")
   tpu                           TPUStrategy (skipped where no TPU exists)
+  SPEC@ENV                      any spec above but cluster, its engines run by another TensorFlow:
+                                the interpreter of tox env ENV (.tox/ENV/bin/python; a -legacy
+                                env with TF_USE_LEGACY_KERAS=1), or the Python at path ENV; only
+                                the tests that compare two versions take it
+                                (tests/properties/test_across_versions.py)
 N, W, R, P are whole numbers from 1 to 8."""
 
 DEFAULT_SPECS = (
@@ -67,6 +72,7 @@ class Spec:
     communication: str = "auto"  # multi_worker only: auto | ring
     gpus: bool = False
     ps: int = 0
+    python: str | None = None  # SPEC@ENV: the tox env or interpreter path whose TensorFlow runs it
     cluster: dict | None = dataclasses.field(default=None, compare=False, hash=False)
 
     @property
@@ -89,6 +95,11 @@ class Spec:
     def is_multi_worker(self) -> bool:
         return self.workers > 1 or self.strategy == "multi_worker"
 
+    @property
+    def base(self) -> Spec:
+        """The same spec run by the session's own interpreter (``mirrored:2`` for ``mirrored:2@tf215``)."""
+        return parse_spec(self.text.split("@", 1)[0]) if self.python else self
+
     def __str__(self) -> str:
         return self.text
 
@@ -103,6 +114,13 @@ def _count(text: str, what: str, spec: str) -> int:
 def parse_spec(text: str) -> Spec:
     """Parse one spec string; raise SpecError (with the grammar) if it is not valid."""
     s = text.strip()
+    if "@" in s:
+        base, env = s.split("@", 1)
+        if not re.fullmatch(r"[\w.+/-]+", env):
+            raise SpecError(f"{s!r}: after '@' a tox env name or an interpreter path\n{GRAMMAR}")
+        if base.strip() == "cluster":
+            raise SpecError(f"{s!r}: the cluster spec runs the agents' interpreters; it takes no '@'")
+        return dataclasses.replace(parse_spec(base), text=f"{base.strip()}@{env}", python=env)
     if s in ("default", "one_device", "tpu"):
         return Spec(s, s)
     m = re.fullmatch(r"mirrored:(\d+)(:reduce_to_one)?", s)

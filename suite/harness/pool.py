@@ -25,7 +25,7 @@ from pathlib import Path
 from suite.common import protocol
 from suite.common.results import Raised
 from suite.common.specs import Spec
-from suite.harness import agent, topology
+from suite.harness import agent, topology, versions
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -53,10 +53,11 @@ class EngineTimeout(EngineError):
 class ProbeError(EngineError):
     """A probe raised inside the engine; ``raised`` says what (type name, message, where)."""
 
-    def __init__(self, message: str, raised: Raised, tb: str):
+    def __init__(self, message: str, raised: Raised, tb: str, probe: str = "?"):
         super().__init__(message)
         self.raised = raised
         self.traceback = tb
+        self.probe = probe
 
 
 def _describe_exit(code: int | None) -> str:
@@ -230,7 +231,8 @@ class Engine:
     def _launch(self, python: str, log_dir: Path):
         if self.spec.kind == "cluster":
             return self._launch_on_agents()
-        base_env = dict(os.environ)
+        # SPEC@ENV: another env's TensorFlow (TF_USE_LEGACY_KERAS as that env says)
+        base_env = versions.environment(versions.interpreter(self.spec.python)[1] if self.spec.python else {})
         base_env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         base_env["PYTHONPATH"] = os.pathsep.join(
             [str(REPO_ROOT)] + [p for p in base_env.get("PYTHONPATH", "").split(os.pathsep) if p])
@@ -342,7 +344,7 @@ class Engine:
             raise EngineStartError(f"{self._where(i)} could not start: {text}")
         _, raised, tb = msg
         raise ProbeError(f"{self._where(i)}: probe {probe!r} raised {raised.type}: {_cause(raised.message)}{suffix}",
-                         raised, tb)
+                         raised, tb, probe)
 
     # -- calls -------------------------------------------------------------------------
     def call(self, probe: str, timeout: float | None = None, evaluator: bool = False, **kwargs) -> list:
@@ -431,15 +433,23 @@ class EnginePool:
 
     def set_mutant(self, name: str | None):
         """Every engine of the pool, running or started later, computes with mutant ``name``
-        (None: none) from the next call on (suite/engine/mutants.py)."""
+        (None: none) from the next call on (suite/engine/mutants.py). ``NAME@other``: only the
+        engines of SPEC@ENV specs (another TensorFlow), so that the tests comparing two versions
+        see one side wrong."""
         self.mutant = name
         for engine in self._engines.values():
-            if engine.alive and engine.mutant != name:
+            if engine.alive and engine.mutant != self._mutant_of(engine.spec):
                 self._switch(engine)
 
+    def _mutant_of(self, spec: Spec) -> str | None:
+        if self.mutant and self.mutant.endswith("@other"):
+            return self.mutant.removesuffix("@other") if spec.python else None
+        return self.mutant
+
     def _switch(self, engine: Engine):
-        engine.call("engine.mutant", name=self.mutant)
-        engine.mutant = self.mutant
+        name = self._mutant_of(engine.spec)
+        engine.call("engine.mutant", name=name)
+        engine.mutant = name
 
     def get(self, spec: Spec) -> Engine:
         key = spec.text
@@ -448,14 +458,15 @@ class EnginePool:
         engine = self._engines.get(key)
         if engine is None or not engine.alive:
             try:
-                engine = Engine(spec, python=self.python, log_dir=self._log_dir,
+                engine = Engine(spec, python=versions.interpreter(spec.python)[0] if spec.python else self.python,
+                                log_dir=self._log_dir,
                                 start_timeout=self.start_timeout, call_timeout=self.call_timeout)
             except (EngineStartError, EngineUnavailable) as exc:
                 self._start_failures[key] = exc
                 raise
             self._engines[key] = engine
             self.starts[key] = self.starts.get(key, 0) + 1
-        if engine.mutant != self.mutant:
+        if engine.mutant != self._mutant_of(spec):
             self._switch(engine)
         return engine
 

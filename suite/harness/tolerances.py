@@ -36,6 +36,13 @@ def tolerance(dtype, kind: str = "value", n_terms: int = 1, override: dict | Non
     return Tolerance(atol * max(int(n_terms), 1), rtol)
 
 
+def between_engines(kind: str = "value") -> dict:
+    """The ``override`` for comparing two engines' results with each other instead of with the
+    reference (tests/properties/test_across_versions.py): each is within the table's tolerance of
+    the exact value, so the two are within twice it of each other."""
+    return {name: (2 * atol, 2 * rtol) for name, (atol, rtol) in TABLES[kind].items()}
+
+
 # -- BatchNormalization: bounds derived from the computation, not a table -----------------------
 UNIT = {"float32": 2.0 ** -24, "float64": 2.0 ** -53}
 SAFETY = 4.0  # on top of the first-order worst-case bounds below

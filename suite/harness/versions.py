@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 _SCRIPT = r"""
 import importlib.metadata as m, json, os
@@ -26,12 +27,36 @@ print(json.dumps({"tensorflow": tf, "keras": keras}))
 """
 
 
-def engine_versions(python: str | None = None) -> dict:
-    """``{"tensorflow": "2.21.0", "keras": "3.15.1"}`` (None where not installed)."""
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def interpreter(env: str) -> tuple[str, dict]:
+    """The interpreter a ``SPEC@ENV`` names and what its engines' environment changes: a tox env
+    name is ``.tox/ENV/bin/python`` of this checkout, with ``TF_USE_LEGACY_KERAS=1`` where the env
+    has the ``legacy`` factor (and without it elsewhere); a path is that Python, environment as is."""
+    if os.sep in env:
+        return env, {}
+    return str(ROOT / ".tox" / env / "bin" / "python"), {"TF_USE_LEGACY_KERAS": "1" if "legacy" in env.split("-") else ""}
+
+
+def environment(changes: dict) -> dict:
+    """This process's environment with ``changes`` applied (an empty value removes the variable)."""
+    env = dict(os.environ)
+    for key, value in changes.items():
+        if value:
+            env[key] = value
+        else:
+            env.pop(key, None)
+    return env
+
+
+def engine_versions(python: str | None = None, changes: dict | None = None) -> dict:
+    """``{"tensorflow": "2.21.0", "keras": "3.15.1"}`` (None where not installed) of ``python``
+    run with the environment ``changes`` (``interpreter``)."""
     python = python or sys.executable
     try:
         out = subprocess.run([python, "-c", _SCRIPT], capture_output=True, text=True, timeout=60,
-                             env=dict(os.environ), check=True).stdout
+                             env=environment(changes or {}), check=True).stdout
         return json.loads(out)
     except (OSError, subprocess.SubprocessError, ValueError):
         return {"tensorflow": None, "keras": None}

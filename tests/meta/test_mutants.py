@@ -6,10 +6,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from pathlib import Path
 
 import pytest
 
 from suite.common.catalog import MUTANTS
+from suite.harness import versions
 from suite.harness.check import Check
 from tests.helpers import run_pytest
 
@@ -25,7 +27,13 @@ ONE = ("default", "one_device")  # one replica
 MULTI = ("mirrored:2", "central_storage:2", "multi_worker:2x1")  # two replicas, one or two workers
 SYNC = ONE + MULTI
 PS = ("parameter_server:2w1ps",)
-KINDS = SYNC + PS
+# Two TensorFlow versions in one session (tests/properties/test_across_versions.py): the engines of
+# tox env tf215 (built by .ci/run before this step) against the session's; the mutant runs on the
+# tf215 side only (its name ends in @other: EnginePool.set_mutant)
+OTHER_ENV = "tf215"
+VERSIONS = (f"mirrored:2@{OTHER_ENV}",)
+KINDS = SYNC + PS + VERSIONS
+ACROSS = "tests/properties/test_across_versions.py::"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,6 +206,12 @@ CASES = [
          "inside strategy.run after batch", ONE + ("central_storage:2", "multi_worker:2x1"), keras=(3,)),
     Case("weight_decay_per_replica", BLOCKS + "test_weight_decay_is_applied_once_per_step[{spec}]", "after step 1",
          MULTI),
+    Case("local_batch_denominator@other", ACROSS + "test_compute_average_loss_agrees_across_versions[{spec}-{dtype}]",
+         "other version vs this one", VERSIONS, BOTH),
+    Case("reduce_mean_of_means@other", ACROSS + "test_strategy_reduce_agrees_across_versions[{spec}-float64]",
+         "strategy.reduce: mean_axis0", VERSIONS),
+    Case("step_local_batch_denominator@other", ACROSS + "test_training_steps_agree_across_versions[{spec}-sgd]",
+         "other version vs this one", VERSIONS),
 ]
 
 
@@ -209,7 +223,8 @@ def plan(spec: str, keras: int | None = None) -> list[tuple[str, str, str]]:
 def test_every_mutant_has_a_case_and_every_kind_runs():
     # foreign_result moves every probe result: tests/meta/test_deviations.py runs it
     check = Check("MUTANTS")
-    check.equal(sorted({c.mutant for c in CASES}), sorted(set(MUTANTS) - {"foreign_result"}), "mutants with a case")
+    check.equal(sorted({c.mutant.removesuffix("@other") for c in CASES}), sorted(set(MUTANTS) - {"foreign_result"}),
+                "mutants with a case")
     check.equal([s for s in KINDS if not plan(s)], [], "strategy kinds no mutant runs on")
 
 
@@ -224,6 +239,8 @@ def _first_error(text: str) -> str:
 def test_every_mutant_is_caught_under(kind_spec, engine_versions, tmp_path):
     """One pytest session per spec runs every case of that spec (suite/harness/mutation.py: the
     engines start once and switch mutants between cases); each must fail naming its problem."""
+    if "@" in kind_spec and not Path(versions.interpreter(OTHER_ENV)[0]).exists():
+        pytest.skip(f"{kind_spec}: no tox env {OTHER_ENV} to compare with (tox -e {OTHER_ENV} --notest; .ci/run builds it)")
     entries = plan(kind_spec, engine_versions["keras"][0])
     (tmp_path / "plan.json").write_text(json.dumps([[test, mutant] for test, mutant, _ in entries]))
     tests = list(dict.fromkeys(test for test, _, _ in entries))
@@ -264,8 +281,6 @@ def matrix() -> list[str]:
 def test_readme_shows_which_mutant_kills_which_property():
     """The README's matrix is ``matrix()`` (print it with ``python -m tests.meta.test_mutants``),
     and every property in tests/properties has a row."""
-    from pathlib import Path
-
     root = Path(__file__).resolve().parents[2]
     section = (root / "README.md").read_text().split("## Each property can fail", 1)[1].split("\n## ", 1)[0]
     check = Check("README.md")
