@@ -14,7 +14,7 @@ import hypothesis
 import pytest
 
 from suite.common.specs import DEFAULT_SPECS, SpecError, parse_specs
-from suite.harness import agent, deviations, draws, machine, parallel, profiles, topology, versions
+from suite.harness import agent, deviations, draws, machine, matrix, parallel, profiles, topology, versions
 from suite.harness.engines import Engines
 from suite.harness.findings import Findings
 from suite.harness.pool import EnginePool
@@ -46,11 +46,16 @@ def pytest_addoption(parser):
                          "(tests/workloads/test_user_workload.py). With pytest benchmarks: time its train step "
                          "instead of the built-in workloads")
     group.addoption("--workload-steps", type=int, default=3, help="steps --workload trains and compares (default 3)")
+    group.addoption("--results-dir", default=None, metavar="DIR",
+                    help="write this run's results under DIR/tf<TF>-keras<Keras>/ (named by the engines' "
+                         "versions): conformance.xml (JUnit) and versions.json; the benchmarks' bench.json. "
+                         "python -m suite.report DIR reads them")
     group.addoption("--cluster-agents", default=os.environ.get("TFDS_CLUSTER_AGENTS"),
                     help="HOST:PORT,... of the engine agents of a real cluster, for the 'cluster' spec "
                          "(python -m suite.harness.agent on each host; see README)")
 
 
+@pytest.hookimpl(tryfirst=True)  # before junitxml and pytest-benchmark read the paths --results-dir sets
 def pytest_configure(config):
     text = config.getoption("--strategies")
     agents = config.getoption("--cluster-agents")
@@ -71,6 +76,19 @@ def pytest_configure(config):
     if python and not shutil.which(python) and not os.path.exists(python):
         raise pytest.UsageError(f"--engine-python: {python!r} is not an executable")
     config._tfds_versions = versions.engine_versions(python)
+    # SPEC@ENV: engines of another TensorFlow, for the tests that compare two versions
+    config._tfds_other_versions = {}
+    for spec in config._tfds_specs:
+        if spec.python:
+            path, changes = versions.interpreter(spec.python)
+            if not os.path.exists(path):
+                raise pytest.UsageError(f"--strategies {spec.text}: no interpreter {path} (build the env first: "
+                                        f"tox -e {spec.python} --notest)")
+            found = versions.engine_versions(path, changes)
+            if not found["tensorflow"]:
+                raise pytest.UsageError(f"--strategies {spec.text}: {path} has no TensorFlow")
+            config._tfds_other_versions[spec.text] = found
+    matrix.configure(config, config.getoption("--results-dir"))
     # what the terminal summary shows; under pytest-xdist each worker sends its part to the
     # controller (pytest_sessionfinish below, XdistController)
     config._tfds_draws = {}  # test id -> draws.Tally of its hypothesis examples
@@ -90,7 +108,8 @@ def pytest_report_header(config):
     v = config._tfds_versions
     return [f"tf-distribute-suite: TensorFlow {v['tensorflow']}, Keras {v['keras']}, "
             f"hypothesis profile {PROFILE!r}",
-            "strategy specs: " + ", ".join(s.text for s in config._tfds_specs)]
+            "strategy specs: " + ", ".join(s.text for s in config._tfds_specs)] + [
+            f"{text}: TensorFlow {o['tensorflow']}, Keras {o['keras']}" for text, o in config._tfds_other_versions.items()]
 
 
 # Which selected specs a test gets, by the name of its argument: ``spec`` the synchronous
@@ -98,9 +117,12 @@ def pytest_report_header(config):
 # ones (steps go through a ClusterCoordinator), ``any_spec`` every one (the harness tests),
 # ``layout_spec`` one per engine layout (the first selected one-process spec, and every spec
 # of several processes: the harness tests that kill and replace an engine, whose code path
-# is the layout's, not the strategy's).
-SPEC_ARGUMENTS = {"spec": lambda s: s.synchronous, "ps_spec": lambda s: not s.synchronous,
-                  "any_spec": lambda s: True, "layout_spec": lambda s: True}
+# is the layout's, not the strategy's). ``versioned_spec`` takes the synchronous SPEC@ENV specs,
+# engines of another TensorFlow (tests/properties/test_across_versions.py); no other argument does.
+SPEC_ARGUMENTS = {"spec": lambda s: s.synchronous and not s.python,
+                  "ps_spec": lambda s: not s.synchronous and not s.python,
+                  "any_spec": lambda s: not s.python, "layout_spec": lambda s: not s.python,
+                  "versioned_spec": lambda s: s.synchronous and s.python is not None}
 
 
 def one_per_layout(specs: list) -> list:
@@ -148,9 +170,12 @@ def pytest_collection_modifyitems(config, items):
         if budget and not config.getoption("--deep"):
             budgets[item.obj] = budget.args[0]
             config._tfds_budgets[item.obj.__name__] = budget.args[0]
-        item._tfds_in_scope = tuple(d for d in active if d.matches(item.nodeid))
         params = getattr(getattr(item, "callspec", None), "params", {})
         spec = next((params[name] for name in SPEC_ARGUMENTS if name in params), None)
+        # a test comparing two versions (SPEC@ENV) has in scope the entries of either side's versions
+        other = config._tfds_other_versions.get(getattr(spec, "text", None), {})
+        item._tfds_in_scope = tuple(d for d in config._tfds_deviations if d.matches(item.nodeid) and (
+            d in active or d.applies_to(other.get("tensorflow"), other.get("keras"))))
         if hasattr(spec, "text"):  # not NOTSET (a test whose specs are all deselected)
             per_spec[(item.obj, spec.text)] += 1
     # each property draws the profile's examples per spec, spread over its items (profiles.py)
@@ -206,6 +231,11 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     ledger = getattr(item, "_tfds_ledger", None)
     rep = outcome.get_result()
+    if (rep.failed and call.when == "call" and ledger is not None and call.excinfo is not None
+            and ledger.explains_error(call.excinfo.value)):  # a probe raised what a known deviation raises
+        rep.outcome, rep.wasxfail = "skipped", ledger.expected_failure()
+        deviations.merge_bands(item.config._tfds_bands, ledger.band_counts())
+        return
     if rep.failed and call.excinfo is not None:  # carried to the controller with the report
         rep.user_properties.append(("tfds_causes", _causes(call.excinfo.value)))
     if call.when != "call" or ledger is None:

@@ -22,7 +22,7 @@ import os
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.errors import InvalidArgument
 
-PROFILES = {"ci": 25, "dev": 25, "thorough": 250}
+PROFILES = {"ci": 25, "dev": 25, "thorough": 250, "quick": 4}
 
 # Every item draws at least this many: its first derandomized draw is hypothesis's simplest
 # case, the same for every item, so one example per item would test little.
@@ -36,6 +36,10 @@ _common = dict(deadline=None, print_blob=True,
 settings.register_profile("ci", max_examples=PROFILES["ci"], derandomize=True, database=None,
                           phases=(Phase.explicit, Phase.reuse, Phase.generate), **_common)
 settings.register_profile("dev", max_examples=PROFILES["dev"], **_common)
+# the version matrix's quick selection on every release but the two of the full ci run (.ci/run, tox
+# quick-*): derandomized as ci, a few examples per property per spec
+settings.register_profile("quick", max_examples=PROFILES["quick"], derandomize=True, database=None,
+                          phases=(Phase.explicit, Phase.reuse, Phase.generate), **_common)
 settings.register_profile("thorough", max_examples=PROFILES["thorough"], **_common)
 
 
@@ -64,7 +68,7 @@ def allot(functions: dict, budgets: dict | None = None) -> dict:
     for fn, items in functions.items():
         if not getattr(fn, "is_hypothesis_test", False):
             continue
-        n = per_item(items, budgets.get(fn))
+        n = per_item(items, min(budgets.get(fn, settings.default.max_examples), settings.default.max_examples))
         try:
             settings(max_examples=n)(fn)
         except InvalidArgument:  # its own @settings (or allotted already in this process)

@@ -1,0 +1,245 @@
+"""``python -m suite.report RESULTS -o report/``: the report across TensorFlow versions (#14), from
+a results folder that ``--results-dir`` runs filled (suite/harness/matrix.py), one sub-folder per
+TensorFlow and Keras version:
+
+- a conformance grid, property x version: the worst outcome of the property's items in that
+  version's run (fail, known deviation with the deviation ids, pass, skip);
+- "what changed": per property, the versions at which its outcome changes from the version
+  before, with the deviations that appear or go;
+- the deviations seen, each with the first and last version it was observed in;
+- step time across versions per workload and spec (from each folder's bench.json), with the
+  ratio to a baseline version (default the newest), marked within noise as the benchmark report
+  does (suite/harness/report.py), and a plot of step time against version per workload.
+
+No TensorFlow here."""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import re
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from suite.harness import matrix, report
+from suite.harness.report import NOISE_MARK, OUTCOME_MARK, OUTCOME_ORDER, ReportError, _spec_of, _table
+
+DEVIATION_ID = re.compile(r"known deviation ([\w.-]+) \(signature matched")
+
+
+class Outcomes:
+    """A property's outcomes in one run: the count of each outcome and the deviations named."""
+
+    def __init__(self):
+        self.counts: collections.Counter = collections.Counter()
+        self.deviations: set[str] = set()
+        self.specs: dict[str, str] = {}  # spec -> worst outcome under it
+
+    def add(self, outcome: str, spec: str, deviations: set[str]):
+        self.counts[outcome] += 1
+        self.deviations |= deviations
+        worst = self.specs.get(spec)
+        if worst is None or OUTCOME_ORDER.index(outcome) < OUTCOME_ORDER.index(worst):
+            self.specs[spec] = outcome
+
+    @property
+    def worst(self) -> str:
+        return report.cell(self.counts)
+
+    def key(self) -> tuple:
+        """What "changed" compares: the worst outcome and, for a deviation, which ones."""
+        return self.worst, tuple(sorted(self.deviations)) if self.worst == "deviation" else ()
+
+    def text(self) -> str:
+        mark = OUTCOME_MARK[self.worst]
+        if self.worst == "deviation":
+            return f"dev ({', '.join(f'`{d}`' for d in sorted(self.deviations))})"
+        if self.worst == "fail":
+            return f"{mark} {self.counts['fail']}/{sum(self.counts.values())}"
+        return mark
+
+
+def load_outcomes(path: Path) -> dict[str, Outcomes]:
+    """``{module::test: Outcomes}`` from a JUnit file of ``pytest tests``."""
+    try:
+        root = ET.parse(path).getroot()
+    except (OSError, ET.ParseError) as exc:
+        raise ReportError(f"{path}: not a readable JUnit XML file ({exc})") from None
+    out: dict[str, Outcomes] = collections.defaultdict(Outcomes)
+    for case in root.iter("testcase"):
+        func, _, params = case.get("name", "?").partition("[")
+        prop = f"{case.get('classname', '?').rsplit('.', 1)[-1]}::{func}"
+        spec = _spec_of(params.rstrip("]")) or "-"
+        skipped = case.find("skipped")
+        deviations: set[str] = set()
+        if case.find("failure") is not None or case.find("error") is not None:
+            outcome = "fail"
+        elif skipped is None:
+            outcome = "pass"
+        elif skipped.get("type") == "pytest.xfail":
+            outcome = "deviation"
+            deviations = set(DEVIATION_ID.findall(skipped.get("message", "") + (skipped.text or "")))
+        else:
+            outcome = "skip"
+        out[prop].add(outcome, spec, deviations)
+    return dict(out)
+
+
+def _label(point: matrix.Point) -> str:
+    """A column head: ``TF / Keras`` (a legacy env's Keras is tf-keras, 2.x), and the profile
+    where it is not ci (``quick``: the version matrix's quick selection)."""
+    return f"{point.tensorflow} / {point.keras}" + (f" ({point.profile})" if point.profile not in ("ci", "?") else "")
+
+
+def conformance_sections(points: list[matrix.Point]) -> list[str]:
+    runs = [(p, load_outcomes(p.conformance)) for p in points if p.conformance]
+    if not runs:
+        return []
+    props = sorted({prop for _, grid in runs for prop in grid})
+    lines = ["## Conformance across versions", "",
+             "A cell is the worst outcome of the property's test items in that version's run: **FAIL** (a "
+             "failure, or a strict XPASS), dev (a known deviation whose signature matched, with its ids), ✓, "
+             "skip; empty where the run did not collect the property (a quick selection). A run's selection and "
+             "profile are its own: compare cells of runs of the same command.", ""]
+    header = ["property"] + [f"`{_label(p)}`" for p, _ in runs]
+    rows = [[f"`{prop}`"] + [grid[prop].text() if prop in grid else "" for _, grid in runs] for prop in props]
+    totals = ["**items**"] + [", ".join(f"{sum(o.counts[k] for o in grid.values())} {k}" for k in OUTCOME_ORDER)
+                              for _, grid in runs]
+    lines += _table(header, rows + [totals]) + [""]
+
+    lines += ["## What changed", "",
+              "Per property, each version whose outcome differs from the previous version's run that collected it "
+              "(deviations that appear or go included).", ""]
+    changed = []
+    for prop in props:
+        before = None
+        steps = []
+        for p, grid in runs:
+            if prop not in grid:
+                continue
+            now = grid[prop]
+            if before is not None and before[1].key() != now.key():
+                gone = before[1].deviations - now.deviations if before[1].worst == "deviation" else set()
+                came = now.deviations - before[1].deviations if now.worst == "deviation" else set()
+                extra = "".join([f"; appears: {', '.join(sorted(came))}" if came else "",
+                                 f"; gone: {', '.join(sorted(gone))}" if gone else ""])
+                steps.append(f"{_label(before[0])} → {_label(p)}: {before[1].text()} → {now.text()}{extra}")
+            before = (p, now)
+        if steps:
+            changed.append(f"- `{prop}`: " + "; ".join(steps))
+    lines += (changed or ["Nothing: every property has the same outcome in every run."]) + [""]
+
+    seen: dict[str, list[matrix.Point]] = collections.defaultdict(list)
+    for p, grid in runs:
+        for o in grid.values():
+            for d in o.deviations:
+                if p not in seen[d]:
+                    seen[d].append(p)
+    if seen:
+        lines += ["## Deviations by version", "",
+                  "Each known deviation a run observed (a signature matched), with the first and last version it was "
+                  "observed in and the runs it was not, among the runs given.", ""]
+        rows = []
+        for d in sorted(seen):
+            where = seen[d]
+            missing = [_label(p) for p, _ in runs if p not in where and p.order > where[0].order
+                       and p.order < where[-1].order]
+            rows.append([f"`{d}`", _label(where[0]), _label(where[-1]), str(len(where)), ", ".join(missing) or "–"])
+        lines += _table(["deviation", "first seen", "last seen", "runs", "not seen in between"], rows) + [""]
+    return lines
+
+
+def benchmark_sections(points: list[matrix.Point], baseline: str | None, out: Path) -> list[str]:
+    runs = [(p, report.load_benchmarks(p.bench)) for p in points if p.bench]
+    if not runs:
+        return []
+    base = next((r for r in runs if baseline and (r[0].tensorflow == baseline or _label(r[0]) == baseline)), runs[-1])
+    lines = ["## Step time across versions", "",
+             f"Median step time of the train step (ms), per workload and spec; (xR) is the ratio to "
+             f"`{_label(base[0])}`, marked {NOISE_MARK} where the rounds' inter-quartile ranges overlap (within noise). "
+             "Same machine, one run per version: the method is in benchmarks/README.md.", ""]
+    groups: dict = collections.OrderedDict()
+    for p, res in runs:
+        for e in res.of_kind("train_step"):
+            i = e.info
+            groups.setdefault((i["workload"], i.get("scaling", "weak")), collections.OrderedDict()).setdefault(
+                i["spec"], {})[p.path] = e
+    for (workload, scaling), specs in groups.items():
+        lines += [f"### {workload}, {scaling} scaling", ""]
+        rows = []
+        for spec, by_run in specs.items():
+            ref = by_run.get(base[0].path)
+            row = [f"`{spec}`"]
+            for p, _ in runs:
+                e = by_run.get(p.path)
+                if e is None:
+                    row.append("–")
+                elif ref is None or p is base[0]:
+                    row.append(f"{e.median * 1e3:.3g}")
+                else:
+                    mark = f" {NOISE_MARK}" if report.within_noise(ref, e) else ""
+                    row.append(f"{e.median * 1e3:.3g} (x{e.median / ref.median:.2f}{mark})")
+            rows.append(row)
+        lines += _table(["spec"] + [f"`{_label(p)}`" for p, _ in runs], rows) + [""]
+        name = _plot(workload, scaling, specs, runs, out)
+        if name:
+            lines += [f"![{workload} {scaling} across versions]({name})", ""]
+    return lines
+
+
+def _plot(workload, scaling, specs, runs, out: Path) -> str | None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    xs = list(range(len(runs)))
+    for spec, by_run in specs.items():
+        ys = [by_run[p.path].median * 1e3 if p.path in by_run else float("nan") for p, _ in runs]
+        ax.plot(xs, ys, marker="o", label=spec)
+    ax.set_xticks(xs, [_label(p) for p, _ in runs], rotation=45, ha="right", fontsize=7)
+    ax.set_ylabel("step time (ms, median)")
+    ax.set_yscale("log")
+    ax.set_title(f"{workload}, {scaling} scaling: step time per TensorFlow / Keras version")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    name = f"versions-{report._slug(workload)}-{scaling}.png"
+    fig.savefig(out / name, dpi=110)
+    plt.close(fig)
+    return name
+
+
+def write(results: Path, out: Path, baseline: str | None = None) -> Path:
+    points = matrix.load(results)
+    if not points:
+        raise ReportError(f"{results}: no results of a run in it (run pytest with --results-dir {results}, or tox)")
+    out.mkdir(parents=True, exist_ok=True)
+    lines = ["# tf-distribute-suite across TensorFlow versions", "",
+             f"From `{results}`: " + ", ".join(
+                 f"`{p.path.name}` ({', '.join(f for f, x in (('conformance', p.conformance), ('benchmarks', p.bench)) if x)})"
+                 for p in points) + ".", ""]
+    body = conformance_sections(points) + benchmark_sections(points, baseline, out)
+    (out / "report.md").write_text("\n".join(lines + body) + "\n")
+    return out / "report.md"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m suite.report", description=__doc__.split("\n\n")[0])
+    parser.add_argument("results", type=Path, help="the results folder (pytest --results-dir, tox)")
+    parser.add_argument("-o", "--output", type=Path, required=True, help="folder for report.md and the plots")
+    parser.add_argument("--baseline", default=None, help="the TensorFlow version the step times are compared with "
+                                                         "(default: the newest)")
+    args = parser.parse_args(argv)
+    if not args.results.is_dir():
+        parser.error(f"no such folder: {args.results}")
+    try:
+        path = write(args.results, args.output, args.baseline)
+    except ReportError as exc:
+        print(f"suite.report: {exc}", file=sys.stderr)
+        return 2
+    print(path)
+    return 0
