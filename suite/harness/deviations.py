@@ -23,7 +23,7 @@ from pathlib import Path
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from suite.harness.signatures import Signature, glob
+from suite.harness.signatures import Seen, Signature, glob
 
 PATH = Path(__file__).resolve().parents[2] / "known_deviations.toml"
 REQUIRED = ("id", "tests", "tensorflow", "keras", "summary", "evidence", "first_seen", "signature")
@@ -85,6 +85,25 @@ class Ledger:
     def covering(self, what: str) -> list[tuple[Deviation, Signature]]:
         return [(d, s) for d in self.entries for s in d.signatures if s.covers(what)]
 
+    def explains_error(self, exc: BaseException) -> bool:
+        """Whether a test's failure is a probe that raised (pool.ProbeError) what a ``raises``
+        signature in scope says TensorFlow raises instead, for quantity ``probe <name>``: every
+        member, for a group (a hypothesis FlakyFailure). Counted like any explained mismatch."""
+        members = list(exc.exceptions) if isinstance(exc, BaseExceptionGroup) else [exc]
+        found = []
+        for member in members:
+            raised, probe = getattr(member, "raised", None), getattr(member, "probe", None)
+            if raised is None or probe is None:
+                return False
+            what = f"probe {probe}"
+            entry = next((d for d, s in self.covering(what) if s.kind == "raises"
+                          and s.explains(Seen(what, raised, None, lambda x, y: x == y, None))), None)
+            if entry is None:
+                return False
+            found.append(entry.id)
+        self.explained.update(found)
+        return bool(found)
+
     def expected_failure(self) -> str | None:
         """The xfail reason when some mismatch was tolerated, else None."""
         if not self.explained:
@@ -125,3 +144,27 @@ def stale_bands(totals: dict) -> list[str]:
 
 
 current: Ledger | None = None  # the running test's ledger (set by conftest around each test call)
+
+
+def _range(name: str, spec: str) -> str:
+    """``TF >=2.12, <2.13``: the entry's specifier set as written."""
+    return f"{name} {spec.replace(',', ', ')}"
+
+
+def table(entries: list[Deviation] | None = None) -> list[str]:
+    """The README's table of the entries (``python -m suite.harness.deviations``): id, the version
+    ranges, what TensorFlow does (the summary, one paragraph), its repro and where it was first seen."""
+    entries = load() if entries is None else entries
+    lines = ["| id | TF / Keras | what | first seen |", "| --- | --- | --- | --- |"]
+    for d in entries:
+        what = " ".join(d.summary.split()).replace("|", "\\|")
+        repros = [e.split()[0] for e in d.evidence if e.startswith("repros/")]
+        if repros:
+            what += " Repro: " + ", ".join(f"`{r}`" for r in repros)
+        lines.append(f"| `{d.id}` | {_range('TF', d.tensorflow)}; {_range('Keras', d.keras)} | {what} | "
+                     f"{' '.join(d.first_seen.split())} |")
+    return lines
+
+
+if __name__ == "__main__":
+    print("\n".join(table()))
