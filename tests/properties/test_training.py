@@ -19,16 +19,16 @@ from suite.harness.tolerances import tolerance
 from tests.helpers import COSTLY
 
 
-def check_history(results, history, check, initial=None, alternative=None, iterations=None, empty_from=None):
+def check_history(results, history, check, initial=None, alternative=None, iterations=None, nan_losses=()):
     """Every step's loss and every replica's copy of every variable against the reference; with
     ``initial`` (the parameters before the steps), first that trained variables changed: every
     element the reference's steps move by more than the tolerance differs from its initial value
     (a step that updates nothing fails by name, before the value comparisons). ``alternative``:
     the history under another rule, handed to each comparison as ``given={"alternative": ...}``
     for a known deviation's model (suite/harness/signatures.py: alternative_rule). ``iterations``:
-    the optimizer's expected count (default: one per step). ``empty_from``: the first step (from
-    1) whose split leaves a replica empty, for the model of a deviation that turns NaN there
-    (signatures.nan_on_an_empty_replica), or None."""
+    the optimizer's expected count (default: one per step). ``nan_losses``: the steps (from 1)
+    whose reported loss a deviation's model may predict NaN for (a replica with no rows divided
+    by its batch: signatures.nan_on_an_empty_replica)."""
     __tracebackhide__ = True
     for w, result in enumerate(results):
         who = f" (worker {w})" if len(results) > 1 else ""
@@ -46,14 +46,13 @@ def check_history(results, history, check, initial=None, alternative=None, itera
                                f"more than the tolerance ({int(moved.sum())} of {moved.size} elements)")
         for s, (got, want) in enumerate(zip(result.history, history)):
             other = alternative[s] if alternative is not None else None
-            empty = {"empty": True} if empty_from is not None and s + 1 >= empty_from else {}
+            empty = {"empty": True} if s + 1 in nan_losses else {}
             check.close(got.loss, want["loss"], f"summed loss at step {s + 1}{who}", kind="trained",
                         given=dict(empty, alternative=other["loss"]) if other else empty or None)
             for v, (copies, expected) in enumerate(zip(got.params, want["params"])):
                 for r, copy in enumerate(copies):
                     check.close(copy, expected, f"variable {v} on local replica {r} after step {s + 1}{who}",
-                                kind="trained", n_terms=4,
-                                given=dict(empty, alternative=other["params"][v]) if other else empty or None)
+                                kind="trained", n_terms=4, given=other and {"alternative": other["params"][v]})
         check.equal(result.iterations, len(history) if iterations is None else iterations,
                     f"optimizer.iterations{who} (one increment per applied step)")
 
