@@ -71,17 +71,7 @@ def load_outcomes(path: Path) -> dict[str, Outcomes]:
         func, _, params = case.get("name", "?").partition("[")
         prop = f"{case.get('classname', '?').rsplit('.', 1)[-1]}::{func}"
         spec = _spec_of(params.rstrip("]")) or "-"
-        skipped = case.find("skipped")
-        deviations: set[str] = set()
-        if case.find("failure") is not None or case.find("error") is not None:
-            outcome = "fail"
-        elif skipped is None:
-            outcome = "pass"
-        elif skipped.get("type") == "pytest.xfail":
-            outcome = "deviation"
-            deviations = set(DEVIATION_ID.findall(skipped.get("message", "") + (skipped.text or "")))
-        else:
-            outcome = "skip"
+        outcome, deviations = _outcome(case)
         out[prop].add(outcome, spec, deviations)
     return dict(out)
 
@@ -150,6 +140,51 @@ def conformance_sections(points: list[matrix.Point]) -> list[str]:
     return lines
 
 
+ACROSS = "across-versions.xml"  # JUnit of tests/properties/test_across_versions.py over SPEC@ENV specs
+
+
+def across_section(path: Path) -> list[str]:
+    """The cross-version properties of one run (``RESULTS/across-versions.xml``): property x the
+    other env whose TensorFlow was compared with the session's, the worst outcome over its specs."""
+    try:
+        root = ET.parse(path).getroot()
+    except (OSError, ET.ParseError) as exc:
+        raise ReportError(f"{path}: not a readable JUnit XML file ({exc})") from None
+    cells: dict = collections.defaultdict(Outcomes)
+    for case in root.iter("testcase"):
+        func, _, params = case.get("name", "?").partition("[")
+        env = next((part.split("@", 1)[1] for part in params.rstrip("]").split("-") if "@" in part), None)
+        if env is None:
+            continue
+        for part in params.rstrip("]").split("-"):  # a legacy env's name has a dash: take the rest of the id
+            if part == "legacy" and not env.endswith("-legacy"):
+                env += "-legacy"
+        outcome, deviations = _outcome(case)
+        cells[(func, env)].add(outcome, env, deviations)
+    if not cells:
+        return []
+    envs = sorted({e for _, e in cells}, key=lambda e: (e.removesuffix("-legacy"), e.endswith("-legacy")))
+    props = sorted({p for p, _ in cells})
+    lines = ["## Each version against the session's", "",
+             f"`{path.name}`: tests/properties/test_across_versions.py, the same drawn cases under each env's "
+             "TensorFlow and the session's (the quick selection of .ci/run); a cell is the worst outcome over the "
+             "env's specs.", ""]
+    rows = [[f"`{p}`"] + [cells[(p, e)].text() if (p, e) in cells else "" for e in envs] for p in props]
+    return lines + _table(["property"] + [f"`{e}`" for e in envs], rows) + [""]
+
+
+def _outcome(case) -> tuple[str, set[str]]:
+    """A JUnit test case's outcome and the known deviations its xfail reason names."""
+    skipped = case.find("skipped")
+    if case.find("failure") is not None or case.find("error") is not None:
+        return "fail", set()
+    if skipped is None:
+        return "pass", set()
+    if skipped.get("type") == "pytest.xfail":
+        return "deviation", set(DEVIATION_ID.findall(skipped.get("message", "") + (skipped.text or "")))
+    return "skip", set()
+
+
 def benchmark_sections(points: list[matrix.Point], baseline: str | None, out: Path) -> list[str]:
     runs = [(p, report.load_benchmarks(p.bench)) for p in points if p.bench]
     if not runs:
@@ -215,14 +250,18 @@ def _plot(workload, scaling, specs, runs, out: Path) -> str | None:
 
 def write(results: Path, out: Path, baseline: str | None = None) -> Path:
     points = matrix.load(results)
-    if not points:
+    across = Path(results) / ACROSS
+    if not points and not across.exists():
         raise ReportError(f"{results}: no results of a run in it (run pytest with --results-dir {results}, or tox)")
     out.mkdir(parents=True, exist_ok=True)
+    def files(p: matrix.Point) -> str:
+        return ", ".join(name for name, path in (("conformance", p.conformance), ("benchmarks", p.bench)) if path)
+
     lines = ["# tf-distribute-suite across TensorFlow versions", "",
-             f"From `{results}`: " + ", ".join(
-                 f"`{p.path.name}` ({', '.join(f for f, x in (('conformance', p.conformance), ('benchmarks', p.bench)) if x)})"
-                 for p in points) + ".", ""]
-    body = conformance_sections(points) + benchmark_sections(points, baseline, out)
+             f"From `{results}`: " + ", ".join(f"`{p.path.name}` ({files(p)})" for p in points)
+             + (f"; `{ACROSS}`" if across.exists() else "") + ".", ""]
+    body = (conformance_sections(points) + (across_section(across) if across.exists() else [])
+            + benchmark_sections(points, baseline, out))
     (out / "report.md").write_text("\n".join(lines + body) + "\n")
     return out / "report.md"
 

@@ -1,0 +1,114 @@
+"""The version matrix's results folder and ``python -m suite.report`` (suite/harness/matrix.py,
+matrix_report.py) on synthetic runs (no engines): the conformance grid across versions, what
+changed, each deviation's first and last version, step time across versions, and one-line errors;
+and a real ``pytest --results-dir`` writing its folder."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from suite.harness import matrix, matrix_report
+from suite.harness.check import Check
+from tests.helpers import run_pytest
+from tests.meta.test_report import _results, _write
+
+REPO = Path(__file__).resolve().parents[2]
+
+PASS, FAIL = "", '<failure message="PropertyFailure: got 1, but should be 2"/>'
+
+
+def _dev(*ids):
+    reason = "; ".join(f"known deviation {i} (signature matched 2x): what it does" for i in ids)
+    return f'<skipped type="pytest.xfail" message="{reason}"/>'
+
+
+def _point(root: Path, tf: str, keras: str, cases: dict, profile="ci", bench=None) -> Path:
+    """A run's folder: versions.json and a JUnit file of ``{test id: outcome element}``."""
+    folder = root / matrix.folder_name({"tensorflow": tf, "keras": keras})
+    folder.mkdir(parents=True)
+    (folder / matrix.VERSIONS).write_text(json.dumps({"tensorflow": tf, "keras": keras, "profile": profile}))
+    body = "".join(f'<testcase classname="tests.properties.{m}" name="{n}" time="0.1">{o}</testcase>'
+                   for (m, n), o in cases.items())
+    (folder / matrix.CONFORMANCE).write_text(f'<testsuites><testsuite name="pytest">{body}</testsuite></testsuites>')
+    if bench is not None:
+        (folder / matrix.BENCH).write_text(bench.read_text())
+    return folder
+
+
+def _row(text: str, start: str) -> list[str]:
+    line = next(ln for ln in text.splitlines() if ln.startswith(start))
+    return [c.strip() for c in line.strip("|").split("|")]
+
+
+def test_report_shows_the_grid_what_changed_and_each_deviations_range(tmp_path):
+    loss, bn = ("test_losses", "test_loss[mirrored:2-float32]"), ("test_blocks", "test_bn[mirrored:2]")
+    loss_mw = ("test_losses", "test_loss[multi_worker:2x1-float32]")
+    runs = tmp_path / "results"
+    # out of order on purpose: the report orders by TensorFlow, then Keras
+    _point(runs, "2.21.0", "3.15.1", {loss: PASS, loss_mw: PASS, bn: _dev("bn-one-pass")})
+    _point(runs, "2.12.1", "2.12.0", {loss: _dev("empty-replica"), loss_mw: FAIL, bn: _dev("bn-one-pass", "bn-f64")},
+           profile="quick")
+    _point(runs, "2.15.1", "2.15.0", {loss: PASS, loss_mw: PASS, bn: _dev("bn-one-pass")})
+    text = matrix_report.write(runs, tmp_path / "out").read_text()
+    check = Check("suite.report")
+    header = _row(text, "| property |")
+    check.equal(header, ["property", "`2.12.1 / 2.12.0 (quick)`", "`2.15.1 / 2.15.0`", "`2.21.0 / 3.15.1`"],
+                "the grid's columns (oldest first; a quick run marked)")
+    check.equal(_row(text, "| `test_losses::test_loss`"), ["`test_losses::test_loss`", "**FAIL** 1/2", "✓", "✓"],
+                "the loss property's row (the worst of its specs' items)")
+    check.equal(_row(text, "| `test_blocks::test_bn`"), ["`test_blocks::test_bn`", "dev (`bn-f64`, `bn-one-pass`)",
+                                                          "dev (`bn-one-pass`)", "dev (`bn-one-pass`)"],
+                "the batch-norm property's row (the deviations named)")
+    changed = text.split("## What changed", 1)[1].split("\n## ", 1)[0]
+    check.contains(changed, ["`test_losses::test_loss`: 2.12.1 / 2.12.0 (quick) → 2.15.1 / 2.15.0: **FAIL** 1/2 → ✓",
+                             "`test_blocks::test_bn`: 2.12.1 / 2.12.0 (quick) → 2.15.1 / 2.15.0", "gone: bn-f64"],
+                   "what changed")
+    check.that("2.15.1 / 2.15.0 → 2.21.0" not in changed, "what changed from 2.15 to 2.21", changed, "nothing")
+    check.equal(_row(text, "| `bn-one-pass`"), ["`bn-one-pass`", "2.12.1 / 2.12.0 (quick)", "2.21.0 / 3.15.1", "3", "–"],
+                "the one-pass deviation's first and last version")
+    check.equal(_row(text, "| `empty-replica`")[1:4], ["2.12.1 / 2.12.0 (quick)", "2.12.1 / 2.12.0 (quick)", "1"],
+                "a deviation seen in one version only")
+
+
+def test_step_time_across_versions_with_the_ratio_to_the_newest(tmp_path):
+    runs = tmp_path / "results"
+    old = _write(tmp_path, "old.json", _results(round_scale=2.0, iqr=0.02), tf="2.15.1", keras="2.15.0")
+    new = _write(tmp_path, "new.json", _results(iqr=0.02))
+    _point(runs, "2.15.1", "2.15.0", {}, bench=old)
+    _point(runs, "2.21.0", "3.15.1", {}, bench=new)
+    text = matrix_report.write(runs, tmp_path / "out").read_text()
+    check = Check("suite.report")
+    # 1.0 s per round of 100 steps on 2.21: 10 ms; twice that on 2.15
+    check.equal(_row(text, "| `mirrored:2`"), ["`mirrored:2`", "20 (x2.00)", "10"], "mirrored:2's step time row")
+    check.that((tmp_path / "out" / "versions-cnn-weak.png").exists(), "the plot across versions",
+               sorted(p.name for p in (tmp_path / "out").iterdir()), "versions-cnn-weak.png")
+    base = matrix_report.write(runs, tmp_path / "out2", baseline="2.15.1").read_text()
+    check.equal(_row(base, "| `mirrored:2`"), ["`mirrored:2`", "20", "10 (x0.50)"], "the ratio to --baseline 2.15.1")
+
+
+def test_an_empty_results_folder_is_a_one_line_error(tmp_path):
+    (tmp_path / "results").mkdir()
+    proc = subprocess.run([sys.executable, "-m", "suite.report", str(tmp_path / "results"), "-o", str(tmp_path / "o")],
+                          cwd=REPO, capture_output=True, text=True, timeout=60)
+    check = Check("suite.report")
+    check.equal(proc.returncode, 2, "the exit code for a folder without runs", proc.stderr)
+    check.contains(proc.stderr, ["no results of a run in it"], "the error")
+    check.equal(proc.stderr.strip().count("\n"), 0, "line breaks in the error")
+
+
+def test_results_dir_writes_the_runs_folder_named_by_its_versions(tmp_path, request):
+    proc = run_pytest(["tests/meta/test_specs.py", "--results-dir", str(tmp_path)], 300, HYPOTHESIS_PROFILE="quick")
+    v = request.config._tfds_versions
+    folder = tmp_path / f"tf{v['tensorflow']}-keras{v['keras']}"
+    check = Check("--results-dir")
+    check.equal(proc.returncode, 0, "the child pytest's exit code", proc.stdout[-2000:])
+    check.equal(sorted(p.name for p in folder.iterdir()), ["conformance.xml", "versions.json"], f"files in {folder}")
+    written = json.loads((folder / "versions.json").read_text())
+    check.equal((written["tensorflow"], written["keras"], written["profile"]), (v["tensorflow"], v["keras"], "quick"),
+                "versions.json")
+    point = matrix.load(tmp_path)[0]
+    check.that(sum(o.counts["pass"] for o in matrix_report.load_outcomes(point.conformance).values()) > 0,
+               "passes in the folder's conformance.xml", point.conformance.read_text()[:300], "some")
