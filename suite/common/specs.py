@@ -153,6 +153,18 @@ def parse_spec(text: str) -> Spec:
     raise SpecError(f"unknown strategy spec {s!r}\n{GRAMMAR}")
 
 
+def id_parts(params: str) -> list[str]:
+    """A test id's parameters (``mirrored:2@tf216-legacy-float32``) split at ``-``, with a
+    ``SPEC@ENV`` of a legacy-Keras env (``@tf216-legacy``, the tox env's name) kept whole."""
+    out: list[str] = []
+    for part in params.split("-"):
+        if part == "legacy" and out and "@" in out[-1]:
+            out[-1] += "-legacy"
+        else:
+            out.append(part)
+    return out
+
+
 def parse_specs(text: str, resolve_cluster=None) -> list[Spec]:
     """Parse a comma-separated list of specs, rejecting duplicates; ``cluster`` becomes
     ``resolve_cluster()`` (which asks the agents of a real cluster) when that is given."""

@@ -19,6 +19,8 @@ import functools
 
 from hypothesis.errors import StopTest, UnsatisfiedAssumption
 
+from suite.common.specs import id_parts
+
 LIMIT = 0.10
 
 
@@ -103,7 +105,7 @@ def counting(test, tally: Tally):
 def split_nodeid(nodeid: str) -> tuple[str, str]:
     """``(property, spec)`` of a test id: the function and the first parameter of its id."""
     name, _, params = nodeid.partition("[")
-    return name.rsplit("::", 1)[-1], params.rstrip("]").split("-", 1)[0] if params else ""
+    return name.rsplit("::", 1)[-1], id_parts(params.rstrip("]"))[0] if params else ""
 
 
 def table(tallies: dict[str, Tally], per_spec: int = 0, budgets: dict[str, int] | None = None) -> list[str]:

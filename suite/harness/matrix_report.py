@@ -22,6 +22,7 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from suite.common.specs import id_parts
 from suite.harness import matrix, report
 from suite.harness.report import NOISE_MARK, OUTCOME_MARK, OUTCOME_ORDER, ReportError, _spec_of, _table
 
@@ -153,12 +154,9 @@ def across_section(path: Path) -> list[str]:
     cells: dict = collections.defaultdict(Outcomes)
     for case in root.iter("testcase"):
         func, _, params = case.get("name", "?").partition("[")
-        env = next((part.split("@", 1)[1] for part in params.rstrip("]").split("-") if "@" in part), None)
+        env = next((part.split("@", 1)[1] for part in id_parts(params.rstrip("]")) if "@" in part), None)
         if env is None:
             continue
-        for part in params.rstrip("]").split("-"):  # a legacy env's name has a dash: take the rest of the id
-            if part == "legacy" and not env.endswith("-legacy"):
-                env += "-legacy"
         outcome, deviations = _outcome(case)
         cells[(func, env)].add(outcome, env, deviations)
     if not cells:

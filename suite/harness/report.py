@@ -23,7 +23,7 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from suite.common.specs import SpecError, parse_spec
+from suite.common.specs import SpecError, id_parts, parse_spec
 
 NOISE_MARK = "≈"
 
@@ -265,7 +265,7 @@ OUTCOME_MARK = {"pass": "✓", "deviation": "dev", "fail": "**FAIL**", "skip": "
 
 
 def _spec_of(params: str) -> str | None:
-    for part in params.split("-"):
+    for part in id_parts(params):
         try:
             return parse_spec(part).text
         except SpecError:
