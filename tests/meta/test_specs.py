@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from suite.common.specs import DEFAULT_SPECS, SpecError, parse_spec, parse_specs
+from suite.common.specs import DEFAULT_SPECS, SpecError, id_parts, parse_spec, parse_specs
 from suite.harness import machine
 from suite.harness.check import Check
 from tests.helpers import run_pytest
@@ -73,3 +73,28 @@ def test_unknown_spec_is_a_usage_error_before_any_engine_starts():
     check = Check("mirrored:2,warp_drive")
     check.equal(proc.returncode, 4, "pytest's exit code (4: a usage error)", proc.stdout + proc.stderr)
     check.contains(proc.stderr, ["unknown strategy spec 'warp_drive'", "mirrored:N"], "pytest's error")
+
+
+def test_a_spec_at_an_env_is_the_spec_run_by_another_interpreter():
+    """``SPEC@ENV``: the spec's semantics, its own text (its own engine), ``base`` the spec alone;
+    a missing env is a one-line usage error before any engine starts."""
+    spec = parse_spec("multi_worker:2x1@tf216-legacy")
+    check = Check("SPEC@ENV")
+    check.equal((spec.kind, spec.replicas, spec.workers, spec.python, spec.text),
+                ("multi_worker", 2, 2, "tf216-legacy", "multi_worker:2x1@tf216-legacy"), "the parsed spec")
+    check.equal((spec.base.text, spec.base.python), ("multi_worker:2x1", None), "its base spec")
+    for text, phrase in [("cluster@tf215", "takes no '@'"), ("mirrored:2@", "a tox env name"),
+                         ("mirrored:9@tf215", "outside 1..8")]:
+        with pytest.raises(SpecError) as info:
+            parse_spec(text)
+        check.contains(str(info.value), [phrase], f"the error for {text!r}")
+    proc = run_pytest(["tests/meta/test_specs.py", "--strategies", "mirrored:2@no-such-env"], 120)
+    check.equal(proc.returncode, 4, "pytest's exit code for an env that does not exist (a usage error)")
+    check.contains(proc.stderr, [".tox/no-such-env/bin/python", "tox -e no-such-env --notest"], "the usage error")
+
+
+def test_test_ids_keep_a_legacy_env_whole():
+    check = Check("id_parts")
+    check.equal(id_parts("mirrored:2@tf216-legacy-float32"), ["mirrored:2@tf216-legacy", "float32"], "a legacy env")
+    check.equal(id_parts("mirrored:2-legacy-x"), ["mirrored:2", "legacy", "x"], "'legacy' after a plain spec")
+    check.equal(id_parts("multi_worker:2x1@tf212-sgd"), ["multi_worker:2x1@tf212", "sgd"], "a plain env")
