@@ -37,9 +37,13 @@ def configure(config, root: str | None) -> None:
         config.option.benchmark_json = folder / BENCH
     elif not benchmarks and not config.option.xmlpath:
         config.option.xmlpath = str(folder / CONFORMANCE)
-    (folder / VERSIONS).write_text(json.dumps({
-        "tensorflow": v["tensorflow"], "keras": v["keras"], "profile": os.environ.get("HYPOTHESIS_PROFILE", "dev"),
-        "command": " ".join(["pytest", *config.invocation_params.args])}) + "\n")
+    # one file for both kinds of run of these versions: the versions, and per kind what ran
+    path = folder / VERSIONS
+    data = json.loads(path.read_text()) if path.exists() else {}
+    data.update(tensorflow=v["tensorflow"], keras=v["keras"])
+    data["benchmarks" if benchmarks else "conformance"] = {
+        "profile": os.environ.get("HYPOTHESIS_PROFILE", "dev"), "command": " ".join(["pytest", *config.invocation_params.args])}
+    path.write_text(json.dumps(data, indent=1) + "\n")
 
 
 @dataclasses.dataclass
@@ -49,8 +53,8 @@ class Point:
     tensorflow: str
     keras: str
     path: Path
-    profile: str = "?"  # the hypothesis profile of the run (quick: the version matrix's quick selection)
-    command: str = ""
+    profile: str = "?"  # the hypothesis profile of the conformance run (quick: the version matrix's quick selection)
+    command: str = ""  # and its command
 
     @property
     def label(self) -> str:
@@ -79,7 +83,8 @@ def load(root: Path) -> list[Point]:
         f = sub / VERSIONS
         if sub.is_dir() and f.exists():
             v = json.loads(f.read_text())
-            points.append(Point(v["tensorflow"], v["keras"], sub, v.get("profile", "?"), v.get("command", "")))
+            run = v.get("conformance", {})
+            points.append(Point(v["tensorflow"], v["keras"], sub, run.get("profile", "?"), run.get("command", "")))
     return sorted(points, key=lambda p: p.order)
 
 

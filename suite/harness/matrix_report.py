@@ -77,10 +77,11 @@ def load_outcomes(path: Path) -> dict[str, Outcomes]:
     return dict(out)
 
 
-def _label(point: matrix.Point) -> str:
-    """A column head: ``TF / Keras`` (a legacy env's Keras is tf-keras, 2.x), and the profile
-    where it is not ci (``quick``: the version matrix's quick selection)."""
-    return f"{point.tensorflow} / {point.keras}" + (f" ({point.profile})" if point.profile not in ("ci", "?") else "")
+def _label(point: matrix.Point, profile: bool = True) -> str:
+    """A column head: ``TF / Keras`` (a legacy env's Keras is tf-keras, 2.x), and (``profile``)
+    the conformance run's profile where it is not ci (``quick``: the matrix's quick selection)."""
+    shown = profile and point.profile not in ("ci", "?")
+    return f"{point.tensorflow} / {point.keras}" + (f" ({point.profile})" if shown else "")
 
 
 def conformance_sections(points: list[matrix.Point]) -> list[str]:
@@ -187,10 +188,10 @@ def benchmark_sections(points: list[matrix.Point], baseline: str | None, out: Pa
     runs = [(p, report.load_benchmarks(p.bench)) for p in points if p.bench]
     if not runs:
         return []
-    base = next((r for r in runs if baseline and (r[0].tensorflow == baseline or _label(r[0]) == baseline)), runs[-1])
+    base = next((r for r in runs if baseline and (r[0].tensorflow == baseline or _label(r[0], False) == baseline)), runs[-1])
     lines = ["## Step time across versions", "",
              f"Median step time of the train step (ms), per workload and spec; (xR) is the ratio to "
-             f"`{_label(base[0])}`, marked {NOISE_MARK} where the rounds' inter-quartile ranges overlap (within noise). "
+             f"`{_label(base[0], False)}`, marked {NOISE_MARK} where the rounds' inter-quartile ranges overlap (within noise). "
              "Same machine, one run per version: the method is in benchmarks/README.md.", ""]
     groups: dict = collections.OrderedDict()
     for p, res in runs:
@@ -214,7 +215,7 @@ def benchmark_sections(points: list[matrix.Point], baseline: str | None, out: Pa
                     mark = f" {NOISE_MARK}" if report.within_noise(ref, e) else ""
                     row.append(f"{e.median * 1e3:.3g} (x{e.median / ref.median:.2f}{mark})")
             rows.append(row)
-        lines += _table(["spec"] + [f"`{_label(p)}`" for p, _ in runs], rows) + [""]
+        lines += _table(["spec"] + [f"`{_label(p, False)}`" for p, _ in runs], rows) + [""]
         name = _plot(workload, scaling, specs, runs, out)
         if name:
             lines += [f"![{workload} {scaling} across versions]({name})", ""]
@@ -234,7 +235,7 @@ def _plot(workload, scaling, specs, runs, out: Path) -> str | None:
     for spec, by_run in specs.items():
         ys = [by_run[p.path].median * 1e3 if p.path in by_run else float("nan") for p, _ in runs]
         ax.plot(xs, ys, marker="o", label=spec)
-    ax.set_xticks(xs, [_label(p) for p, _ in runs], rotation=45, ha="right", fontsize=7)
+    ax.set_xticks(xs, [_label(p, False) for p, _ in runs], rotation=45, ha="right", fontsize=7)
     ax.set_ylabel("step time (ms, median)")
     ax.set_yscale("log")
     ax.set_title(f"{workload}, {scaling} scaling: step time per TensorFlow / Keras version")

@@ -29,7 +29,8 @@ def _point(root: Path, tf: str, keras: str, cases: dict, profile="ci", bench=Non
     """A run's folder: versions.json and a JUnit file of ``{test id: outcome element}``."""
     folder = root / matrix.folder_name({"tensorflow": tf, "keras": keras})
     folder.mkdir(parents=True)
-    (folder / matrix.VERSIONS).write_text(json.dumps({"tensorflow": tf, "keras": keras, "profile": profile}))
+    (folder / matrix.VERSIONS).write_text(json.dumps({"tensorflow": tf, "keras": keras,
+                                                      "conformance": {"profile": profile, "command": "pytest tests"}}))
     body = "".join(f'<testcase classname="tests.properties.{m}" name="{n}" time="0.1">{o}</testcase>'
                    for (m, n), o in cases.items())
     (folder / matrix.CONFORMANCE).write_text(f'<testsuites><testsuite name="pytest">{body}</testsuite></testsuites>')
@@ -107,8 +108,8 @@ def test_results_dir_writes_the_runs_folder_named_by_its_versions(tmp_path, requ
     check.equal(proc.returncode, 0, "the child pytest's exit code", proc.stdout[-2000:])
     check.equal(sorted(p.name for p in folder.iterdir()), ["conformance.xml", "versions.json"], f"files in {folder}")
     written = json.loads((folder / "versions.json").read_text())
-    check.equal((written["tensorflow"], written["keras"], written["profile"]), (v["tensorflow"], v["keras"], "quick"),
-                "versions.json")
+    check.equal((written["tensorflow"], written["keras"], written["conformance"]["profile"]),
+                (v["tensorflow"], v["keras"], "quick"), "versions.json")
     point = matrix.load(tmp_path)[0]
     check.that(sum(o.counts["pass"] for o in matrix_report.load_outcomes(point.conformance).values()) > 0,
                "passes in the folder's conformance.xml", point.conformance.read_text()[:300], "some")
