@@ -22,10 +22,13 @@ from __future__ import annotations
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError:  # an interpreter without numpy has no TensorFlow either: its engine says so at start
+    np = None
 
 
-def _array(dtype: str, shape: tuple, data: bytes) -> np.ndarray:
+def _array(dtype: str, shape: tuple, data: bytes):
     """An ndarray rebuilt from its dtype string, shape and C-order bytes (writable)."""
     return np.frombuffer(data, dtype=np.dtype(dtype)).reshape(shape).copy()
 
@@ -34,20 +37,21 @@ def _scalar(dtype: str, data: bytes):
     return np.frombuffer(data, dtype=np.dtype(dtype))[0]
 
 
-def _reduce_array(a: np.ndarray):
+def _reduce_array(a):
     if a.dtype.hasobject:
         return np.array, (a.tolist(), object)
     return _array, (a.dtype.str, a.shape, a.tobytes())
 
 
-def _reduce_scalar(x: np.generic):
+def _reduce_scalar(x):
     a = np.asarray(x)
     return _scalar, (a.dtype.str, a.tobytes())
 
 
-ForkingPickler.register(np.ndarray, _reduce_array)
-for _type in {np.dtype(code).type for code in "?bBhHiIlLqQefdgFDG"} | {np.str_, np.bytes_}:
-    ForkingPickler.register(_type, _reduce_scalar)
+if np is not None:
+    ForkingPickler.register(np.ndarray, _reduce_array)
+    for _type in {np.dtype(code).type for code in "?bBhHiIlLqQefdgFDG"} | {np.str_, np.bytes_}:
+        ForkingPickler.register(_type, _reduce_scalar)
 
 CALL = "call"
 EXIT = "exit"
