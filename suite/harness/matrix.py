@@ -42,7 +42,8 @@ def configure(config, root: str | None) -> None:
     data = json.loads(path.read_text()) if path.exists() else {}
     data.update(tensorflow=v["tensorflow"], keras=v["keras"])
     data["benchmarks" if benchmarks else "conformance"] = {
-        "profile": os.environ.get("HYPOTHESIS_PROFILE", "dev"), "command": " ".join(["pytest", *config.invocation_params.args])}
+        "profile": os.environ.get("HYPOTHESIS_PROFILE", "dev"),
+        "command": " ".join(["pytest", *config.invocation_params.args])}
     path.write_text(json.dumps(data, indent=1) + "\n")
 
 

@@ -17,16 +17,13 @@ from __future__ import annotations
 
 import argparse
 import collections
-import re
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from suite.common.specs import id_parts
 from suite.harness import matrix, report
-from suite.harness.report import NOISE_MARK, OUTCOME_MARK, OUTCOME_ORDER, ReportError, _spec_of, _table
-
-DEVIATION_ID = re.compile(r"known deviation ([\w.-]+) \(signature matched")
+from suite.harness.report import NOISE_MARK, OUTCOME_MARK, OUTCOME_ORDER, ReportError, _spec_of, _table, case_outcome
 
 
 class Outcomes:
@@ -72,7 +69,7 @@ def load_outcomes(path: Path) -> dict[str, Outcomes]:
         func, _, params = case.get("name", "?").partition("[")
         prop = f"{case.get('classname', '?').rsplit('.', 1)[-1]}::{func}"
         spec = _spec_of(params.rstrip("]")) or "-"
-        outcome, deviations = _outcome(case)
+        outcome, deviations = case_outcome(case)
         out[prop].add(outcome, spec, deviations)
     return dict(out)
 
@@ -158,7 +155,7 @@ def across_section(path: Path) -> list[str]:
         env = next((part.split("@", 1)[1] for part in id_parts(params.rstrip("]")) if "@" in part), None)
         if env is None:
             continue
-        outcome, deviations = _outcome(case)
+        outcome, deviations = case_outcome(case)
         cells[(func, env)].add(outcome, env, deviations)
     if not cells:
         return []
@@ -172,18 +169,6 @@ def across_section(path: Path) -> list[str]:
     return lines + _table(["property"] + [f"`{e}`" for e in envs], rows) + [""]
 
 
-def _outcome(case) -> tuple[str, set[str]]:
-    """A JUnit test case's outcome and the known deviations its xfail reason names."""
-    skipped = case.find("skipped")
-    if case.find("failure") is not None or case.find("error") is not None:
-        return "fail", set()
-    if skipped is None:
-        return "pass", set()
-    if skipped.get("type") == "pytest.xfail":
-        return "deviation", set(DEVIATION_ID.findall(skipped.get("message", "") + (skipped.text or "")))
-    return "skip", set()
-
-
 def benchmark_sections(points: list[matrix.Point], baseline: str | None, out: Path) -> list[str]:
     runs = [(p, report.load_benchmarks(p.bench)) for p in points if p.bench]
     if not runs:
@@ -191,7 +176,8 @@ def benchmark_sections(points: list[matrix.Point], baseline: str | None, out: Pa
     base = next((r for r in runs if baseline and (r[0].tensorflow == baseline or _label(r[0], False) == baseline)), runs[-1])
     lines = ["## Step time across versions", "",
              f"Median step time of the train step (ms), per workload and spec; (xR) is the ratio to "
-             f"`{_label(base[0], False)}`, marked {NOISE_MARK} where the rounds' inter-quartile ranges overlap (within noise). "
+             f"`{_label(base[0], False)}`, marked {NOISE_MARK} where the rounds' inter-quartile ranges overlap "
+             "(within noise). "
              "Same machine, one run per version: the method is in benchmarks/README.md.", ""]
     groups: dict = collections.OrderedDict()
     for p, res in runs:
