@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
 from pathlib import Path
 
 from suite.harness.versions import as_tuple
@@ -55,7 +54,6 @@ class Point:
     keras: str
     path: Path
     profile: str = "?"  # the hypothesis profile of the conformance run (quick: the version matrix's quick selection)
-    command: str = ""  # and its command
 
     @property
     def label(self) -> str:
@@ -85,10 +83,6 @@ def load(root: Path) -> list[Point]:
         if sub.is_dir() and f.exists():
             v = json.loads(f.read_text())
             run = v.get("conformance", {})
-            points.append(Point(v["tensorflow"], v["keras"], sub, run.get("profile", "?"), run.get("command", "")))
+            points.append(Point(v["tensorflow"], v["keras"], sub, run.get("profile", "?")))
     return sorted(points, key=lambda p: p.order)
 
-
-def minor(version: str) -> str:
-    """'2.16.2' -> '2.16'."""
-    return ".".join(re.findall(r"\d+", version)[:2])

@@ -7,6 +7,8 @@ TensorFlow and Keras version:
 - "what changed": per property, the versions at which its outcome changes from the version
   before, with the deviations that appear or go;
 - the deviations seen, each with the first and last version it was observed in;
+- each env's TensorFlow against the session's (``RESULTS/across-versions.xml``: the cross-version
+  properties over ``SPEC@ENV`` specs, .ci/run's quick selection);
 - step time across versions per workload and spec (from each folder's bench.json), with the
   ratio to a baseline version (default the newest), marked within noise as the benchmark report
   does (suite/harness/report.py), and a plot of step time against version per workload.
@@ -23,7 +25,7 @@ from pathlib import Path
 
 from suite.common.specs import id_parts
 from suite.harness import matrix, report
-from suite.harness.report import NOISE_MARK, OUTCOME_MARK, OUTCOME_ORDER, ReportError, _spec_of, _table, case_outcome
+from suite.harness.report import NOISE_MARK, OUTCOME_MARK, OUTCOME_ORDER, ReportError, _table, case_outcome
 
 
 class Outcomes:
@@ -32,14 +34,10 @@ class Outcomes:
     def __init__(self):
         self.counts: collections.Counter = collections.Counter()
         self.deviations: set[str] = set()
-        self.specs: dict[str, str] = {}  # spec -> worst outcome under it
 
-    def add(self, outcome: str, spec: str, deviations: set[str]):
+    def add(self, outcome: str, deviations: set[str]):
         self.counts[outcome] += 1
         self.deviations |= deviations
-        worst = self.specs.get(spec)
-        if worst is None or OUTCOME_ORDER.index(outcome) < OUTCOME_ORDER.index(worst):
-            self.specs[spec] = outcome
 
     @property
     def worst(self) -> str:
@@ -68,9 +66,7 @@ def load_outcomes(path: Path) -> dict[str, Outcomes]:
     for case in root.iter("testcase"):
         func, _, params = case.get("name", "?").partition("[")
         prop = f"{case.get('classname', '?').rsplit('.', 1)[-1]}::{func}"
-        spec = _spec_of(params.rstrip("]")) or "-"
-        outcome, deviations = case_outcome(case)
-        out[prop].add(outcome, spec, deviations)
+        out[prop].add(*case_outcome(case))
     return dict(out)
 
 
@@ -155,8 +151,7 @@ def across_section(path: Path) -> list[str]:
         env = next((part.split("@", 1)[1] for part in id_parts(params.rstrip("]")) if "@" in part), None)
         if env is None:
             continue
-        outcome, deviations = case_outcome(case)
-        cells[(func, env)].add(outcome, env, deviations)
+        cells[(func, env)].add(*case_outcome(case))
     if not cells:
         return []
     envs = sorted({e for _, e in cells}, key=lambda e: (e.removesuffix("-legacy"), e.endswith("-legacy")))
