@@ -153,13 +153,17 @@ def parse_spec(text: str) -> Spec:
     raise SpecError(f"unknown strategy spec {s!r}\n{GRAMMAR}")
 
 
+ENV_FACTOR = re.compile(r"legacy|keras\d+")  # the factors of the tox envs' names after tfNNN (tox.ini)
+
+
 def id_parts(params: str) -> list[str]:
     """A test id's parameters (``mirrored:2@tf216-legacy-float32``) split at ``-``, with a
-    ``SPEC@ENV`` of a legacy-Keras env (``@tf216-legacy``, the tox env's name) kept whole."""
+    ``SPEC@ENV`` of a tox env with factors (``@tf216-legacy``, ``@tf218-keras37``: the tox env's
+    name) kept whole."""
     out: list[str] = []
     for part in params.split("-"):
-        if part == "legacy" and out and "@" in out[-1]:
-            out[-1] += "-legacy"
+        if ENV_FACTOR.fullmatch(part) and out and "@" in out[-1]:
+            out[-1] += f"-{part}"
         else:
             out.append(part)
     return out

@@ -3,10 +3,12 @@ a results folder that ``--results-dir`` runs filled (suite/harness/matrix.py), o
 TensorFlow and Keras version:
 
 - a conformance grid, property x version: the worst outcome of the property's items in that
-  version's run (fail, known deviation with the deviation ids, pass, skip);
+  version's run (fail, known deviation with the deviation ids, pass, skip), first of the properties
+  that fail, deviate or change somewhere, and last of every property;
 - "what changed": per property, the versions at which its outcome changes from the version
   before, with the deviations that appear or go;
-- the deviations seen, each with the first and last version it was observed in;
+- each deviation of the deviations file and each one seen: its declared versions, the first and
+  last version it was observed in, and the runs in its range that observed it;
 - each env's TensorFlow against the session's (``RESULTS/across-versions.xml``: the cross-version
   properties over ``SPEC@ENV`` specs, .ci/run's quick selection);
 - step time across versions per workload and spec (from each folder's bench.json), with the
@@ -24,7 +26,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from suite.common.specs import id_parts
-from suite.harness import matrix, report
+from suite.harness import deviations, matrix, report
 from suite.harness.report import NOISE_MARK, OUTCOME_MARK, OUTCOME_ORDER, ReportError, _table, case_outcome
 
 
@@ -77,10 +79,12 @@ def _label(point: matrix.Point, profile: bool = True) -> str:
     return f"{point.tensorflow} / {point.keras}" + (f" ({point.profile})" if shown else "")
 
 
-def conformance_sections(points: list[matrix.Point]) -> list[str]:
+def conformance_sections(points: list[matrix.Point], entries=()) -> tuple[list[str], list[str]]:
+    """The grid of the notable properties, what changed and the deviations by version; and the
+    full grid (the report's last section). ``entries``: the deviations file's."""
     runs = [(p, load_outcomes(p.conformance)) for p in points if p.conformance]
     if not runs:
-        return []
+        return [], []
     props = sorted({prop for _, grid in runs for prop in grid})
     lines = ["## Conformance across versions", "",
              "A cell is the worst outcome of the property's test items in that version's run: **FAIL** (a "
@@ -88,10 +92,18 @@ def conformance_sections(points: list[matrix.Point]) -> list[str]:
              "skip; empty where the run did not collect the property (a quick selection). A run's selection and "
              "profile are its own: compare cells of runs of the same command.", ""]
     header = ["property"] + [f"`{_label(p)}`" for p, _ in runs]
-    rows = [[f"`{prop}`"] + [grid[prop].text() if prop in grid else "" for _, grid in runs] for prop in props]
+    rows = {prop: [f"`{prop}`"] + [grid[prop].text() if prop in grid else "" for _, grid in runs] for prop in props}
     totals = ["**items**"] + [", ".join(f"{sum(o.counts[k] for o in grid.values())} {k}" for k in OUTCOME_ORDER)
                               for _, grid in runs]
-    lines += _table(header, rows + [totals]) + [""]
+    # the rows an upgrade decision reads: a failure or a deviation somewhere, or outcomes that differ
+    notable = [prop for prop in props if len({grid[prop].key() for _, grid in runs if prop in grid}) > 1
+               or any(grid[prop].worst in ("fail", "deviation") for _, grid in runs if prop in grid)]
+    lines += _table(header, [rows[prop] for prop in notable] + [totals]) + [""]
+    rest = len(props) - len(notable)
+    if rest:
+        lines += [f"The other {rest} properties have one outcome in every run that collected them (✓, or skip where "
+                  "the run had nothing to run them on): the full grid is the last section.", ""]
+    full = ["## Every property across versions", ""] + _table(header, [rows[prop] for prop in props] + [totals]) + [""]
 
     lines += ["## What changed", "",
               "Per property, each version whose outcome differs from the previous version's run that collected it "
@@ -121,18 +133,28 @@ def conformance_sections(points: list[matrix.Point]) -> list[str]:
             for d in o.deviations:
                 if p not in seen[d]:
                     seen[d].append(p)
-    if seen:
+    declared = {d.id: d for d in entries}
+    if seen or declared:
         lines += ["## Deviations by version", "",
-                  "Each known deviation a run observed (a signature matched), with the first and last version it was "
-                  "observed in and the runs it was not, among the runs given.", ""]
+                  "Each known deviation: the versions the deviations file declares it for, the first and last run "
+                  "that observed it (a signature matched), how many runs observed it of those in its declared range, "
+                  "and the runs between first and last that did not; an entry no run observed is listed too. A run "
+                  "observes only what its selection ran (a quick run, two specs).", ""]
         rows = []
-        for d in sorted(seen):
-            where = seen[d]
+        for d in sorted(set(seen) | set(declared)):
+            where, entry = seen.get(d, []), declared.get(d)
+            scope = f"TF {entry.tensorflow}; Keras {entry.keras}" if entry else "(not in the deviations file)"
+            in_range = [p for p, _ in runs if entry and entry.applies_to(p.tensorflow, p.keras)]
+            counted = f"{len(where)} of {len(in_range)}" if entry else str(len(where))
+            if not where:
+                rows.append([f"`{d}`", scope, "not observed", "–", counted, "–"])
+                continue
             missing = [_label(p) for p, _ in runs if p not in where and p.order > where[0].order
                        and p.order < where[-1].order]
-            rows.append([f"`{d}`", _label(where[0]), _label(where[-1]), str(len(where)), ", ".join(missing) or "–"])
-        lines += _table(["deviation", "first seen", "last seen", "runs", "not seen in between"], rows) + [""]
-    return lines
+            rows.append([f"`{d}`", scope, _label(where[0]), _label(where[-1]), counted, ", ".join(missing) or "–"])
+        lines += _table(["deviation", "declared for", "first seen", "last seen", "runs (of those in range)",
+                         "not seen in between"], rows) + [""]
+    return lines, full
 
 
 ACROSS = "across-versions.xml"  # JUnit of tests/properties/test_across_versions.py over SPEC@ENV specs
@@ -228,7 +250,8 @@ def _plot(workload, scaling, specs, runs, out: Path) -> str | None:
     return name
 
 
-def write(results: Path, out: Path, baseline: str | None = None) -> Path:
+def write(results: Path, out: Path, baseline: str | None = None, entries=None) -> Path:
+    """report.md (and the plots) in ``out``; ``entries``: the deviations to range (default the file's)."""
     points = matrix.load(results)
     across = Path(results) / ACROSS
     if not points and not across.exists():
@@ -240,8 +263,9 @@ def write(results: Path, out: Path, baseline: str | None = None) -> Path:
     lines = ["# tf-distribute-suite across TensorFlow versions", "",
              f"From `{results}`: " + ", ".join(f"`{p.path.name}` ({files(p)})" for p in points)
              + (f"; `{ACROSS}`" if across.exists() else "") + ".", ""]
-    body = (conformance_sections(points) + (across_section(across) if across.exists() else [])
-            + benchmark_sections(points, baseline, out))
+    conformance, full = conformance_sections(points, deviations.load() if entries is None else entries)
+    body = (conformance + (across_section(across) if across.exists() else [])
+            + benchmark_sections(points, baseline, out) + full)
     (out / "report.md").write_text("\n".join(lines + body) + "\n")
     return out / "report.md"
 

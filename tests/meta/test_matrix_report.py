@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from suite.harness import matrix, matrix_report
+from suite.harness import deviations, matrix, matrix_report
 from suite.harness.check import Check
 from tests.helpers import run_pytest
 from tests.meta.test_report import _results, _write
@@ -44,16 +44,23 @@ def _row(text: str, start: str) -> list[str]:
     return [c.strip() for c in line.strip("|").split("|")]
 
 
+def _entry(id_, tf, keras):
+    return deviations.Deviation(id_, ("tests/properties/x.py::f",), tf, keras, "s", (), "now")
+
+
 def test_report_shows_the_grid_what_changed_and_each_deviations_range(tmp_path):
     loss, bn = ("test_losses", "test_loss[mirrored:2-float32]"), ("test_blocks", "test_bn[mirrored:2]")
     loss_mw = ("test_losses", "test_loss[multi_worker:2x1-float32]")
+    same = ("test_input", "test_same[mirrored:2]")
     runs = tmp_path / "results"
     # out of order on purpose: the report orders by TensorFlow, then Keras
-    _point(runs, "2.21.0", "3.15.1", {loss: PASS, loss_mw: PASS, bn: _dev("bn-one-pass")})
-    _point(runs, "2.12.1", "2.12.0", {loss: _dev("empty-replica"), loss_mw: FAIL, bn: _dev("bn-one-pass", "bn-f64")},
-           profile="quick")
-    _point(runs, "2.15.1", "2.15.0", {loss: PASS, loss_mw: PASS, bn: _dev("bn-one-pass")})
-    text = matrix_report.write(runs, tmp_path / "out").read_text()
+    _point(runs, "2.21.0", "3.15.1", {loss: PASS, loss_mw: PASS, bn: _dev("bn-one-pass"), same: PASS})
+    _point(runs, "2.12.1", "2.12.0", {loss: _dev("empty-replica"), loss_mw: FAIL, bn: _dev("bn-one-pass", "bn-f64"),
+                                      same: PASS}, profile="quick")
+    _point(runs, "2.15.1", "2.15.0", {loss: PASS, loss_mw: PASS, bn: _dev("bn-one-pass"), same: PASS})
+    entries = [_entry("bn-one-pass", ">=2.12", ">=2"), _entry("empty-replica", ">=2.12,<2.13", ">=2"),
+               _entry("bn-f64", ">=2.12,<2.16", ">=2,<3"), _entry("never-seen", ">=2.16", ">=3")]
+    text = matrix_report.write(runs, tmp_path / "out", entries=entries).read_text()
     check = Check("suite.report")
     header = _row(text, "| property |")
     check.equal(header, ["property", "`2.12.1 / 2.12.0 (quick)`", "`2.15.1 / 2.15.0`", "`2.21.0 / 3.15.1`"],
@@ -63,15 +70,24 @@ def test_report_shows_the_grid_what_changed_and_each_deviations_range(tmp_path):
     check.equal(_row(text, "| `test_blocks::test_bn`"), ["`test_blocks::test_bn`", "dev (`bn-f64`, `bn-one-pass`)",
                                                           "dev (`bn-one-pass`)", "dev (`bn-one-pass`)"],
                 "the batch-norm property's row (the deviations named)")
+    first, full = text.split("## What changed", 1)[0], text.split("## Every property across versions", 1)[1]
+    check.that("test_input::test_same" not in first, "a property with one outcome everywhere in the first grid",
+               first, "left to the full grid")
+    check.contains(first, ["The other 1 properties have one outcome"], "the first grid's note of the rest")
+    check.equal(_row(full, "| `test_input::test_same`"), ["`test_input::test_same`", "✓", "✓", "✓"],
+                "the full grid's row of that property")
     changed = text.split("## What changed", 1)[1].split("\n## ", 1)[0]
     check.contains(changed, ["`test_losses::test_loss`: 2.12.1 / 2.12.0 (quick) → 2.15.1 / 2.15.0: **FAIL** 1/2 → ✓",
                              "`test_blocks::test_bn`: 2.12.1 / 2.12.0 (quick) → 2.15.1 / 2.15.0", "gone: bn-f64"],
                    "what changed")
     check.that("2.15.1 / 2.15.0 → 2.21.0" not in changed, "what changed from 2.15 to 2.21", changed, "nothing")
-    check.equal(_row(text, "| `bn-one-pass`"), ["`bn-one-pass`", "2.12.1 / 2.12.0 (quick)", "2.21.0 / 3.15.1", "3", "–"],
-                "the one-pass deviation's first and last version")
-    check.equal(_row(text, "| `empty-replica`")[1:4], ["2.12.1 / 2.12.0 (quick)", "2.12.1 / 2.12.0 (quick)", "1"],
+    check.equal(_row(text, "| `bn-one-pass`"), ["`bn-one-pass`", "TF >=2.12; Keras >=2", "2.12.1 / 2.12.0 (quick)",
+                                                "2.21.0 / 3.15.1", "3 of 3", "–"],
+                "the one-pass deviation's declared range, first and last version")
+    check.equal(_row(text, "| `empty-replica`")[2:5], ["2.12.1 / 2.12.0 (quick)", "2.12.1 / 2.12.0 (quick)", "1 of 1"],
                 "a deviation seen in one version only")
+    check.equal(_row(text, "| `bn-f64`")[4], "1 of 2", "a deviation declared for two runs and seen in one")
+    check.equal(_row(text, "| `never-seen`")[2:5], ["not observed", "–", "0 of 1"], "an entry no run observed")
 
 
 def test_step_time_across_versions_with_the_ratio_to_the_newest(tmp_path):

@@ -97,4 +97,6 @@ def test_test_ids_keep_a_legacy_env_whole():
     check = Check("id_parts")
     check.equal(id_parts("mirrored:2@tf216-legacy-float32"), ["mirrored:2@tf216-legacy", "float32"], "a legacy env")
     check.equal(id_parts("mirrored:2-legacy-x"), ["mirrored:2", "legacy", "x"], "'legacy' after a plain spec")
+    check.equal(id_parts("mirrored:2@tf218-keras37-float32"), ["mirrored:2@tf218-keras37", "float32"], "a Keras 3 minor env")
+    check.equal(id_parts("mirrored:2-keras37"), ["mirrored:2", "keras37"], "'keras37' after a plain spec")
     check.equal(id_parts("multi_worker:2x1@tf212-sgd"), ["multi_worker:2x1@tf212", "sgd"], "a plain env")
