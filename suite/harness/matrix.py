@@ -13,6 +13,7 @@ from pathlib import Path
 from suite.harness.versions import as_tuple
 
 CONFORMANCE = "conformance.xml"  # JUnit XML of pytest tests
+RERUNS = "conformance.rerun*.xml"  # JUnit XML of reruns of some of its tests (pytest --junitxml, by hand)
 BENCH = "bench.json"  # pytest-benchmark JSON of pytest benchmarks
 VERSIONS = "versions.json"
 
@@ -63,6 +64,13 @@ class Point:
     def conformance(self) -> Path | None:
         p = self.path / CONFORMANCE
         return p if p.exists() else None
+
+    @property
+    def reruns(self) -> list[Path]:
+        """``conformance.rerun*.xml``: JUnit files of reruns of some of the run's tests (after a
+        deviation was recorded, say), oldest first; a rerun's outcome of a test id replaces the
+        run's."""
+        return sorted(self.path.glob(RERUNS), key=lambda f: (f.stat().st_mtime, f.name))
 
     @property
     def bench(self) -> Path | None:

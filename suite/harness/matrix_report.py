@@ -58,31 +58,41 @@ class Outcomes:
         return mark
 
 
-def load_outcomes(path: Path) -> dict[str, Outcomes]:
-    """``{module::test: Outcomes}`` from a JUnit file of ``pytest tests``."""
+def _cases(path: Path) -> dict[tuple[str, str], ET.Element]:
     try:
         root = ET.parse(path).getroot()
     except (OSError, ET.ParseError) as exc:
         raise ReportError(f"{path}: not a readable JUnit XML file ({exc})") from None
+    return {(c.get("classname", "?"), c.get("name", "?")): c for c in root.iter("testcase")}
+
+
+def load_outcomes(path: Path, reruns: list[Path] = ()) -> dict[str, Outcomes]:
+    """``{module::test: Outcomes}`` from a JUnit file of ``pytest tests``, each test id's outcome
+    taken from the last of ``reruns`` that ran it, if any did."""
+    cases = _cases(path)
+    for rerun in reruns:
+        cases.update(_cases(rerun))
     out: dict[str, Outcomes] = collections.defaultdict(Outcomes)
-    for case in root.iter("testcase"):
-        func, _, params = case.get("name", "?").partition("[")
-        prop = f"{case.get('classname', '?').rsplit('.', 1)[-1]}::{func}"
-        out[prop].add(*case_outcome(case))
+    for (classname, name), case in cases.items():
+        func = name.partition("[")[0]
+        out[f"{classname.rsplit('.', 1)[-1]}::{func}"].add(*case_outcome(case))
     return dict(out)
 
 
 def _label(point: matrix.Point, profile: bool = True) -> str:
     """A column head: ``TF / Keras`` (a legacy env's Keras is tf-keras, 2.x), and (``profile``)
-    the conformance run's profile where it is not ci (``quick``: the matrix's quick selection)."""
+    the conformance run's profile where it is not ci (``quick``: the matrix's quick selection), and
+    ``+ rerun`` where some of its outcomes come from a rerun (``conformance.rerun*.xml``)."""
     shown = profile and point.profile not in ("ci", "?")
-    return f"{point.tensorflow} / {point.keras}" + (f" ({point.profile})" if shown else "")
+    rerun = profile and point.conformance and point.reruns
+    return (f"{point.tensorflow} / {point.keras}" + (f" ({point.profile})" if shown else "")
+            + (" (+ rerun)" if rerun else ""))
 
 
 def conformance_sections(points: list[matrix.Point], entries=()) -> tuple[list[str], list[str]]:
     """The grid of the notable properties, what changed and the deviations by version; and the
     full grid (the report's last section). ``entries``: the deviations file's."""
-    runs = [(p, load_outcomes(p.conformance)) for p in points if p.conformance]
+    runs = [(p, load_outcomes(p.conformance, p.reruns)) for p in points if p.conformance]
     if not runs:
         return [], []
     props = sorted({prop for _, grid in runs for prop in grid})

@@ -90,6 +90,27 @@ def test_report_shows_the_grid_what_changed_and_each_deviations_range(tmp_path):
     check.equal(_row(text, "| `never-seen`")[2:5], ["not observed", "–", "0 of 1"], "an entry no run observed")
 
 
+def test_a_rerun_replaces_the_outcomes_of_the_tests_it_ran(tmp_path):
+    """``conformance.rerun*.xml`` beside a run's conformance.xml (a rerun of its failures after a
+    deviation was recorded): its outcome of a test id replaces the run's, the others stay."""
+    bn, bn3 = ("test_blocks", "test_bn[mirrored:2]"), ("test_blocks", "test_bn[mirrored:3]")
+    loss = ("test_losses", "test_loss[mirrored:2]")
+    runs = tmp_path / "results"
+    folder = _point(runs, "2.16.2", "2.16.0", {bn: FAIL, bn3: FAIL, loss: FAIL})
+    body = f'<testcase classname="tests.properties.{bn[0]}" name="{bn[1]}" time="0.1">{_dev("bn-empty")}</testcase>'
+    (folder / "conformance.rerun.xml").write_text(f"<testsuites><testsuite>{body}</testsuite></testsuites>")
+    text = matrix_report.write(runs, tmp_path / "out", entries=[]).read_text()
+    check = Check("suite.report")
+    check.equal(_row(text, "| property |")[1], "`2.16.2 / 2.16.0 (+ rerun)`", "the column of a run with a rerun")
+    check.equal(_row(text, "| `test_blocks::test_bn`")[1], "**FAIL** 1/2",
+                "test_bn: mirrored:2 from the rerun (a deviation), mirrored:3 still the run's failure")
+    check.equal(_row(text, "| `test_losses::test_loss`")[1], "**FAIL** 1/1", "a test the rerun did not run")
+    (folder / "conformance.rerun.2.xml").write_text(f"<testsuites><testsuite>{body.replace('mirrored:2', 'mirrored:3')}"
+                                                   "</testsuite></testsuites>")
+    again = matrix_report.write(runs, tmp_path / "out2", entries=[]).read_text()
+    check.equal(_row(again, "| `test_blocks::test_bn`")[1], "dev (`bn-empty`)", "test_bn after a second rerun")
+
+
 def test_step_time_across_versions_with_the_ratio_to_the_newest(tmp_path):
     runs = tmp_path / "results"
     old = _write(tmp_path, "old.json", _results(round_scale=2.0, iqr=0.02), tf="2.15.1", keras="2.15.0")
