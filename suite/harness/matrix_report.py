@@ -49,9 +49,12 @@ class Outcomes:
         """What "changed" compares: the worst outcome and, for a deviation, which ones."""
         return self.worst, tuple(sorted(self.deviations)) if self.worst == "deviation" else ()
 
-    def text(self) -> str:
+    def text(self, refs: dict[str, int] | None = None) -> str:
+        """The cell; with ``refs`` (deviation id -> number) a deviation's ids as their numbers."""
         mark = OUTCOME_MARK[self.worst]
         if self.worst == "deviation":
+            if refs:
+                return f"dev [{', '.join(str(n) for n in sorted(refs[d] for d in self.deviations))}]"
             return f"dev ({', '.join(f'`{d}`' for d in sorted(self.deviations))})"
         if self.worst == "fail":
             return f"{mark} {self.counts['fail']}/{sum(self.counts.values())}"
@@ -98,22 +101,26 @@ def conformance_sections(points: list[matrix.Point], entries=()) -> tuple[list[s
     props = sorted({prop for _, grid in runs for prop in grid})
     lines = ["## Conformance across versions", "",
              "A cell is the worst outcome of the property's test items in that version's run: **FAIL** (a "
-             "failure, or a strict XPASS), dev (a known deviation whose signature matched, with its ids), ✓, "
-             "skip; empty where the run did not collect the property (a quick selection). A run's selection and "
-             "profile are its own: compare cells of runs of the same command.", ""]
+             "failure, or a strict XPASS), dev [n] (a known deviation whose signature matched: the numbers of the "
+             "deviations under the grid), ✓, skip; empty where the run did not collect the property (a quick "
+             "selection). A run's selection and profile are its own: compare cells of runs of the same command.", ""]
     header = ["property"] + [f"`{_label(p)}`" for p, _ in runs]
-    rows = {prop: [f"`{prop}`"] + [grid[prop].text() if prop in grid else "" for _, grid in runs] for prop in props}
+    refs = {d: n for n, d in enumerate(sorted({d for _, grid in runs for o in grid.values() for d in o.deviations}), 1)}
+    legend = (["Deviations: " + " · ".join(f"[{n}] `{d}`" for d, n in refs.items()), ""] if refs else [])
+    rows = {prop: [f"`{prop}`"] + [grid[prop].text(refs) if prop in grid else "" for _, grid in runs]
+            for prop in props}
     totals = ["**items**"] + [", ".join(f"{sum(o.counts[k] for o in grid.values())} {k}" for k in OUTCOME_ORDER)
                               for _, grid in runs]
     # the rows an upgrade decision reads: a failure or a deviation somewhere, or outcomes that differ
     notable = [prop for prop in props if len({grid[prop].key() for _, grid in runs if prop in grid}) > 1
                or any(grid[prop].worst in ("fail", "deviation") for _, grid in runs if prop in grid)]
-    lines += _table(header, [rows[prop] for prop in notable] + [totals]) + [""]
+    lines += _table(header, [rows[prop] for prop in notable] + [totals]) + [""] + legend
     rest = len(props) - len(notable)
     if rest:
         lines += [f"The other {rest} properties have one outcome in every run that collected them (✓, or skip where "
                   "the run had nothing to run them on): the full grid is the last section.", ""]
-    full = ["## Every property across versions", ""] + _table(header, [rows[prop] for prop in props] + [totals]) + [""]
+    full = (["## Every property across versions", ""] + _table(header, [rows[prop] for prop in props] + [totals])
+            + [""] + legend)
 
     lines += ["## What changed", "",
               "Per property, each version whose outcome differs from the previous version's run that collected it "
