@@ -155,8 +155,8 @@ def conformance_sections(points: list[matrix.Point], entries=()) -> tuple[list[s
         lines += ["## Deviations by version", "",
                   "Each known deviation: the versions the deviations file declares it for, the first and last run "
                   "that observed it (a signature matched), how many runs observed it of those in its declared range, "
-                  "and the runs between first and last that did not; an entry no run observed is listed too. A run "
-                  "observes only what its selection ran (a quick run, two specs).", ""]
+                  "and the runs in its range between first and last that did not; an entry no run observed is listed "
+                  "too. A run observes only what its selection ran (a quick run, two specs).", ""]
         rows = []
         for d in sorted(set(seen) | set(declared)):
             where, entry = seen.get(d, []), declared.get(d)
@@ -167,7 +167,7 @@ def conformance_sections(points: list[matrix.Point], entries=()) -> tuple[list[s
                 rows.append([f"`{d}`", scope, "not observed", "–", counted, "–"])
                 continue
             missing = [_label(p) for p, _ in runs if p not in where and p.order > where[0].order
-                       and p.order < where[-1].order]
+                       and p.order < where[-1].order and (entry is None or p in in_range)]
             rows.append([f"`{d}`", scope, _label(where[0]), _label(where[-1]), counted, ", ".join(missing) or "–"])
         lines += _table(["deviation", "declared for", "first seen", "last seen", "runs (of those in range)",
                          "not seen in between"], rows) + [""]

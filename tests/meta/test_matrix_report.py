@@ -52,14 +52,16 @@ def test_report_shows_the_grid_what_changed_and_each_deviations_range(tmp_path):
     loss, bn = ("test_losses", "test_loss[mirrored:2-float32]"), ("test_blocks", "test_bn[mirrored:2]")
     loss_mw = ("test_losses", "test_loss[multi_worker:2x1-float32]")
     same = ("test_input", "test_same[mirrored:2]")
+    gap = ("test_input", "test_gap[mirrored:2]")  # gap-dev: seen in 2.12 and 2.21; 2.15, outside its range, lacks it
     runs = tmp_path / "results"
     # out of order on purpose: the report orders by TensorFlow, then Keras
-    _point(runs, "2.21.0", "3.15.1", {loss: PASS, loss_mw: PASS, bn: _dev("bn-one-pass"), same: PASS})
+    _point(runs, "2.21.0", "3.15.1", {loss: PASS, loss_mw: PASS, bn: _dev("bn-one-pass"), same: PASS,
+                                      gap: _dev("gap-dev")})
     _point(runs, "2.12.1", "2.12.0", {loss: _dev("empty-replica"), loss_mw: FAIL, bn: _dev("bn-one-pass", "bn-f64"),
-                                      same: PASS}, profile="quick")
+                                      same: PASS, gap: _dev("gap-dev")}, profile="quick")
     _point(runs, "2.15.1", "2.15.0", {loss: PASS, loss_mw: PASS, bn: _dev("bn-one-pass"), same: PASS})
-    entries = [_entry("bn-one-pass", ">=2.12", ">=2"), _entry("empty-replica", ">=2.12,<2.13", ">=2"),
-               _entry("bn-f64", ">=2.12,<2.16", ">=2,<3"), _entry("never-seen", ">=2.16", ">=3")]
+    entries = [_entry("gap-dev", ">=2.12,!=2.15.*", ">=2"), _entry("bn-one-pass", ">=2.12", ">=2"),
+               _entry("empty-replica", ">=2.12,<2.13", ">=2"), _entry("bn-f64", ">=2.12,<2.16", ">=2,<3"), _entry("never-seen", ">=2.16", ">=3")]
     text = matrix_report.write(runs, tmp_path / "out", entries=entries).read_text()
     check = Check("suite.report")
     header = _row(text, "| property |")
@@ -88,6 +90,7 @@ def test_report_shows_the_grid_what_changed_and_each_deviations_range(tmp_path):
                 "a deviation seen in one version only")
     check.equal(_row(text, "| `bn-f64`")[4], "1 of 2", "a deviation declared for two runs and seen in one")
     check.equal(_row(text, "| `never-seen`")[2:5], ["not observed", "–", "0 of 1"], "an entry no run observed")
+    check.equal(_row(text, "| `gap-dev`")[4:6], ["2 of 2", "–"], "a run between first and last outside the range")
 
 
 def test_a_rerun_replaces_the_outcomes_of_the_tests_it_ran(tmp_path):
