@@ -3,7 +3,7 @@ a results folder that ``--results-dir`` runs filled (suite/harness/matrix.py), o
 TensorFlow and Keras version:
 
 - a conformance grid, property x version: the worst outcome of the property's items in that
-  version's run (fail, known deviation with the deviation ids, pass, skip), first of the properties
+  version's run (fail, known deviation with the deviations' numbers, pass, skip), first of the properties
   that fail, deviate or change somewhere, and last of every property;
 - "what changed": per property, the versions at which its outcome changes from the version
   before, with the deviations that appear or go;
@@ -180,13 +180,9 @@ ACROSS = "across-versions.xml"  # JUnit of tests/properties/test_across_versions
 def across_section(path: Path) -> list[str]:
     """The cross-version properties of one run (``RESULTS/across-versions.xml``): property x the
     other env whose TensorFlow was compared with the session's, the worst outcome over its specs."""
-    try:
-        root = ET.parse(path).getroot()
-    except (OSError, ET.ParseError) as exc:
-        raise ReportError(f"{path}: not a readable JUnit XML file ({exc})") from None
     cells: dict = collections.defaultdict(Outcomes)
-    for case in root.iter("testcase"):
-        func, _, params = case.get("name", "?").partition("[")
+    for (_, name), case in _cases(path).items():
+        func, _, params = name.partition("[")
         env = next((part.split("@", 1)[1] for part in id_parts(params.rstrip("]")) if "@" in part), None)
         if env is None:
             continue
