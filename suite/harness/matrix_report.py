@@ -6,7 +6,8 @@ TensorFlow and Keras version:
   version's run (fail, known deviation with the deviations' numbers, pass, skip), first of the properties
   that fail, deviate or change somewhere, and last of every property;
 - "what changed": per property, the versions at which its outcome changes from the version
-  before, with the deviations that appear or go;
+  before of the same Keras generation, and the TensorFlow versions where Keras 2 and Keras 3
+  differ, with the deviations that appear or go;
 - each deviation of the deviations file and each one seen: its declared versions, the first and
   last version it was observed in, and the runs in its range that observed it;
 - each env's TensorFlow against the session's (``RESULTS/across-versions.xml``: the cross-version
@@ -28,6 +29,7 @@ from pathlib import Path
 from suite.common.specs import id_parts
 from suite.harness import deviations, matrix, report
 from suite.harness.report import NOISE_MARK, OUTCOME_MARK, OUTCOME_ORDER, ReportError, _table, case_outcome
+from suite.harness.versions import as_tuple
 
 
 class Outcomes:
@@ -123,25 +125,11 @@ def conformance_sections(points: list[matrix.Point], entries=()) -> tuple[list[s
             + [""] + legend)
 
     lines += ["## What changed", "",
-              "Per property, each version whose outcome differs from the previous version's run that collected it "
-              "(deviations that appear or go included).", ""]
-    changed = []
-    for prop in props:
-        before = None
-        steps = []
-        for p, grid in runs:
-            if prop not in grid:
-                continue
-            now = grid[prop]
-            if before is not None and before[1].key() != now.key():
-                gone = before[1].deviations - now.deviations if before[1].worst == "deviation" else set()
-                came = now.deviations - before[1].deviations if now.worst == "deviation" else set()
-                extra = "".join([f"; appears: {', '.join(sorted(came))}" if came else "",
-                                 f"; gone: {', '.join(sorted(gone))}" if gone else ""])
-                steps.append(f"{_label(before[0])} → {_label(p)}: {before[1].text()} → {now.text()}{extra}")
-            before = (p, now)
-        if steps:
-            changed.append(f"- `{prop}`: " + "; ".join(steps))
+              "Per property, where its outcome differs (deviations that appear or go included): between "
+              "consecutive TensorFlow versions of one Keras generation (an upgrade of TensorFlow), and from Keras 2 "
+              "to Keras 3 on the same TensorFlow (the TensorFlow versions where the switch changes it alike are "
+              "listed together).", ""]
+    changed = [f"- `{prop}`: " + "; ".join(steps) for prop in props if (steps := _changes(prop, runs))]
     lines += (changed or ["Nothing: every property has the same outcome in every run."]) + [""]
 
     seen: dict[str, list[matrix.Point]] = collections.defaultdict(list)
@@ -172,6 +160,43 @@ def conformance_sections(points: list[matrix.Point], entries=()) -> tuple[list[s
         lines += _table(["deviation", "declared for", "first seen", "last seen", "runs (of those in range)",
                          "not seen in between"], rows) + [""]
     return lines, full
+
+
+def _transition(prop: str, before: tuple, now: tuple) -> str | None:
+    """``A → B`` of a property between two runs (each ``(point, grid)``), with the deviations that
+    appear or go; None where its outcome is the same or a run did not collect it."""
+    a, b = before[1].get(prop), now[1].get(prop)
+    if a is None or b is None or a.key() == b.key():
+        return None
+    gone = a.deviations - b.deviations if a.worst == "deviation" else set()
+    came = b.deviations - a.deviations if b.worst == "deviation" else set()
+    return "".join([f"{a.text()} → {b.text()}", f"; appears: {', '.join(sorted(came))}" if came else "",
+                    f"; gone: {', '.join(sorted(gone))}" if gone else ""])
+
+
+def _generation(point: matrix.Point) -> int:
+    return as_tuple(point.keras)[0]
+
+
+def _changes(prop: str, runs: list[tuple]) -> list[str]:
+    """What changed of ``prop``: per Keras generation, each run against the previous run of that
+    generation that collected the property (a TensorFlow upgrade); then, per TensorFlow version with
+    runs of both generations, the Keras 2 run against the Keras 3 run, grouped where alike."""
+    steps = []
+    for gen in sorted({_generation(p) for p, _ in runs}):
+        line = [r for r in runs if _generation(r[0]) == gen and prop in r[1]]
+        for before, now in zip(line, line[1:]):
+            if (t := _transition(prop, before, now)):
+                steps.append(f"Keras {gen}, {_label(before[0])} → {_label(now[0])}: {t}")
+    switch: dict[str, list[str]] = {}
+    by_tf = collections.defaultdict(dict)
+    for r in runs:
+        by_tf[r[0].tensorflow].setdefault(_generation(r[0]), r)  # the first (lowest Keras) of a generation
+    for tf, gens in by_tf.items():
+        if 2 in gens and 3 in gens and (t := _transition(prop, gens[2], gens[3])):
+            switch.setdefault(t, []).append(tf)
+    steps += [f"Keras 2 → 3 on TF {', '.join(tfs)}: {t}" for t, tfs in switch.items()]
+    return steps
 
 
 ACROSS = "across-versions.xml"  # JUnit of tests/properties/test_across_versions.py over SPEC@ENV specs

@@ -80,8 +80,9 @@ def test_report_shows_the_grid_what_changed_and_each_deviations_range(tmp_path):
     check.equal(_row(full, "| `test_input::test_same`"), ["`test_input::test_same`", "✓", "✓", "✓"],
                 "the full grid's row of that property")
     changed = text.split("## What changed", 1)[1].split("\n## ", 1)[0]
-    check.contains(changed, ["`test_losses::test_loss`: 2.12.1 / 2.12.0 (quick) → 2.15.1 / 2.15.0: **FAIL** 1/2 → ✓",
-                             "`test_blocks::test_bn`: 2.12.1 / 2.12.0 (quick) → 2.15.1 / 2.15.0", "gone: bn-f64"],
+    check.contains(changed, ["`test_losses::test_loss`: Keras 2, 2.12.1 / 2.12.0 (quick) → 2.15.1 / 2.15.0: "
+                             "**FAIL** 1/2 → ✓", "`test_blocks::test_bn`: Keras 2, 2.12.1 / 2.12.0 (quick) → "
+                             "2.15.1 / 2.15.0", "gone: bn-f64"],
                    "what changed")
     check.that("2.15.1 / 2.15.0 → 2.21.0" not in changed, "what changed from 2.15 to 2.21", changed, "nothing")
     check.equal(_row(text, "| `bn-one-pass`"), ["`bn-one-pass`", "TF >=2.12; Keras >=2", "2.12.1 / 2.12.0 (quick)",
@@ -93,6 +94,28 @@ def test_report_shows_the_grid_what_changed_and_each_deviations_range(tmp_path):
     check.equal(_row(text, "| `never-seen`")[2:5], ["not observed", "–", "0 of 1"], "an entry no run observed")
     check.equal(_row(text, "| `gap-dev`")[4:6], ["2 of 2", "–"], "a run between first and last outside the range")
 
+
+
+def test_what_changed_follows_each_keras_generation_and_groups_the_switch(tmp_path):
+    """Runs of Keras 2 (tf-keras) and Keras 3 interleave in TensorFlow order; what changed compares
+    each with the previous run of its own generation (a TensorFlow upgrade), and Keras 2 with Keras 3
+    on the same TensorFlow, one line for the TensorFlow versions where the switch changes alike."""
+    clip, loss = ("test_blocks", "test_clip[mirrored:2]"), ("test_losses", "test_loss[mirrored:2]")
+    runs = tmp_path / "results"
+    _point(runs, "2.16.2", "2.16.0", {clip: PASS, loss: PASS})
+    _point(runs, "2.16.2", "3.15.1", {clip: _dev("clip-per-replica"), loss: PASS})
+    _point(runs, "2.17.1", "2.17.0", {clip: PASS, loss: FAIL})
+    _point(runs, "2.17.1", "3.15.1", {clip: _dev("clip-per-replica"), loss: PASS})
+    text = matrix_report.write(runs, tmp_path / "out", entries=[]).read_text()
+    changed = text.split("## What changed", 1)[1].split("\n## ", 1)[0]
+    check = Check("suite.report")
+    check.contains(changed, ["- `test_blocks::test_clip`: Keras 2 → 3 on TF 2.16.2, 2.17.1: ✓ → dev "
+                             "(`clip-per-replica`); appears: clip-per-replica\n",
+                             "- `test_losses::test_loss`: Keras 2, 2.16.2 / 2.16.0 → 2.17.1 / 2.17.0: ✓ → **FAIL** "
+                             "1/1; Keras 2 → 3 on TF 2.17.1: **FAIL** 1/1 → ✓\n"], "what changed")
+    check.that("2.16.2 / 3.15.1 → 2.17.1 / 2.17.0" not in changed and "2.16.2 / 2.16.0 → 2.16.2 / 3.15.1" not in changed,
+               "what changed compares across generations only on the same TensorFlow", changed,
+               "no change between runs of different generations and versions")
 
 def test_a_rerun_replaces_the_outcomes_of_the_tests_it_ran(tmp_path):
     """``conformance.rerun*.xml`` beside a run's conformance.xml (a rerun of its failures after a
