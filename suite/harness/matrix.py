@@ -15,6 +15,7 @@ from suite.harness.versions import as_tuple
 CONFORMANCE = "conformance.xml"  # JUnit XML of pytest tests
 RERUNS = "conformance.rerun*.xml"  # JUnit XML of reruns of some of its tests (pytest --junitxml, by hand)
 BENCH = "bench.json"  # pytest-benchmark JSON of pytest benchmarks
+BENCH_REPEATS = "bench.*.json"  # later runs of them (pytest benchmarks --benchmark-json FOLDER/bench.2.json)
 VERSIONS = "versions.json"
 
 
@@ -76,6 +77,12 @@ class Point:
     def bench(self) -> Path | None:
         p = self.path / BENCH
         return p if p.exists() else None
+
+    @property
+    def benches(self) -> list[Path]:
+        """``bench.json`` and its repeats ``bench.*.json`` (runs of the same benchmarks, for the
+        machine's run-to-run variation), bench.json first."""
+        return ([self.bench] if self.bench else []) + sorted(self.path.glob(BENCH_REPEATS))
 
     @property
     def order(self) -> tuple:

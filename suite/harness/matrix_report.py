@@ -12,9 +12,11 @@ TensorFlow and Keras version:
   last version it was observed in, and the runs in its range that observed it;
 - each env's TensorFlow against the session's (``RESULTS/across-versions.xml``: the cross-version
   properties over ``SPEC@ENV`` specs, .ci/run's quick selection);
-- step time across versions per workload and spec (from each folder's bench.json), with the
-  ratio to a baseline version (default the newest), marked within noise as the benchmark report
-  does (suite/harness/report.py), and a plot of step time against version per workload.
+- step time across versions per workload and spec (from each folder's bench.json and its repeats
+  bench.*.json: the median of their medians), with the ratio to a baseline version (default the
+  newest), marked within noise as the benchmark report does (suite/harness/report.py: overlapping
+  inter-quartile ranges, or a difference within the run-to-run variation that the repeats
+  measure), and a plot of step time against version per workload.
 
 No TensorFlow here."""
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import statistics
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -224,23 +227,44 @@ def across_section(path: Path) -> list[str]:
     return lines + _table(["property"] + [f"`{e}`" for e in envs], rows) + [""]
 
 
+def _combined(entries: list) -> report.Entry:
+    """One version's result of a benchmark over its runs: the median of their medians, and the
+    span of their rounds' inter-quartile ranges (so that within noise errs towards "no change")."""
+    if len(entries) == 1:
+        return entries[0]
+    e = entries[0]
+    return report.Entry(e.name, e.info, statistics.median(x.median for x in entries), min(x.q1 for x in entries),
+                        max(x.q3 for x in entries), sum(x.rounds for x in entries))
+
+
 def benchmark_sections(points: list[matrix.Point], baseline: str | None, out: Path) -> list[str]:
-    runs = [(p, report.load_benchmarks(p.bench)) for p in points if p.bench]
+    runs = [(p, [report.load_benchmarks(f) for f in p.benches]) for p in points if p.benches]
     if not runs:
         return []
     base = next((r for r in runs if baseline and (r[0].tensorflow == baseline or _label(r[0], False) == baseline)), runs[-1])
+    measured = report.run_to_run_noise([res for _, results in runs for res in results])
+    noise = measured[0] if measured else 0.0
+    if measured:
+        rule = (f"the rounds' inter-quartile ranges overlap or the medians differ by at most {noise:.0%}, the machine's "
+                f"run-to-run variation (the 90th percentile of the differences of {measured[1]} step benchmarks "
+                "between runs of the same versions)")
+    else:
+        rule = ("the rounds' inter-quartile ranges overlap; no version was run twice (bench.2.json), so differences "
+                "within the machine's run-to-run variation are not marked")
     lines = ["## Step time across versions", "",
-             f"Median step time of the train step (ms), per workload and spec; (xR) is the ratio to "
-             f"`{_label(base[0], False)}`, marked {NOISE_MARK} where the rounds' inter-quartile ranges overlap "
-             "(within noise). "
-             "Same machine, one run per version: the method is in benchmarks/README.md.", ""]
+             f"Median step time of the train step (ms), per workload and spec, over a version's runs (bench.json, "
+             f"bench.2.json, ...: the median of their medians); (xR) is the ratio to `{_label(base[0], False)}`, "
+             f"marked {NOISE_MARK} where within noise: {rule}. Same machine; the method (every version run twice, "
+             "the versions interleaved) is in benchmarks/README.md.", ""]
     groups: dict = collections.OrderedDict()
-    for p, res in runs:
-        for e in res.of_kind("train_step"):
-            i = e.info
-            groups.setdefault((i["workload"], i.get("scaling", "weak")), collections.OrderedDict()).setdefault(
-                i["spec"], {})[p.path] = e
+    for p, results in runs:
+        for res in results:
+            for e in res.of_kind("train_step"):
+                i = e.info
+                groups.setdefault((i["workload"], i.get("scaling", "weak")), collections.OrderedDict()).setdefault(
+                    i["spec"], {}).setdefault(p.path, []).append(e)
     for (workload, scaling), specs in groups.items():
+        specs = {spec: {path: _combined(es) for path, es in by_run.items()} for spec, by_run in specs.items()}
         lines += [f"### {workload}, {scaling} scaling", ""]
         rows = []
         for spec, by_run in specs.items():
@@ -253,10 +277,11 @@ def benchmark_sections(points: list[matrix.Point], baseline: str | None, out: Pa
                 elif ref is None or p is base[0]:
                     row.append(f"{e.median * 1e3:.3g}")
                 else:
-                    mark = f" {NOISE_MARK}" if report.within_noise(ref, e) else ""
+                    mark = f" {NOISE_MARK}" if report.within_noise(ref, e, noise) else ""
                     row.append(f"{e.median * 1e3:.3g} (x{e.median / ref.median:.2f}{mark})")
             rows.append(row)
-        lines += _table(["spec"] + [f"`{_label(p, False)}`" for p, _ in runs], rows) + [""]
+        heads = [f"`{_label(p, False)}`" + (f" ({len(results)} runs)" if len(results) > 1 else "") for p, results in runs]
+        lines += _table(["spec"] + heads, rows) + [""]
         name = _plot(workload, scaling, specs, runs, out)
         if name:
             lines += [f"![{workload} {scaling} across versions]({name})", ""]
@@ -296,7 +321,8 @@ def write(results: Path, out: Path, baseline: str | None = None, entries=None) -
         raise ReportError(f"{results}: no results of a run in it (run pytest with --results-dir {results}, or tox)")
     out.mkdir(parents=True, exist_ok=True)
     def files(p: matrix.Point) -> str:
-        return ", ".join(name for name, path in (("conformance", p.conformance), ("benchmarks", p.bench)) if path)
+        bench = f"benchmarks ×{len(p.benches)}" if len(p.benches) > 1 else "benchmarks"
+        return ", ".join(name for name, path in (("conformance", p.conformance), (bench, p.benches)) if path)
 
     lines = ["# tf-distribute-suite across TensorFlow versions", "",
              f"From `{results}`: " + ", ".join(f"`{p.path.name}` ({files(p)})" for p in points)

@@ -154,6 +154,33 @@ def test_step_time_across_versions_with_the_ratio_to_the_newest(tmp_path):
     check.equal(_row(base, "| `mirrored:2`"), ["`mirrored:2`", "20", "10 (x0.50)"], "the ratio to --baseline 2.15.1")
 
 
+
+def test_repeated_benchmark_runs_give_the_median_and_the_run_to_run_noise(tmp_path):
+    """bench.json and bench.2.json of a version: the cell is the median of the runs' medians, and
+    the difference between runs of the same versions is the allowance that marks a change within
+    noise (an A/A comparison), as the benchmark report does."""
+    runs = tmp_path / "results"
+    new = _point(runs, "2.21.0", "3.15.1", {}, bench=_write(tmp_path, "a.json", _results(iqr=0.001)))
+    old = _point(runs, "2.15.1", "2.15.0", {},
+                 bench=_write(tmp_path, "c.json", _results(round_scale=1.3, iqr=0.001), tf="2.15.1", keras="2.15.0"))
+    # 2.21's second run: its three train steps 20% slower (its plain step the same); 2.15's two runs
+    # agree: of the 8 differences 3 are 20%, the 90th percentile
+    (new / "bench.2.json").write_text(_write(tmp_path, "b.json", _results(round_scale=1.2, iqr=0.001)).read_text())
+    (old / "bench.2.json").write_text(
+        _write(tmp_path, "d.json", _results(round_scale=1.3, iqr=0.001), tf="2.15.1", keras="2.15.0").read_text())
+    text = matrix_report.write(runs, tmp_path / "out", entries=[]).read_text()
+    check = Check("suite.report")
+    # mirrored:2: 10 and 12 ms on 2.21 (median 11), 13 ms on 2.15: x1.18, within the 20% the runs differ by
+    check.equal(_row(text, "| `mirrored:2`"), ["`mirrored:2`", "13 (x1.18 ≈)", "11"], "mirrored:2 over two runs each")
+    check.equal(_row(text, "| spec |")[1:], ["`2.15.1 / 2.15.0` (2 runs)", "`2.21.0 / 3.15.1` (2 runs)"],
+                "the columns name their runs")
+    check.contains(text, ["differ by at most 20%", "of 8 step benchmarks"], "the measured run-to-run variation")
+    (new / "bench.2.json").unlink()
+    (old / "bench.2.json").unlink()
+    once = matrix_report.write(runs, tmp_path / "out2", entries=[]).read_text()
+    check.equal(_row(once, "| `mirrored:2`"), ["`mirrored:2`", "13 (x1.30)", "10"], "one run each: no allowance")
+    check.contains(once, ["no version was run twice"], "the section says the variation is not measured")
+
 def test_an_empty_results_folder_is_a_one_line_error(tmp_path):
     (tmp_path / "results").mkdir()
     proc = subprocess.run([sys.executable, "-m", "suite.report", str(tmp_path / "results"), "-o", str(tmp_path / "o")],
