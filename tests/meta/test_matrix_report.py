@@ -95,7 +95,6 @@ def test_report_shows_the_grid_what_changed_and_each_deviations_range(tmp_path):
     check.equal(_row(text, "| `gap-dev`")[4:6], ["2 of 2", "–"], "a run between first and last outside the range")
 
 
-
 def test_what_changed_follows_each_keras_generation_and_groups_the_switch(tmp_path):
     """Runs of Keras 2 (tf-keras) and Keras 3 interleave in TensorFlow order; what changed compares
     each with the previous run of its own generation (a TensorFlow upgrade), and Keras 2 with Keras 3
@@ -116,6 +115,7 @@ def test_what_changed_follows_each_keras_generation_and_groups_the_switch(tmp_pa
     check.that("2.16.2 / 3.15.1 → 2.17.1 / 2.17.0" not in changed and "2.16.2 / 2.16.0 → 2.16.2 / 3.15.1" not in changed,
                "what changed compares across generations only on the same TensorFlow", changed,
                "no change between runs of different generations and versions")
+
 
 def test_a_rerun_replaces_the_outcomes_of_the_tests_it_ran(tmp_path):
     """``conformance.rerun*.xml`` beside a run's conformance.xml (a rerun of its failures after a
@@ -154,7 +154,6 @@ def test_step_time_across_versions_with_the_ratio_to_the_newest(tmp_path):
     check.equal(_row(base, "| `mirrored:2`"), ["`mirrored:2`", "20", "10 (x0.50)"], "the ratio to --baseline 2.15.1")
 
 
-
 def test_repeated_benchmark_runs_give_the_median_and_the_run_to_run_noise(tmp_path):
     """bench.json and bench.2.json of a version: the cell is the median of the runs' medians, and
     the difference between runs of the same versions is the allowance that marks a change within
@@ -165,9 +164,8 @@ def test_repeated_benchmark_runs_give_the_median_and_the_run_to_run_noise(tmp_pa
                  bench=_write(tmp_path, "c.json", _results(round_scale=1.3, iqr=0.001), tf="2.15.1", keras="2.15.0"))
     # 2.21's second run: its three train steps 20% slower (its plain step the same); 2.15's two runs
     # agree: of the 8 differences 3 are 20%, the 90th percentile
-    (new / "bench.2.json").write_text(_write(tmp_path, "b.json", _results(round_scale=1.2, iqr=0.001)).read_text())
-    (old / "bench.2.json").write_text(
-        _write(tmp_path, "d.json", _results(round_scale=1.3, iqr=0.001), tf="2.15.1", keras="2.15.0").read_text())
+    _write(new, "bench.2.json", _results(round_scale=1.2, iqr=0.001))
+    _write(old, "bench.2.json", _results(round_scale=1.3, iqr=0.001), tf="2.15.1", keras="2.15.0")
     text = matrix_report.write(runs, tmp_path / "out", entries=[]).read_text()
     check = Check("suite.report")
     # mirrored:2: 10 and 12 ms on 2.21 (median 11), 13 ms on 2.15: x1.18, within the 20% the runs differ by
@@ -180,6 +178,7 @@ def test_repeated_benchmark_runs_give_the_median_and_the_run_to_run_noise(tmp_pa
     once = matrix_report.write(runs, tmp_path / "out2", entries=[]).read_text()
     check.equal(_row(once, "| `mirrored:2`"), ["`mirrored:2`", "13 (x1.30)", "10"], "one run each: no allowance")
     check.contains(once, ["no version was run twice"], "the section says the variation is not measured")
+
 
 def test_an_empty_results_folder_is_a_one_line_error(tmp_path):
     (tmp_path / "results").mkdir()
