@@ -10,6 +10,7 @@ middle) and where it was raised.
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any
 
 record = dataclasses.dataclass(frozen=True)
@@ -19,18 +20,55 @@ MESSAGE_CHARS = 8000  # whole TF messages (deviation signatures match them); Che
 
 @record
 class Raised:
-    """An exception a probe caught: its type name, message and the probe (and step) it came from."""
+    """An exception a probe caught: its type name, message, the probe (and step) it came from,
+    and the frames it came through (``frames_of``): what a known deviation's origin is matched
+    against."""
 
     type: str
     message: str
     where: str
+    frames: tuple = ()
 
     @classmethod
-    def of(cls, exc: BaseException, where: str) -> Raised:
+    def of(cls, exc: BaseException, where: str, limit: int | None = MESSAGE_CHARS) -> Raised:
         text = " ".join(str(exc).split())
-        if len(text) > MESSAGE_CHARS:
-            text = text[:200] + " ... " + text[-(MESSAGE_CHARS - 205):]
-        return cls(type(exc).__name__, text, where)
+        if limit and len(text) > limit:
+            text = text[:200] + " ... " + text[-(limit - 205):]
+        return cls(type(exc).__name__, text, where, frames_of(exc))
+
+
+# a frame of the Python stack a TensorFlow graph error carries in its message (where the failing
+# op was created: "... defined at (most recent call last): File "...", line N, in f")
+_FRAME_IN_MESSAGE = re.compile(r'File "([^"]+)", line \d+, in ([\w<>.]+)')
+
+
+# the function a graph error was raised in ("... [Op:__inference_fn_with_cond_1058]"): TensorFlow's
+# variable-initializing wrapper of a tf.function's first call is ``fn_with_cond``
+_OP_IN_MESSAGE = re.compile(r"\[Op:([\w.-]+)\]")
+
+
+def frame_name(filename: str, function: str) -> str:
+    """``path:function``, the path from its top-level package on where it is installed
+    (``keras/src/random/seed_generator.py:next``), else as the interpreter gave it."""
+    path = re.split(r"[/\\](?:site|dist)-packages[/\\]", filename)[-1].replace("\\", "/")
+    return f"{path}:{function}"
+
+
+def frames_of(exc: BaseException) -> tuple[str, ...]:
+    """Every frame ``exc`` came through, innermost last, once each: its traceback's, the frames
+    its message carries (a graph error's op-creation stack, and as ``op:NAME`` the function the
+    failing op ran in), and those of the exceptions it was raised from or during."""
+    out, seen = [], set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        tb = exc.__traceback__
+        while tb is not None:
+            out.append(frame_name(tb.tb_frame.f_code.co_filename, tb.tb_frame.f_code.co_name))
+            tb = tb.tb_next
+        out.extend(frame_name(f, fn) for f, fn in _FRAME_IN_MESSAGE.findall(str(exc)))
+        out.extend(f"op:{name}" for name in _OP_IN_MESSAGE.findall(str(exc)))
+        exc = exc.__cause__ or exc.__context__
+    return tuple(dict.fromkeys(out))
 
 
 # -- engine -----------------------------------------------------------------------------------

@@ -32,6 +32,32 @@ KERAS_VERSION: str = _keras_version()
 KERAS_GENERATION: int = int(KERAS_VERSION.split(".")[0])
 
 
+def keep_whole_tracebacks() -> None:
+    """Turn off TensorFlow's and Keras' traceback filtering in every thread: an error then carries
+    every frame it came through (in its traceback, and in the "in user code" stack a traced
+    function's error message holds), which a known deviation's origin is matched against
+    (suite/common/results.py frames_of). The public switches (tf.debugging and
+    keras.config.disable_traceback_filtering) set a thread-local flag, and strategy.run calls
+    each replica's function in a thread of its own, where filtering stays on; so the flags'
+    defaults are replaced (private: TensorFlow's thread-local, Keras 3's module function; Keras 2
+    reads TensorFlow's)."""
+    import threading
+
+    from tensorflow.python.util import traceback_utils as tf_traceback
+
+    class _Off(threading.local):
+        value = False
+
+    tf.debugging.disable_traceback_filtering()
+    tf_traceback._ENABLE_TRACEBACK_FILTERING = _Off()
+    if KERAS_GENERATION >= 3:
+        try:
+            from keras.src.utils import traceback_utils as keras_traceback
+        except ImportError:  # a Keras 3 without keras.src: its errors keep their filtered frames
+            return
+        keras_traceback.is_traceback_filtering_enabled = lambda: False
+
+
 def tf_variable(v):
     """The tf.Variable (possibly a DistributedVariable) behind a Keras variable (Keras 2's
     mixed-precision AutoCastVariable unwrapped)."""

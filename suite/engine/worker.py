@@ -46,6 +46,9 @@ def main(argv=None) -> int:
     except Exception as exc:  # a suite/TF incompatibility: fail once, clearly
         conn_out.send((protocol.FATAL, f"engine set-up failed: {type(exc).__name__}: {exc}"))
         return 4
+    from suite.engine.compat import keep_whole_tracebacks
+
+    keep_whole_tracebacks()  # errors carry every frame they came through (deviations' origins)
     if args.serve:
         return _serve(conn_in, conn_out)
     try:
@@ -69,7 +72,7 @@ def main(argv=None) -> int:
             result = registry.run(ctx, name, kwargs)
         except Exception as exc:
             where = f"probe {name!r}" + (f" on worker {args.worker_index}" if spec.is_multi_worker else "")
-            conn_out.send((protocol.ERROR, Raised(type(exc).__name__, str(exc), where), traceback.format_exc()))
+            conn_out.send((protocol.ERROR, Raised.of(exc, where, limit=None), traceback.format_exc()))
         else:
             conn_out.send((protocol.OK, result, {"restart": ctx.restart_requested}))
 

@@ -28,7 +28,7 @@ import numpy as np
 from reference.distribute import local_results
 from suite.common.results import Raised
 from suite.harness import deviations
-from suite.harness.signatures import NOTHING, Seen
+from suite.harness.signatures import CONDITIONS, Seen
 from suite.harness.tolerances import tolerance
 
 
@@ -150,18 +150,15 @@ class Check:
         seen = Seen(what, actual, expected, same, self.spec, given)
         if ok:
             for dev, sig in covering:
-                if sig.kind == "band" and np.any(np.asarray(expected, np.float64) != 0):
+                if sig.kind in ("band", "bounds") and np.any(np.asarray(expected, np.float64) != 0):
                     ledger.compared[(dev.id, sig.quantity)] += 1
-                predicted = sig.predicts(seen)
-                if predicted is not NOTHING and not same(predicted, expected):
-                    self.fail(what, f"got the reference's value {_shown(actual)}, but known deviation {dev.id} "
-                                    f"predicts {_shown(predicted)}",
-                              "TensorFlow no longer deviates here: update or retire the entry in known_deviations.toml")
+            for dev, predicted in ledger.stale(seen):
+                self.fail(what, f"got the reference's value {_shown(actual)}, but known deviation {dev.id} "
+                                f"predicts {_shown(predicted)}",
+                          "TensorFlow no longer deviates here: update or retire the entry in known_deviations.toml")
             return True, ""
-        for dev, sig in covering:
-            if sig.explains(seen):
-                ledger.explained[dev.id] += 1
-                return True, ""
+        if ledger.judge(seen) is not None:
+            return True, ""
         return False, "; ".join(f"known deviation {d.id} in scope does not explain it ({s.describe()})"
                                 for d, s in covering)
 
@@ -237,26 +234,32 @@ class Check:
         should = f"raise {expected_type}" + (f" with {message!r}" if message else "")
         self.fail(what, f"got {got}, but should {should}")
 
-    def returned(self, outcome, what: str) -> bool:
+    def returned(self, outcome, what: str, given=None) -> bool:
         """A probe's outcome is a value, not a caught exception. False when it is an exception
-        that a known deviation in scope predicts (the caller skips what needs the value)."""
+        that a known deviation in scope predicts, from its origin and, for a deadlock, under its
+        condition (``given``: what the condition reads) (the caller skips what needs the value)."""
         __tracebackhide__ = True
         ledger = deviations.current
         covering = [(d, s) for d, s in ledger.covering(what) if s.kind == "raises"] if ledger else []
-        seen = Seen(what, outcome, None, lambda x, y: x == y, self.spec)
         if isinstance(outcome, Raised):
-            for dev, sig in covering:
-                if sig.explains(seen):
-                    ledger.explained[dev.id] += 1
-                    return False
+            if covering and ledger.judge(Seen(what, outcome, None, lambda x, y: x == y, self.spec, given),
+                                         raised=True) is not None:
+                return False
             self.fail(what, f"raised {outcome.type}: {_short(outcome.message)} (in {outcome.where}), "
                             "but should return a value",
                       "; ".join(f"known deviation {d.id} in scope does not explain it ({s.describe()})"
                                 for d, s in covering))
         for dev, sig in covering:
-            self.fail(what, f"returned a value, but known deviation {dev.id} predicts it {sig.describe()}",
-                      "TensorFlow no longer deviates here: update or retire the entry in known_deviations.toml")
+            if sig.condition is None or CONDITIONS[sig.condition](Seen(what, outcome, None, None, self.spec, given)):
+                self.fail(what, f"returned a value, but known deviation {dev.id} predicts it {sig.describe()}",
+                          "TensorFlow no longer deviates here: update or retire the entry in known_deviations.toml")
         return True
+
+    def given_for(self, what: str, given) -> None:
+        """Hand a raises signature's condition what it reads, for a probe that may raise as a
+        whole (a ProbeError, judged after the test: deviations.Ledger.explains_error)."""
+        if deviations.current is not None:
+            deviations.current.given[what] = given
 
     # -- across workers ------------------------------------------------------------------
     def per_replica(self, results: list, expected: list, what: str, attr: str | None = "local",

@@ -7,7 +7,8 @@ the repo), ``first_seen`` and one or more ``[[deviation.signature]]`` tables tha
 TensorFlow does instead (suite/harness/signatures.py).
 
 conftest gives each running test a ``Ledger`` of the entries in scope (``current``); every Check
-comparison consults it. A mismatch that a signature explains is tolerated and counted; any other
+comparison consults it, and the check of a user's loop asks a Ledger of the entries whose
+``tests`` name its scope (``loop-check[SPEC]``) the same question (``Ledger.judge``). A mismatch that a signature explains is tolerated and counted; any other
 mismatch fails as usual. After the test, one with tolerated mismatches is reported as an
 expected failure naming the entries and counts; a test whose results equal the reference where
 an entry predicts otherwise fails ("update the entry").
@@ -19,11 +20,12 @@ import collections
 import dataclasses
 import tomllib
 from pathlib import Path
+from typing import Any
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from suite.harness.signatures import Seen, Signature, glob
+from suite.harness.signatures import CONDITIONS, NOTHING, Seen, Signature, glob
 
 PATH = Path(__file__).resolve().parents[2] / "known_deviations.toml"
 REQUIRED = ("id", "tests", "tensorflow", "keras", "summary", "evidence", "first_seen", "signature")
@@ -82,8 +84,32 @@ class Ledger:
     explained: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     compared: collections.Counter = dataclasses.field(default_factory=collections.Counter)
 
+    given: dict = dataclasses.field(default_factory=dict)  # quantity -> what a condition reads (Check.given_for)
+
     def covering(self, what: str) -> list[tuple[Deviation, Signature]]:
         return [(d, s) for d in self.entries for s in d.signatures if s.covers(what)]
+
+    def judge(self, seen: Seen, raised: bool = False) -> Deviation | None:
+        """The one judgment, for properties and users' loops alike: the entry in scope with a
+        signature for ``seen.what`` (``raises`` ones when ``raised``, value ones otherwise) that
+        explains the observation, counted as explained; None when no entry does."""
+        for entry, sig in self.covering(seen.what):
+            if (sig.kind == "raises") == raised and sig.explains(seen):
+                self.explained[entry.id] += 1
+                return entry
+        return None
+
+    def stale(self, seen: Seen) -> list[tuple[Deviation, Any]]:
+        """For an observation that equals the reference: each entry in scope whose model
+        predicts another value for it (the entry is out of date), with that prediction."""
+        out = []
+        for entry, sig in self.covering(seen.what):
+            if sig.kind == "raises":
+                continue
+            predicted = sig.predicts(seen)
+            if predicted is not NOTHING and not seen.same(predicted, seen.expected):
+                out.append((entry, predicted))
+        return out
 
     def explains_error(self, exc: BaseException) -> bool:
         """Whether a test's failure is a probe that raised (pool.ProbeError) what a ``raises``
@@ -96,12 +122,10 @@ class Ledger:
             if raised is None or probe is None:
                 return False
             what = f"probe {probe}"
-            entry = next((d for d, s in self.covering(what) if s.kind == "raises"
-                          and s.explains(Seen(what, raised, None, lambda x, y: x == y, None))), None)
+            entry = self.judge(Seen(what, raised, None, lambda x, y: x == y, None, self.given.get(what)), raised=True)
             if entry is None:
                 return False
             found.append(entry.id)
-        self.explained.update(found)
         return bool(found)
 
     def expected_failure(self) -> str | None:
@@ -114,14 +138,27 @@ class Ledger:
 
     def band_counts(self) -> list[list]:
         """``[id, quantity, band, comparisons covered, mismatches explained]`` of each rounding
-        band in scope (summed over the session by conftest: ``stale_bands``)."""
+        band or bounds in scope (summed over the session by conftest: ``stale_bands``)."""
         return [[d.id, s.quantity, s.describe(), self.compared[(d.id, s.quantity)], self.explained[d.id]]
-                for d in self.entries for s in d.signatures if s.kind == "band" and self.compared[(d.id, s.quantity)]]
+                for d in self.entries for s in d.signatures
+                if s.kind in ("band", "bounds") and self.compared[(d.id, s.quantity)]]
+
+    def stale_raises(self) -> list[str]:
+        """After a test that passed: each raises signature with a condition whose probe returned
+        although the test confirmed the condition held (``given_for``): the entry is stale."""
+        out = []
+        for what, given in self.given.items():
+            for entry, sig in self.covering(what):
+                if sig.kind == "raises" and sig.condition and CONDITIONS[sig.condition](
+                        Seen(what, None, None, None, None, given)):
+                    out.append(f"{what}: returned a value where its condition {sig.condition} held, but known "
+                               f"deviation {entry.id} predicts {sig.describe()}: update or retire the entry")
+        return out
 
 
 # A rounding band shows only where a value is not representable in the rounded format, so one
 # test (a few cases) may never see it; over a session's comparisons it always has. Below this
-# many comparisons a band that never showed is not judged.
+# many comparisons a band (or a bounds signature) that never showed is not judged.
 BAND_JUDGED_AFTER = 50
 
 
@@ -134,9 +171,9 @@ def merge_bands(into: dict, counts: list[list]):
 
 
 def stale_bands(totals: dict) -> list[str]:
-    """A message per rounding band that covered at least BAND_JUDGED_AFTER comparisons in the
-    session and never had to explain one: the rounding is gone and the entry is stale."""
-    return [f"known deviation {ident}: its rounding band ({band}) covered {compared} comparisons of {quantity!r} "
+    """A message per rounding band or bounds that covered at least BAND_JUDGED_AFTER comparisons
+    in the session and never had to explain one: the deviation is gone and the entry is stale."""
+    return [f"known deviation {ident}: its {band} covered {compared} comparisons of {quantity!r} "
             f"and every one equalled the reference within its tolerance: TensorFlow no longer deviates here; "
             f"update the entry in known_deviations.toml"
             for (ident, quantity, band), (compared, explained) in sorted(totals.items())

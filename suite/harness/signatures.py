@@ -16,9 +16,16 @@ matches its ``quantity`` glob, and states the deviant behaviour as one of:
     is tolerated. A test in which no covered comparison ever left the reference's tolerance is
     a failure too (the rounding has gone: update the entry).
 ``raises``
-    ``type`` and ``message`` (a regular expression): a probe outcome that is that exception
-    where a value was expected is tolerated (the check's caller then skips what depends on it);
-    a returned value is a failure that says the entry must be updated.
+    ``type``, ``message`` (a regular expression specific to the deviation) and ``origin`` (globs
+    over ``path:function`` frames, e.g. ``keras/src/random/seed_generator.py:next``, or
+    ``op:NAME`` for the function a graph error ran in): a probe outcome that is that exception,
+    raised through a frame matching each of those patterns of TensorFlow/Keras (the
+    frames the engine sent back: suite/common/results.py ``frames_of``), where a value was
+    expected is tolerated (the check's caller then skips what depends on it); a returned value
+    is a failure that says the entry must be updated. The same message from another frame (a
+    user's own code) is not excused. A deviation that deadlocks (a collective timeout) also
+    names its ``condition`` (a function of CONDITIONS below over what the test handed over as
+    ``given``): the timeout is excused only where the probe confirms that condition held.
 ``bounds``
     ``model = "<name>"`` returning ``(low, high)``: a race. A value within the bounds is
     tolerated (and so is the reference's own value, which the race may not disturb); one
@@ -89,6 +96,8 @@ def metric_state_assigned_by_every_replica(seen: Seen):
     ``given``: ``{"kind": metric, "increments": [(total, count) summed over replicas, per batch]}``."""
     if seen.spec.strategy != "central_storage":
         return seen.expected
+    if not isinstance(seen.given, dict) or "increments" not in seen.given:
+        return NOTHING  # a metric whose state is not (total, count): no prediction
     increments = seen.given["increments"]
     total, count = _assigned_by_every_replica([0.0, 0.0], increments, [seen.spec] * len(increments))
     return ref_metrics.result(seen.given["kind"], total, count)
@@ -157,14 +166,19 @@ def alternative_rule(seen: Seen):
 
 def alternative_outcome(seen: Seen):
     """Like alternative_rule, for an exact comparison of plain data (a flag, a count, a scale):
-    the value as the test computed it. ``given``: ``{"alternative": that value}``."""
+    the value as the test computed it. ``given``: ``{"alternative": that value}`` (no prediction
+    without it)."""
+    if not isinstance(seen.given, dict) or "alternative" not in seen.given:
+        return NOTHING
     return seen.given["alternative"]
 
 
 def same_on_every_worker(seen: Seen):
     """Each worker draws what the first worker draws (the same seed in every worker process):
     whether replica r's draw equals replica 0's is whether r is the first replica of its worker.
-    ``given``: ``{"per_worker": those flags}``."""
+    ``given``: ``{"per_worker": those flags}`` (no prediction without it)."""
+    if not isinstance(seen.given, dict) or "per_worker" not in seen.given:
+        return NOTHING
     return seen.given["per_worker"]
 
 
@@ -189,6 +203,45 @@ def nan_on_an_empty_replica(seen: Seen):
     return float("nan") if isinstance(seen.given, dict) and seen.given.get("empty") else NOTHING
 
 
+# -- conditions: what must have held for a raises signature (a deadlock) to apply -----------
+
+def non_finite_off_replica_0_on_another_worker(seen: Seen) -> bool:
+    """Some step's gradients were finite on replica 0 and non-finite on a replica of another
+    worker (Keras 3's LossScaleOptimizer decides finiteness per replica: the workers take
+    different branches). ``given``: ``{"poison": [per step, each replica's factor], "workers": W}``."""
+    given = seen.given if isinstance(seen.given, dict) else {}
+    poison, workers = given.get("poison"), given.get("workers", 1)
+    if not poison or workers < 2:
+        return False
+    per = len(poison[0]) // workers
+    return any(np.isfinite(step[0]) and not all(np.isfinite(step[per:])) for step in poison)
+
+
+def a_worker_without_rows_beside_one_with_rows(seen: Seen) -> bool:
+    """Some step left one worker no rows while another had some (that worker retraces for its
+    empty batch and the others do not). ``given``: ``{"worker_rows": [per step, rows per worker]}``."""
+    given = seen.given if isinstance(seen.given, dict) else {}
+    return any(0 in rows and any(rows) for rows in given.get("worker_rows", ()))
+
+
+def optimizer_not_built_before_the_step(seen: Seen) -> bool:
+    """The optimizer had not made its variables when the first distributed step began (they are
+    made in that step, inside strategy.run). ``given``: ``{"optimizer_built": False}`` (the probe
+    made it so) or the engine's counts ``{"optimizer_variables_before_step": n, "optimizer_variables_after": m}``."""
+    given = seen.given if isinstance(seen.given, dict) else {}
+    before, after = given.get("optimizer_variables_before_step"), given.get("optimizer_variables_after")
+    return given.get("optimizer_built") is False or (before is not None and after is not None and after > before)
+
+
+CONDITIONS: dict[str, Callable[[Seen], bool]] = {f.__name__: f for f in (
+    non_finite_off_replica_0_on_another_worker, a_worker_without_rows_beside_one_with_rows,
+    optimizer_not_built_before_the_step)}
+
+# a message that any deadlock gives (a user's loop that reduces on one worker only, too): never
+# an excuse without a condition the probe confirms
+DEADLOCK = re.compile(r"timed out|DeadlineExceeded|Collective ops is aborted", re.IGNORECASE)
+
+
 MODELS: dict[str, Callable[[Seen], Any]] = {f.__name__: f for f in (
     replica_scale_rounded_to_float32, local_mean_not_scaled_by_replicas, metric_state_assigned_by_every_replica,
     metric_variables_assigned_by_every_replica,
@@ -210,6 +263,8 @@ class Signature:
     atol: float = 0.0
     type: str | None = None
     message: str | None = None
+    origin: tuple[str, ...] = ()
+    condition: str | None = None
 
     @classmethod
     def parse(cls, table: dict, where: str) -> Signature:
@@ -225,9 +280,15 @@ class Signature:
             raise ValueError(f"{where}: model {table.get('model')!r} is not one of {sorted(MODELS)}")
         if kind == "band" and not table.get("rtol", 0) and not table.get("atol", 0):
             raise ValueError(f"{where}: a band needs rtol or atol")
-        if kind == "raises" and not (table.get("type") and table.get("message")):
-            raise ValueError(f"{where}: a raises signature needs type and message")
-        return cls(**table)
+        if kind == "raises" and not (table.get("type") and table.get("message") and table.get("origin")):
+            raise ValueError(f"{where}: a raises signature needs type, message and origin (the frames it comes from)")
+        if kind == "raises" and (DEADLOCK.search(table["message"]) or DEADLOCK.search(table["type"])) \
+                and table.get("condition") not in CONDITIONS:
+            raise ValueError(f"{where}: a deadlock is no excuse on its own: name the condition that triggers it "
+                             f"(one of {sorted(CONDITIONS)})")
+        if "condition" in table and table["condition"] not in CONDITIONS:
+            raise ValueError(f"{where}: condition {table['condition']!r} is not one of {sorted(CONDITIONS)}")
+        return cls(**{**table, "origin": tuple(table.get("origin", ()))})
 
     def covers(self, what: str) -> bool:
         return glob(self.quantity).fullmatch(what) is not None
@@ -244,7 +305,8 @@ class Signature:
         """Whether the observation is what the deviation does (checked only on a mismatch)."""
         a = seen.actual
         if self.kind == "raises":
-            return isinstance(a, Raised) and a.type == self.type and re.search(self.message, a.message) is not None
+            return (isinstance(a, Raised) and a.type == self.type and re.search(self.message, a.message) is not None
+                    and self.came_from(a) and (self.condition is None or CONDITIONS[self.condition](seen)))
         if isinstance(a, Raised):
             return False
         if self.kind == "model":
@@ -256,13 +318,19 @@ class Signature:
         low, high = MODELS[self.model](seen)
         return bool(np.all((low <= np.asarray(a)) & (np.asarray(a) <= high)))
 
+    def came_from(self, raised: Raised) -> bool:
+        """Whether ``raised`` passed through a frame matching every pattern of the signature's
+        origin (``{a,b}`` in a pattern: either)."""
+        return all(any(glob(pattern).fullmatch(frame) for frame in raised.frames) for pattern in self.origin)
+
     def describe(self) -> str:
         if self.kind == "model":
             return f"model {self.model}"
         if self.kind == "band":
             return f"band rtol {self.rtol:g}, atol {self.atol:g}"
         if self.kind == "raises":
-            return f"raises {self.type} matching {self.message!r}"
+            return (f"raises {self.type} matching {self.message!r} from {' and '.join(self.origin)}"
+                    + (f" when {self.condition}" if self.condition else ""))
         return f"bounds {self.model}"
 
 

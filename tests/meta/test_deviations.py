@@ -32,8 +32,14 @@ def test_file_parses_and_every_entry_has_existing_evidence():
 
 
 def test_patterns_name_existing_test_functions():
+    """Every pattern names a test function of a module, or the check of a user's loop under
+    specs (``loop-check[SPEC]``, SPEC a spec or a glob of specs, never a bare ``*``)."""
     for d in ENTRIES:
         for pattern in d.tests:
+            if pattern.startswith("loop-check["):
+                Check(d.id).that(re.fullmatch(r"loop-check\[[{a-z_]+[^*\]]*(:[^\]]*)?\]", pattern) is not None,
+                                 "a loop-check pattern", pattern, "loop-check[KIND:...] naming its strategy kinds")
+                continue
             module, rest = pattern.split("::", 1)
             function = re.match(r"\w+", rest).group(0)
             Check(d.id).that(f"def {function}(" in (ROOT / module).read_text(), "test function of a pattern",
@@ -67,7 +73,11 @@ def test_malformed_signatures_are_one_line_errors(tmp_path):
                           ('[[deviation.signature]]\nquantity = "q"\nkind = "guess"\n', "kind 'guess'"),
                           ('[[deviation.signature]]\nquantity = "q"\nkind = "model"\nmodel = "nope"\n', "model 'nope'"),
                           ('[[deviation.signature]]\nquantity = "q"\nkind = "band"\n', "needs rtol or atol"),
-                          ('[[deviation.signature]]\nquantity = "q"\nkind = "raises"\ntype = "E"\n', "type and message")]:
+                          ('[[deviation.signature]]\nquantity = "q"\nkind = "raises"\ntype = "E"\n', "type, message and origin"),
+                          ('[[deviation.signature]]\nquantity = "q"\nkind = "raises"\ntype = "E"\nmessage = "m"\n',
+                           "type, message and origin"),
+                          ('[[deviation.signature]]\nquantity = "q"\nkind = "raises"\ntype = "DeadlineExceededError"\n'
+                           'message = "Collective has timed out"\norigin = ["op:*"]\n', "a deadlock is no excuse on its own")]:
         path = tmp_path / "d.toml"
         path.write_text(base + table)
         with pytest.raises(ValueError) as info:
@@ -116,6 +126,24 @@ MODEL_CASES = {
 }
 
 
+# the frames a user's own loop raises through (its step, TensorFlow's strategy.run and a variable's update)
+USERS_FRAMES = ("user/train.py:<module>", "tensorflow/python/distribute/distribute_lib.py:run", "user/train.py:step",
+                "tensorflow/python/distribute/ps_values.py:assign_add", "op:__inference_step_42")
+
+# per condition: given where it held, given where it did not
+CONDITION_CASES = {
+    "non_finite_off_replica_0_on_another_worker": ({"poison": [[1.0, 1.0], [1.0, float("inf")]], "workers": 2},
+                                                   {"poison": [[float("inf"), 1.0], [1.0, 1.0]], "workers": 2}),
+    "a_worker_without_rows_beside_one_with_rows": ({"worker_rows": [[2, 2], [1, 0]]}, {"worker_rows": [[2, 2], [1, 1]]}),
+    "optimizer_not_built_before_the_step": ({"optimizer_built": False}, {"optimizer_built": True}),
+}
+
+
+def _a_frame(pattern: str) -> str:
+    """A frame that ``pattern`` (an origin glob) matches: ``*`` as ``x``, ``{a,b}`` as ``a``."""
+    return re.sub(r"\{([^,}]*)[^}]*\}", r"\1", pattern).replace("*", "x")
+
+
 def _foreign(value):
     """A wrong value of the same shape that no deviation describes (the foreign_result mutant's)."""
     if isinstance(value, list):
@@ -131,11 +159,21 @@ def _signatures():
 def test_signature_explains_its_deviation_and_not_a_foreign_error(entry, signature):
     check = Check(entry.id, case={"signature": signature.describe()})
     if signature.kind == "raises":
-        predicted = Raised(signature.type, f"... {signature.message} ...".replace("\\", ""), "step")
-        seen = lambda outcome: Seen("q", outcome, None, lambda a, b: a == b, parse_spec("mirrored:2"))  # noqa: E731
+        message = f"... {signature.message} ...".replace("\\", "")
+        origin = tuple(_a_frame(pattern) for pattern in signature.origin)
+        predicted = Raised(signature.type, message, "step", USERS_FRAMES + origin)
+        held, not_held = CONDITION_CASES.get(signature.condition, (None, None))
+        seen = lambda outcome, given=held: Seen("q", outcome, None, lambda a, b: a == b,  # noqa: E731
+                                                parse_spec("mirrored:2"), given)
         check.equal(signature.explains(seen(predicted)), True, "the predicted exception explained")
-        for foreign in (Raised("ForeignError", predicted.message, "step"), Raised(signature.type, "other", "step"), 1.0):
+        for foreign in (Raised("ForeignError", message, "step", predicted.frames),
+                        Raised(signature.type, "other", "step", predicted.frames),
+                        # the same exception and message raised from a user's own code: not the deviation
+                        Raised(signature.type, message, "step", USERS_FRAMES), 1.0):
             check.equal(signature.explains(seen(foreign)), False, f"a foreign outcome {foreign!r} explained")
+        if signature.condition:  # a deadlock, or a raise, where the probe did not confirm its condition
+            check.equal(signature.explains(seen(predicted, not_held)), False,
+                        f"the predicted exception where {signature.condition} did not hold")
         return
     if signature.kind == "band":
         expected = np.array([0.3, 2.0, 7.1])

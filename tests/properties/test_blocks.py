@@ -362,7 +362,7 @@ def _check_scaled_training(check, engines, spec, policy, scale, params, steps, p
                            growth_steps=MP_GROWTH, **probe_args)
     for w, r in enumerate(results):
         who = f" (worker {w})" if len(results) > 1 else ""
-        if not check.returned(r, f"{loop}{who}"):
+        if not check.returned(r, f"{loop}{who}", given={"poison": poison[:len(steps)], "workers": spec.workers}):
             continue  # a known deviation raised, as its signature predicts
         for s, (got, exp, alt) in enumerate(zip(r.steps, want, replica0)):
             check.equal(got.scale, exp["scale"], f"loss scale after step {s + 1}{who}",

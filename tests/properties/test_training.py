@@ -112,7 +112,8 @@ def test_optimizer_variables_created_lazily_in_a_distributed_step(engines, spec,
     check = Check(spec, case={"optimizer": name})
     for w, r in enumerate(engines.call(spec, "training.lazy_optimizer", name=name)):
         who = f"{name} (worker {w})"
-        if not check.returned(r, f"{who}: two distributed steps"):
+        # the probe never builds the optimizer before its first step (the condition of a deviation that raises)
+        if not check.returned(r, f"{who}: two distributed steps", given={"optimizer_built": False}):
             continue  # a known deviation raised, as its signature predicts
         check.equal(r.disagreeing, [], f"{who}: variables whose replica copies differ",
                     given={"variables": r.names})
@@ -151,10 +152,14 @@ def test_short_last_batch_training_matches_the_reference_split(engines, spec, de
              for s in split] * epochs
     history = ref_model.train(arch, params, "sgd", steps, g if denominator == "constant" else "default")
     assume(cases.well_conditioned(history, dtype, False))
+    # rows per worker at each step: a step that leaves one worker none (a deadlock's condition on TF 2.13)
+    check_given = {"worker_rows": [[sum(len(p) for p in ref.local_results(list(s), w, spec.workers))
+                                    for w in range(spec.workers)] for s in split]}
     results = engines.call(spec, "training.train_dataset", arch=arch_dict(arch), optimizer="sgd", dtype=dtype,
                            params=params, x=x, y=y, global_batch=g, epochs=epochs, denominator=denominator)
     per_epoch = len(split)
     check = Check(spec, dtype, {"G": g, "length": length, "denominator": denominator})
+    check.given_for("probe training.train_dataset", check_given)
     for w, r in enumerate(results):
         for e, epoch in enumerate(r.epochs):
             want_sizes = [ref.local_results([len(p) for p in s], w, len(results)) for s in split]

@@ -55,7 +55,7 @@ def _foreign(x):
     renamed: a wrong value that no known deviation's signature describes
     (tests/meta/test_deviations.py)."""
     if isinstance(x, Raised):
-        return Raised("ForeignError", x.message, x.where)
+        return dataclasses.replace(x, type="ForeignError")
     if dataclasses.is_dataclass(x) and not isinstance(x, type):
         return type(x)(**{f.name: _foreign(getattr(x, f.name)) for f in dataclasses.fields(x)})
     if isinstance(x, dict):

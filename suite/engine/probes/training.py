@@ -140,14 +140,15 @@ def train_dataset(ctx, arch, optimizer, dtype, params, x, y, global_batch, epoch
         # every new split would retrace (the guide's step does); reduce_retracing generalises the
         # shapes after the first traces (static shapes, empty replicas included), as
         # element_spec would
+        # named for the deviations' origin: a graph error names the function it ran in ([Op:__inference_NAME_N])
         @tf.function(reduce_retracing=True)
-        def step(batch, g):
+        def train_dataset_step(batch, g):
             counted(ctx, "training.train_dataset")
             # G is a tensor argument (one trace for every G), as the guide's constant would be
             return strategy.run(lambda xs, ys: (train_step(xs, ys, g if constant else None), tf.shape(xs)[0]),
                                 args=batch)[1]
 
-        return model, opt, optimizer_state(opt), step
+        return model, opt, optimizer_state(opt), train_dataset_step
 
     model, opt, initial, step = ctx.cached(("train_dataset", arch_key(arch), optimizer, dtype, constant), build)
     load(model, params, dtype, opt, initial)
