@@ -25,7 +25,8 @@ import re
 import numpy as np
 
 from suite.common.results import Raised
-from suite.harness import deviations, signatures
+from suite.harness import deviations
+from suite.harness.signatures import Seen
 
 RTOL = 1e-4
 ATOL = 1e-7
@@ -80,9 +81,9 @@ CAUSES = {
         "batch's mean and variance, as one device does"),
     "identical_dropout_masks": Cause(
         "identical dropout masks across replicas",
-        "give each replica its own random stream (Keras 2 Dropout does; Keras 3's shares its seed state across "
-        "replicas: known deviation keras3-dropout-mask-shared-by-replicas); for a layer of your own, draw from "
-        "a tf.random.Generator created in the scope or fold the replica id into a stateless seed"),
+        "give each replica its own random stream: for a layer of your own, draw from a tf.random.Generator "
+        "created in the scope, or fold the replica id (tf.distribute.get_replica_context().replica_id_in_sync_group) "
+        "into a stateless seed"),
     "per_replica_batch_size": Cause(
         "dataset batched with the per-replica size",
         "batch the dataset given to experimental_distribute_dataset with the global batch size (per-replica "
@@ -95,11 +96,35 @@ CAUSES = {
         "strategy.reduce MEAN where SUM was meant",
         "report the step's loss with strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica_loss, axis=None): "
         "each replica's loss is already its share of the global mean"),
+    "gradients_aggregated_by_hand": Cause(
+        "gradients aggregated by hand before apply_gradients",
+        "pass each replica's own gradients to optimizer.apply_gradients: it sums them over the replicas itself; "
+        "remove the replica_context.all_reduce(SUM, gradients) (or strategy.reduce) before it"),
+    "optimizer_scaled_by_replicas": Cause(
+        "optimizer hyper-parameters scaled by the replica count",
+        "keep one device's learning rate (and other step sizes): the loss is already the global batch's mean, so "
+        "the gradients apply_gradients sums are one device's; do not multiply the learning rate by "
+        "strategy.num_replicas_in_sync"),
+    "input_not_sharded_per_worker": Cause(
+        "input not sharded per worker",
+        "give each worker its own examples: in the dataset function of distribute_datasets_from_function, "
+        "ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id) before batching; with "
+        "experimental_distribute_dataset, leave auto-sharding on (not AutoShardPolicy.OFF)"),
     "replicas_disagree": Cause(
         "variables that differ between replicas",
         "update a variable from every replica with the same value: create it in the scope with its default "
         "synchronization, and change it through the optimizer or with an all-reduced value, not from each "
         "replica's own data"),
+}
+
+
+# What a spec's verdict says, and what the user does about it (docs/check.md):
+STATUSES = {
+    "PASS": "the spec trains what one device trains",
+    "FAIL": "the loop is wrong here (or something no known deviation explains): cause, evidence, fix",
+    "DEVIATION": "the loop is right; TensorFlow/Keras computes something else, as a known deviation predicts",
+    "BLOCKED": "the loop is right but cannot train on this spec with these versions: a known deviation raises",
+    "ERROR": "the suite could not run the spec (the engine failed or timed out)",
 }
 
 
@@ -136,7 +161,7 @@ class Diagnosis:
 class Verdict:
     spec: str
     replicas: int
-    status: str  # PASS | FAIL | ERROR
+    status: str  # STATUSES
     steps: int = 0  # steps compared
     agreed: int = 0  # steps that agreed before the first divergence
     worst: float = 0.0  # largest relative difference seen in agreeing steps
@@ -145,7 +170,12 @@ class Verdict:
     mismatches: list = dataclasses.field(default_factory=list)  # at the first diverging step
     diagnoses: list = dataclasses.field(default_factory=list)
     error: str | None = None
-    deviation: list | None = None  # [deviation id, evidence] when a known deviation explains every difference
+    deviations: list = dataclasses.field(default_factory=list)  # [[deviation id, evidence]] of what they explained
+
+    @property
+    def deviation(self) -> list | None:
+        """The first known deviation the verdict names, ``[id, evidence]``, or None."""
+        return self.deviations[0] if self.deviations else None
 
     @property
     def first_step(self) -> int | None:
@@ -156,7 +186,7 @@ class Verdict:
                 "agreed_steps": self.agreed, "worst_relative_difference": self.worst, "seconds": round(self.seconds, 2),
                 "engine_start_seconds": round(self.start_seconds, 2),
                 "first_diverging_step": self.first_step, "error": self.error,
-                "known_deviation": self.deviation,
+                "known_deviations": [{"id": i, "evidence": e} for i, e in self.deviations],
                 "mismatches": [dataclasses.asdict(m) for m in self.mismatches],
                 "diagnoses": [{"cause": d.cause, "title": d.title, "evidence": d.evidence, "fix": d.fix}
                               for d in self.diagnoses]}
@@ -206,7 +236,7 @@ def stitch(runs: list):
             gradients=grads))
     raised = next((r.raised for r in runs if r.raised is not None), None)
     masks = None if first.masks is None else [m for r in runs for m in (r.masks or [])]
-    return dataclasses.replace(first, steps=steps, raised=raised, masks=masks,
+    return dataclasses.replace(first, steps=steps, raised=raised, masks=masks, facts={**first.facts, "workers": len(runs)},
                                local_replica_ids=[i for r in runs for i in r.local_replica_ids])
 
 
@@ -263,20 +293,31 @@ def _array(step, quantity, got, expected, base, rtol, atol):
     return ok, rel, Mismatch(step, quantity, shown_got, shown_exp, rel, ratio)
 
 
-def compare(ref, dist, rtol: float = RTOL, atol: float = ATOL, metrics: bool = True, predicted=None,
+def compare(ref, dist, rtol: float = RTOL, atol: float = ATOL, metrics: bool = True, judge=None,
             explained: list | None = None):
     """(agreeing steps, worst relative difference while agreeing, mismatches of the first
     diverging step); compares as many steps as both ran (``metrics=False``: not the metrics).
-    ``predicted``: ``{metric: [value per step]}`` a known deviation predicts; a metric equal to
-    its prediction is no mismatch, and is listed in ``explained``."""
+    ``judge(quantity, got, expected, given, same)``: the known deviation that explains a
+    difference (``Judge``), or None; an explained difference is no mismatch, and is listed in
+    ``explained`` as ``(entry id, line)``."""
     worst = 0.0
     zero_opt = [np.zeros_like(np.asarray(v[0], np.float64)) for v in (ref.steps[0].optimizer if ref.steps else [])]
+    increments = _metric_increments(ref)
     for k, (r, d) in enumerate(zip(ref.steps, dist.steps), 1):
         found, rels = [], []
 
-        def take(result, found=found, rels=rels):
+        def take(result, given=None, found=found, rels=rels, k=k):
             ok, rel, mismatch = result
-            (rels if ok else found).append(rel if ok else mismatch)
+            if ok:
+                rels.append(rel)
+                return
+            entry = judge(f"{_asked(mismatch.quantity)} after step {k}", mismatch.got, mismatch.expected, given,
+                          _same(rtol, atol)) if judge is not None else None
+            if entry is None:
+                found.append(mismatch)
+            elif explained is not None:
+                explained.append((entry.id, f"{mismatch.quantity} after step {k}: got {_num(mismatch.got)}, one "
+                                            f"device {_num(mismatch.expected)}, as known deviation {entry.id} predicts"))
 
         take(_scalar(k, "loss", d.loss, r.loss, rtol, atol))
         for name, init, rv, dv in zip(ref.names, ref.initial, r.variables, d.variables):
@@ -288,24 +329,55 @@ def compare(ref, dist, rtol: float = RTOL, atol: float = ATOL, metrics: bool = T
             for rep, copy in enumerate(dv):
                 take(_array(k, f"optimizer {name} (replica {rep})", copy, rv[0], base, rtol, atol))
         for name, value in (r.metrics if metrics else {}).items():
-            got = d.metrics.get(name, math.nan)
-            ok, rel, m = _scalar(k, f"metric {name}", got, value, rtol, atol)
-            guess = (predicted or {}).get(name, [])
-            if not ok and k <= len(guess) and abs(got - guess[k - 1]) <= 1e-5 * abs(guess[k - 1]) + atol:
-                if explained is not None:
-                    explained.append(f"{name} after step {k}: got {got:.7g}, one device {value:.7g}, the deviation "
-                                     f"predicts {guess[k - 1]:.7g}")
-                continue
-            take((ok, rel, m))
+            mean = sorted(ref.facts.get("metric_states", {}).get(name, ())) == ["count", "total"]
+            given = {"kind": "mean", "increments": increments[name][:k]} if mean else None
+            take(_scalar(k, f"metric {name}", d.metrics.get(name, math.nan), value, rtol, atol), given)
         for name, init, dv in zip(ref.names, ref.initial, d.variables):
             for rep, copy in enumerate(dv[1:], 1):  # the replicas against each other
                 ok, rel, m = _array(k, f"{name}: replica {rep} against replica 0", copy, dv[0], init, rtol, atol)
                 if not ok:
-                    found.append(dataclasses.replace(m, quantity=f"{name}: replica {rep} against replica 0"))
+                    take((ok, rel, m))
         if found:
             return k - 1, worst, found
         worst = max([worst] + [x for x in rels if math.isfinite(x)])
     return min(len(ref.steps), len(dist.steps)), worst, []
+
+
+def _asked(quantity: str) -> str:
+    """A mismatch's quantity as the deviations ledger names it: ``loss``, ``variable NAME
+    (replica R)``, ``optimizer variable NAME (replica R)``, ``metric NAME``, ``variable NAME:
+    replica R against replica 0`` (then `` after step K``)."""
+    if quantity.startswith(("loss", "metric ")):
+        return quantity
+    if quantity.startswith("optimizer "):
+        return "optimizer variable " + quantity[len("optimizer "):]
+    return "variable " + quantity
+
+
+def _same(rtol: float, atol: float):
+    """The comparison's own equality, for a deviation's predicted value."""
+    def same(a, b):
+        try:
+            a, b = float(a), float(b)
+        except (TypeError, ValueError):
+            return a == b
+        return abs(a - b) <= rtol * abs(b) + atol
+    return same
+
+
+def _metric_increments(ref) -> dict:
+    """Each metric's per-step increments of a (total, count) state on one device: count, the
+    step's examples; total, result x count, less what came before."""
+    out = {}
+    for name in (ref.steps[0].metrics if ref.steps else {}):
+        total = count = 0.0
+        out[name] = []
+        for r in ref.steps:
+            new_count = count + sum(r.rows)
+            new_total = r.metrics[name] * new_count
+            out[name].append((new_total - total, new_count - count))
+            total, count = new_total, new_count
+    return out
 
 
 # -- the diagnosis -----------------------------------------------------------------------------
@@ -327,6 +399,35 @@ def _grad_evidence(r, d):
         return None
     norms = [math.sqrt(sum(_norm(g) ** 2 for g in rep)) for rep in d.gradients]
     return dot / nr ** 2, dot / (nr * ns), norms, nr
+
+
+def _replica_grad_evidence(r, d):
+    """(every replica's gradients equal one device's summed-batch gradients, the replicas'
+    gradients equal each other's, their global norms equal), each within 1e-3 relative."""
+    ref = [np.asarray(g, np.float64) for g in r.gradients[0]]
+    reps = [[np.asarray(g, np.float64) for g in rep] for rep in d.gradients]
+
+    def close(a, b):
+        scale = math.sqrt(sum(_norm(x) ** 2 for x in b)) or 1.0
+        return math.sqrt(sum(_norm(x - y) ** 2 for x, y in zip(a, b))) <= 1e-3 * scale
+
+    norms = [math.sqrt(sum(_norm(g) ** 2 for g in rep)) for rep in reps]
+    return (all(close(rep, ref) for rep in reps), all(close(rep, reps[0]) for rep in reps[1:]),
+            max(norms) - min(norms) <= 1e-3 * max(norms))
+
+
+def _same_batches_on_every_worker(d, workers: int) -> bool:
+    """Whether each worker's replicas returned exactly worker 0's losses and gradients (the same
+    examples: distinct examples give the same float only by chance)."""
+    per = len(d.replica_losses) // workers
+    if per < 1 or len(set(d.replica_losses[:per])) == 0:
+        return False
+    first = d.replica_losses[:per]
+    same_losses = all(d.replica_losses[w * per:(w + 1) * per] == first for w in range(1, workers))
+    if not same_losses or d.gradients is None:
+        return same_losses and d.gradients is None and len(set(d.rows)) == 1
+    return all(all(np.array_equal(a, b) for a, b in zip(d.gradients[w * per + i], d.gradients[i]))
+               for w in range(1, workers) for i in range(per))
 
 
 LOSS_REDUCTIONS_THAT_AVERAGE = ("sum_over_batch_size", "auto", "Reduction.AUTO", "Reduction.SUM_OVER_BATCH_SIZE")
@@ -401,26 +502,47 @@ def diagnose(ref, dist, mismatches: list, global_batch: int) -> list[Diagnosis]:
         ratio, cosine, norms, ref_norm = grads
         evidence.append(f"the gradients they handed to apply_gradients sum to {ratio:.4g} x one device's "
                         f"(cosine {cosine:.6f})")
-    times_n = _is(data_ratio, n) or (_is(ratio, n) and cosine > 0.99)
-    over_n = _is(data_ratio, 1 / n) or (_is(ratio, 1 / n) and cosine > 0.99)
-    if n > 1 and times_n:
+    # each cause is named only when every observation it predicts holds: the returned losses'
+    # ratio, the summed gradients' ratio, and how each replica's gradients relate to one device's
+    # and to each other's (unknown gradients contradict nothing, but predict nothing either)
+    each = _replica_grad_evidence(r, d) if grads is not None else None
+    grads_agree = grads is None or (_is(ratio, 1.0) and cosine > 0.99)
+    if n > 1 and _is(data_ratio, n) and (grads is None or (_is(ratio, n) and cosine > 0.99)):
         if facts.get("user_step") and reduction in LOSS_REDUCTIONS_THAT_AVERAGE:
             add("keras_loss_reduction", *evidence, f"{n} is the replica count, and the loss object's reduction is "
                                                    f"{reduction!r}, which averages over each replica's own batch")
         else:
             add("loss_averaged_per_replica", *evidence, f"{n} is the replica count: each replica divided by its "
                                                         "own batch, not the global one")
-    elif n > 1 and over_n:
+    elif n > 1 and _is(data_ratio, 1 / n) and (grads is None or (_is(ratio, 1 / n) and cosine > 0.99)):
         add("loss_divided_twice", *evidence, f"1/{n} is one over the replica count: the loss was divided by it once "
                                              "too often")
-    if grads is not None:
-        spread = max(norms) - min(norms)
-        if (n > 1 and not _is(ratio, 1.0) and min(norms) > 0 and spread <= 1e-3 * max(norms)
-                and abs(ref_norm - norms[0]) <= 1e-3 * ref_norm):
+    if each is not None and n > 1 and _is(data_ratio, 1.0):
+        equal_to_summed, equal_to_each_other, norms_equal = each
+        if equal_to_summed and _is(ratio, n) and cosine > 0.99:
+            add("gradients_aggregated_by_hand", *evidence,
+                f"every replica handed apply_gradients the gradients of the whole global batch (each equals one "
+                f"device's), so apply_gradients' own sum over the {n} replicas counted them {n} times")
+        elif (not equal_to_each_other and norms_equal and not _is(ratio, 1.0) and min(norms) > 0
+              and abs(ref_norm - norms[0]) <= 1e-3 * ref_norm):
             add("clipped_before_aggregation",
-                f"every replica handed apply_gradients gradients of global norm {norms[0]:.6g} (the same on all "
-                f"{n}), and one device's norm is {ref_norm:.6g} too: a clip bound each replica's gradients before "
-                f"apply_gradients summed them; their sum is {ratio:.4g} x one device's")
+                f"every replica handed apply_gradients gradients of its own direction but of the same global norm "
+                f"{norms[0]:.6g} (on all {n}), and one device's norm is {ref_norm:.6g} too: a clip bound each "
+                f"replica's gradients before apply_gradients summed them; their sum is {ratio:.4g} x one device's")
+    if n > 1 and _is(data_ratio, 1.0) and grads is not None and grads_agree:
+        moved = [m for m in mismatches if m.ratio is not None and math.isfinite(m.ratio)
+                 and not m.quantity.startswith(("optimizer ", "metric ", "loss")) and "against replica" not in m.quantity]
+        hyper = [m for m in mismatches if m.quantity.startswith("optimizer ") and k == 1 and _is(m.ratio, n)]
+        if moved and all(_is(m.ratio, n) for m in moved):
+            add("optimizer_scaled_by_replicas", *evidence,
+                f"yet every variable moved {moved[0].ratio:.4g} x one device's update ({n}, the replica count): the "
+                "optimizer turned the same gradients into a larger step"
+                + (f"; {hyper[0].quantity} is {hyper[0].ratio:.4g} x one device's from the first step" if hyper else ""))
+    workers = facts.get("workers", 1)
+    if workers > 1 and _same_batches_on_every_worker(d, workers):
+        add("input_not_sharded_per_worker",
+            f"the replicas of all {workers} workers returned the same losses {d.replica_losses} and handed "
+            "apply_gradients the same gradients, bit for bit, as worker 0's: every worker read the same examples")
     if facts.get("regularized") and reg and n > 1 and loss_ratio is not None:
         extra = d.loss - r.loss
         if abs(extra - (n - 1) * reg) <= RATIO_SLACK * (n - 1) * reg:
@@ -432,10 +554,13 @@ def diagnose(ref, dist, mismatches: list, global_batch: int) -> list[Diagnosis]:
                                        f"replicas' own losses sum to {returned_ratio:.4g} x it; the loop reduces with "
                                        f"{facts.get('loss_reduction')}")
     unsynced = [name for name, synced in facts.get("batch_norm", []) if not synced]
-    if unsynced and n > 1:
+    # named only where the divergence shows in those layers' statistics (not for the layer's presence)
+    statistics = [m for m in mismatches if any(f"{name}/moving_" in m.quantity for name in unsynced)]
+    if unsynced and n > 1 and statistics and not out:
         add("per_replica_batch_norm", f"BatchNormalization layers {', '.join(unsynced)} are not synchronized: each "
                                       f"of the {n} replicas normalizes with its own batch's statistics, one device "
-                                      "with the global batch's")
+                                      f"with the global batch's; their statistics diverged ({statistics[0].quantity}: "
+                                      f"relative difference {statistics[0].relative:.3g})")
     if rows_ref < global_batch and len(set(d.rows)) > 1 and not out:
         agreed = f"steps 1-{k - 1} agreed; " if k > 1 else ""
         short = (f"{agreed}step {k} is a short batch of {rows_ref} examples (global batch {global_batch}), split "
@@ -454,122 +579,86 @@ def diagnose(ref, dist, mismatches: list, global_batch: int) -> list[Diagnosis]:
     return out
 
 
+SCOPE = "loop-check[{spec}]"  # what an entry's ``tests`` name to cover the check of a user's loop under a spec
+STEP = "the step"  # the quantity of a step that raised
+RANDOM_LAYERS_RAISED = "the model's random layers in training mode"  # they raised before training
+SHARED_DRAWS = "whether each replica's first draw equals replica 0's"  # as the random-draws property names it
+
+
+def ledger(spec, versions: dict) -> deviations.Ledger:
+    """The known deviations in scope of the check of a loop under ``spec``: the entries that apply
+    to the engine's versions and whose ``tests`` name ``loop-check[SPEC]``."""
+    scope = SCOPE.format(spec=spec.text)
+    return deviations.Ledger(tuple(d for d in deviations.load() if d.matches(scope) and d.applies_to(
+        versions.get("tensorflow"), versions.get("keras"))))
+
+
 def verdict(spec: str, ref, runs: list, global_batch: int, rtol: float = RTOL, atol: float = ATOL,
             seconds: float = 0.0, spec_obj=None, versions: dict | None = None) -> Verdict:
-    """Compare a spec's run with the reference and diagnose its first divergence; a divergence
-    that a known deviation of the installed TensorFlow/Keras explains, value for value, is the
-    verdict DEVIATION (the loop is right, TensorFlow is not)."""
+    """Compare a spec's run with the reference and diagnose its first divergence. A difference,
+    a step that raised or replicas' random draws are excused only where a known deviation in
+    scope (``ledger``) explains that observation, as it does for the properties:
+
+    PASS every step agrees; FAIL something differs (or raised) that no deviation explains: the
+    loop's, with a cause where one fits; DEVIATION every difference is a known deviation's
+    prediction (the loop is right); BLOCKED the step raised as a known deviation of
+    TensorFlow/Keras raises from its origin (the loop is right but cannot train here)."""
     dist = stitch(runs)
-    known = deviation_metrics(ref, spec_obj, versions or {})
+    led = ledger(spec_obj, versions or {}) if spec_obj is not None else deviations.Ledger(())
+
+    def judge(what, got, expected, given, same):
+        return led.judge(Seen(what, got, expected, same, spec_obj, given))
+
     explained: list = []
-    agreed, worst, mismatches = compare(ref, dist, rtol, atol, predicted=known[1] if known else None,
-                                        explained=explained)
+    agreed, worst, mismatches = compare(ref, dist, rtol, atol, judge=judge, explained=explained)
     v = Verdict(spec, dist.replicas, "PASS", steps=min(len(ref.steps), len(dist.steps)), agreed=agreed, worst=worst,
                 seconds=seconds, mismatches=mismatches)
-    if dist.raised is not None:
-        v.status = "FAIL"
-        v.error = f"{dist.raised.where} raised {dist.raised.type}: {short_error(dist.raised.message, 300)}"
-    if mismatches:
-        v.status = "FAIL"
-    v.diagnoses = diagnose(ref, dist, mismatches, global_batch)
-    shared = shared_masks_deviation(dist, spec_obj, versions or {}) if [d.cause for d in v.diagnoses] == [
-        "identical_dropout_masks"] else None
-    if shared is not None:  # Keras' own Dropout drawing one mask for several replicas: TensorFlow's, not the loop's
-        v.status, v.diagnoses = ("DEVIATION" if not mismatches and dist.raised is None else v.status), []
-        v.deviation = [shared.id, "the model's random layers (" + ", ".join(dist.facts["random_layers"]) + ") are "
-                       "Keras' own and gave every replica the same training-mode output for the same input. "
-                       + _summary(shared)]
-        if v.status == "DEVIATION":
-            return v
-    if dist.facts.get("masks_raised"):  # a random layer in training mode raised: the loop cannot run here
-        kind, message = dist.facts["masks_raised"]
-        raised = Raised(kind, message, "the model's random layers in training mode")
-        v.error = f"{raised.where} raised {kind}: {short_error(message, 300)}"
-        entry = deviation_raised(raised, spec_obj, versions or {})
-        v.status = "DEVIATION" if entry is not None and not v.diagnoses else "FAIL"
+    shared = _shared_draws(dist)
+    masks_explained = False
+    if shared is not None and any(shared):
+        keras_own = bool(dist.facts.get("random_layers_keras"))
+        per = dist.replicas // max(1, len(runs))
+        seen = Seen(SHARED_DRAWS, shared, [False] * len(shared), lambda a, b: list(a) == list(b), spec_obj,
+                    {"alternative": [True] * len(shared), "per_worker": [r % per == 0 for r in range(1, dist.replicas)]}
+                    if keras_own else None)  # only Keras' own random layers are what an entry describes
+        entry = led.judge(seen)
         if entry is not None:
-            v.deviation = [entry.id, f"{v.error}. " + _summary(entry)]
+            masks_explained = True
+            explained.append((entry.id, f"the model's random layers ({', '.join(dist.facts['random_layers'])}) are "
+                                        f"Keras' own and drew for replicas 1-{len(shared)} what replica 0 drew "
+                                        f"({shared}), as known deviation {entry.id} predicts"))
+    raised = dist.raised
+    if dist.facts.get("masks_raised"):  # a random layer in training mode raised before training
+        kind, message, *frames = dist.facts["masks_raised"]
+        raised = Raised(kind, message, RANDOM_LAYERS_RAISED, tuple(frames[0]) if frames else ())
+    v.diagnoses = [d for d in diagnose(ref, dist, mismatches, global_batch)
+                   if not (masks_explained and d.cause == "identical_dropout_masks")]
+    v.deviations = [[i, line] for i, line in explained]
+    if raised is not None:
+        v.error = f"{raised.where} raised {raised.type}: {short_error(raised.message, 300)}"
+        what = RANDOM_LAYERS_RAISED if raised.where == RANDOM_LAYERS_RAISED else STEP
+        # a deviation's condition reads what the engine saw of the workload (an optimizer built in the step)
+        entry = led.judge(Seen(what, raised, None, lambda a, b: a == b, spec_obj, dist.facts), raised=True)
+        if entry is not None:
+            v.deviations.insert(0, [entry.id, f"{v.error}. " + _summary(entry)])
+        v.status = "BLOCKED" if entry is not None and not v.diagnoses else "FAIL"
         return v
-    entry = deviation_raised(dist.raised, spec_obj, versions or {}) if dist.raised is not None else None
-    if entry is not None and not v.diagnoses:
-        v.status = "DEVIATION"  # TensorFlow/Keras refuses a correct loop under this spec
-        v.deviation = [entry.id, f"{v.error}. " + _summary(entry)]
-        return v
-    if explained and known:
-        v.deviation = [known[0].id, "; ".join(explained[:3]) + ". " + _summary(known[0])]
-        if v.status == "PASS" and not v.diagnoses:
-            v.status = "DEVIATION"  # the loop is right; TensorFlow/Keras is not
-    if v.diagnoses and v.status == "PASS":  # evidence with no divergence (identical dropout masks)
+    if mismatches or v.diagnoses:
         v.status = "FAIL"
-    if len(dist.steps) < len(ref.steps) and dist.raised is None and not mismatches:
+    elif v.deviations:
+        v.status = "DEVIATION"  # the loop is right; TensorFlow/Keras is not
+    if len(dist.steps) < len(ref.steps) and not mismatches:
         v.status = "FAIL"
         v.error = f"ran {len(dist.steps)} steps, one device {len(ref.steps)}: the strategy delivered fewer batches"
     return v
 
 
-# -- known deviations of TensorFlow/Keras that a correct loop meets --------------------------
-CENTRAL_STORAGE_METRICS = "keras3-central-storage-metric-accumulation"
-
-
-def deviation_metrics(ref, spec, versions: dict):
-    """``(entry, {metric: [predicted result per step]})`` when an entry of known_deviations.toml
-    that applies to the engine's versions predicts the metrics under ``spec``; else None.
-
-    keras3-central-storage-metric-accumulation: under CentralStorage every metric update makes
-    the state ``replicas x old + increment``. For a metric whose state is (total, count of
-    examples), the reference gives each step's increments (count: the step's examples; total:
-    result x count), so the wrong result is predicted exactly."""
-    if spec is None or spec.strategy != "central_storage" or not ref.steps or not ref.steps[0].metrics:
+def _shared_draws(dist) -> list | None:
+    """Whether each replica's training-mode output for the same input equalled replica 0's
+    (the same random draws), or None without random layers or several replicas."""
+    if not dist.masks or len(dist.masks) < 2 or not dist.facts.get("random_layers"):
         return None
-    entry = next((d for d in deviations.load() if d.id == CENTRAL_STORAGE_METRICS), None)
-    if entry is None or not entry.applies_to(versions.get("tensorflow"), versions.get("keras")):
-        return None
-    predicted = {}
-    for name in ref.steps[0].metrics:
-        increments, total, count, values = [], 0.0, 0, []
-        for r in ref.steps:
-            new_count = count + sum(r.rows)
-            new_total = r.metrics[name] * new_count
-            increments.append((new_total - total, new_count - count))
-            total, count = new_total, new_count
-            t, c = signatures._assigned_by_every_replica([0.0, 0.0], increments, [spec] * len(increments))
-            values.append(t / c if c else 0.0)
-        predicted[name] = values
-    return entry, predicted
-
-
-RANDOM_DRAWS_TEST = "tests/properties/test_blocks.py::test_seeded_random_draws_repeat_and_replicas_draw_their_own"
-SHARED_MASKS = ("keras3-dropout-mask-shared-by-replicas", "keras2-dropout-mask-shared-across-workers")
-
-
-def shared_masks_deviation(dist, spec, versions: dict):
-    """The entry of known_deviations.toml that makes Keras' own Dropout draw one mask for several
-    replicas under ``spec`` (its random-draws property with Dropout, for the engine's versions),
-    when every random layer of the model is Keras' own; else None."""
-    if spec is None or not dist.facts.get("random_layers_keras"):
-        return None
-    test = f"{RANDOM_DRAWS_TEST}[{spec.text}-dropout]"
-    for entry in deviations.load():
-        if entry.id in SHARED_MASKS and entry.applies_to(versions.get("tensorflow"), versions.get("keras")) \
-                and entry.matches(test):
-            return entry
-    return None
-
-
-def deviation_raised(raised, spec, versions: dict):
-    """The entry of known_deviations.toml that applies to the engine's versions, covers tests under
-    the spec's strategy and has a ``raises`` signature matching what the step raised; else None."""
-    if spec is None:
-        return None
-    for entry in deviations.load():
-        if not entry.applies_to(versions.get("tensorflow"), versions.get("keras")):
-            continue
-        if not any(f"[{spec.strategy}:" in t or f"[{spec.text}" in t or "[*" in t for t in entry.tests):
-            continue
-        for sig in entry.signatures:
-            if sig.kind == "raises" and sig.type == raised.type and re.search(sig.message, raised.message):
-                return entry
-    return None
+    return [bool(np.array_equal(m, dist.masks[0])) for m in dist.masks[1:]]
 
 
 # -- rendering ---------------------------------------------------------------------------------
@@ -580,9 +669,11 @@ def table(verdicts: list[Verdict]) -> str:
         first = "" if v.first_step is None else f"step {v.first_step}"
         if v.status == "ERROR":
             first = "error"
+        elif v.error and not first:
+            first = "raised"
         cause = v.diagnoses[0].title if v.diagnoses else ("" if v.status == "PASS" else "no catalogued cause")
-        if v.deviation and not v.diagnoses:
-            cause = f"known deviation {v.deviation[0]}"
+        if v.status in ("DEVIATION", "BLOCKED"):
+            cause = "known deviation " + ", ".join(dict.fromkeys(i for i, _ in v.deviations))
         rows.append((v.spec, str(v.replicas), v.status, f"{v.agreed}/{v.steps}",
                      f"{v.worst:.2g}" if v.agreed else "–", first, cause,
                      f"{v.seconds:.1f} s", f"{v.start_seconds:.1f} s"))
@@ -592,12 +683,16 @@ def table(verdicts: list[Verdict]) -> str:
 
 
 def details(v: Verdict, limit: int = 6) -> str:
-    """What a user reads for a failing spec: where it diverged, got vs expected, the diagnosis."""
+    """What a user reads for a spec that did not pass: where it diverged, got vs expected, the
+    diagnosis, or the known deviation and its evidence."""
     if v.status == "PASS":
         return ""
-    if v.status == "DEVIATION":
-        return (f"{v.spec}: DEVIATION: TensorFlow/Keras, not the loop: known deviation {v.deviation[0]}\n"
-                f"  evidence: {v.deviation[1]}")
+    if v.status in ("DEVIATION", "BLOCKED"):
+        head = ("DEVIATION: the loop is right; TensorFlow/Keras computes something else" if v.status == "DEVIATION"
+                else "BLOCKED: the loop is right but cannot train on this spec with these versions")
+        out = [f"{v.spec}: {head}"]
+        out.extend(f"  known deviation {i}: {e}" for i, e in v.deviations[:limit])
+        return "\n".join(out)
     out = [f"{v.spec}: {v.status}" + (f", first divergence at step {v.first_step}" if v.first_step else "")]
     if v.error:
         out.append(f"  {v.error}")
@@ -605,13 +700,12 @@ def details(v: Verdict, limit: int = 6) -> str:
         out.append(f"  {m.line()}")
     if len(v.mismatches) > limit:
         out.append(f"  ... and {len(v.mismatches) - limit} more differences at that step")
-    if not v.diagnoses:
-        out.append("  diagnosis: no catalogued cause matches the evidence (see docs/check.md for the catalogue)")
+    if v.status == "FAIL" and not v.diagnoses:
+        out.append("  diagnosis: no catalogued cause fits the evidence (see docs/check.md for the catalogue)")
     for d in v.diagnoses:
         out.append(f"  diagnosis: {d.title}")
         out.extend(f"    evidence: {e}" for e in d.evidence)
         out.append(f"    fix: {d.fix}")
-    if v.deviation:
-        out.append(f"  known deviation {v.deviation[0]} (TensorFlow/Keras, not the loop) explains other differences: "
-                   f"{v.deviation[1]}")
+    for i, e in v.deviations[:limit]:
+        out.append(f"  known deviation {i} (TensorFlow/Keras, not the loop) explains other differences: {e}")
     return "\n".join(out)

@@ -7,9 +7,12 @@ noise), once with the suite's canonical step (a note when the user's own step di
 on one device), then under each spec from the reference's initial values; each spec's run is
 compared after every step and diagnosed (suite/harness/differential.py).
 
-Exit status: 0 every spec agrees, 1 some spec diverges or fails, 2 the input cannot be checked
-(an unknown spec, a workload that does not import or build, a dataset smaller than one global
-batch, a reference that does not repeat itself, no TensorFlow for the engines).
+Exit status (EXIT): 0 every spec passes; 1 some spec FAILs (the loop is wrong, or differs where no
+known deviation explains it); 2 the input cannot be checked (an unknown spec, a workload that does
+not import or build, a dataset smaller than one global batch, a reference that does not repeat
+itself, no TensorFlow for the engines); 3 the suite could not run some spec (ERROR) and none
+FAILs; 4 the only findings are known deviations of TensorFlow/Keras (DEVIATION, BLOCKED): the
+loop is right, and ``--accept-known`` makes that 0.
 """
 
 from __future__ import annotations
@@ -26,6 +29,9 @@ from suite.common.specs import DEFAULT_SPECS, SpecError, parse_spec, parse_specs
 from suite.harness import agent, differential
 from suite.harness.pool import EngineError, EnginePool, EngineStartError, EngineUnavailable, ProbeError
 from suite.harness.versions import engine_versions
+
+
+EXIT = {"PASS": 0, "FAIL": 1, "USAGE": 2, "ERROR": 3, "KNOWN": 4}
 
 
 class CheckInputError(Exception):
@@ -45,9 +51,25 @@ class Report:
 
     @property
     def passed(self) -> bool:
-        """Every spec trains what one device trains, or differs only where a known deviation of
-        TensorFlow/Keras predicts (the loop is right)."""
-        return all(v.status in ("PASS", "DEVIATION") for v in self.verdicts)
+        """Every spec trains what one device trains."""
+        return all(v.status == "PASS" for v in self.verdicts)
+
+    @property
+    def loop_right(self) -> bool:
+        """No spec found the loop wrong or failed to run: what differs is TensorFlow's/Keras'
+        (DEVIATION, BLOCKED), as known deviations predict."""
+        return all(v.status in ("PASS", "DEVIATION", "BLOCKED") for v in self.verdicts)
+
+    def exit_code(self, accept_known: bool = False) -> int:
+        """The command's exit status (EXIT)."""
+        statuses = {v.status for v in self.verdicts}
+        if "FAIL" in statuses:
+            return EXIT["FAIL"]
+        if "ERROR" in statuses:
+            return EXIT["ERROR"]
+        if statuses & {"DEVIATION", "BLOCKED"} and not accept_known:
+            return EXIT["KNOWN"]
+        return EXIT["PASS"]
 
     def text(self) -> str:
         head = (f"workload {self.target}: TensorFlow {self.versions.get('tensorflow')}, Keras "
@@ -60,19 +82,29 @@ class Report:
         failing = [differential.details(v) for v in self.verdicts if v.status != "PASS"]
         if failing:
             parts += [""] + failing
-        deviating = sum(v.status == "DEVIATION" for v in self.verdicts)
-        ok = "PASS: every spec trains what one device trains" + (
-            f", except where a known deviation of TensorFlow/Keras differs ({deviating} spec"
-            f"{'s' if deviating > 1 else ''}: the loop is right)" if deviating else "")
-        parts += ["", ok if self.passed else
-                  f"FAIL: {sum(v.status not in ('PASS', 'DEVIATION') for v in self.verdicts)} of {len(self.verdicts)} specs "
-                  "diverge"]
+        parts += ["", self.summary()]
         return "\n".join(parts)
+
+    def summary(self) -> str:
+        """One line: the worst status and what to do about it."""
+        count = {s: [v.spec for v in self.verdicts if v.status == s] for s in differential.STATUSES}
+        if count["FAIL"]:
+            return (f"FAIL: the loop is wrong under {len(count['FAIL'])} of {len(self.verdicts)} specs "
+                    f"({', '.join(count['FAIL'])}): see each spec's diagnosis")
+        if count["ERROR"]:
+            return f"ERROR: the suite could not run {', '.join(count['ERROR'])}: see the error, then run again"
+        known = count["DEVIATION"] + count["BLOCKED"]
+        if known:
+            return (f"KNOWN DEVIATIONS: the loop is right; TensorFlow/Keras deviates under {', '.join(known)} "
+                    f"(DEVIATION: trains something else; BLOCKED: cannot train there); exit {EXIT['KNOWN']}, "
+                    "or 0 with --accept-known")
+        return "PASS: every spec trains what one device trains"
 
     def as_json(self) -> dict:
         return {"workload": self.target, "versions": self.versions, "global_batch": self.global_batch,
                 "steps": self.steps, "rtol": self.rtol, "atol": self.atol, "notes": self.notes,
-                "passed": self.passed, "specs": [v.as_json() for v in self.verdicts]}
+                "passed": self.passed, "loop_right": self.loop_right, "summary": self.summary(),
+                "exit_code": self.exit_code(), "specs": [v.as_json() for v in self.verdicts]}
 
 
 def validate_target(target: str, path: str) -> None:
@@ -233,8 +265,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--cluster-agents", default=os.environ.get("TFDS_CLUSTER_AGENTS"), metavar="HOST:PORT,...",
                    help="the engine agents of a real cluster, for the 'cluster' spec (README, 'A real cluster')")
     p.add_argument("--engine-timeout", type=float, default=300.0, help="seconds an engine call may take")
-    p.add_argument("--strict", action="store_true",
-                   help="a spec where only a known deviation of TensorFlow/Keras differs fails too (exit 1)")
+    p.add_argument("--accept-known", action="store_true",
+                   help=f"exit 0 when the only findings are known deviations of TensorFlow/Keras (DEVIATION, BLOCKED: "
+                        f"the loop is right), instead of {EXIT['KNOWN']}")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     return p
 
@@ -246,10 +279,10 @@ def main(argv=None) -> int:
         specs = parse_specs(args.strategies, resolve)
     except SpecError as exc:
         print(f"error: --strategies: {str(exc).splitlines()[0]}", file=sys.stderr)
-        return 2
+        return EXIT["USAGE"]
     except agent.AgentError as exc:
         print(f"error: --cluster-agents: {str(exc).splitlines()[0]}", file=sys.stderr)
-        return 2
+        return EXIT["USAGE"]
     pool = EnginePool(python=args.engine_python, call_timeout=args.engine_timeout)
     progress = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     try:
@@ -257,10 +290,10 @@ def main(argv=None) -> int:
                      progress)
     except CheckInputError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT["USAGE"]
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
-        return 2
+        return EXIT["USAGE"]
     finally:
         pool.close()
     if args.json == "-":
@@ -270,6 +303,4 @@ def main(argv=None) -> int:
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(report.as_json(), f, indent=1)
-    if args.strict and any(v.status == "DEVIATION" for v in report.verdicts):
-        return 1
-    return 0 if report.passed else 1
+    return report.exit_code(args.accept_known)

@@ -5,12 +5,14 @@ and the CentralStorage metric deviation is predicted from its documented formula
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
-from suite.common.results import WorkloadRun, WorkloadStep
+from suite.common.results import Raised, WorkloadRun, WorkloadStep
 from suite.common.specs import parse_spec
-from suite.harness import differential
-from suite.harness.check import Check
+from suite.harness import deviations, differential
+from suite.harness.check import Check, PropertyFailure
 
 INITIAL = [np.linspace(-1.0, 1.0, 64).reshape(8, 8), np.zeros(8)]
 UPDATE = [np.full((8, 8), 0.01), np.full(8, -0.02)]
@@ -59,16 +61,132 @@ def test_the_reference_that_does_not_repeat_itself_names_the_variable():
         (None, "variable kernel after step 1"), "what moved between two runs")
 
 
+KERAS3 = {"tensorflow": "2.21.0", "keras": "3.15.1"}
+KERAS2 = {"tensorflow": "2.15.1", "keras": "2.15.0"}
+MEAN = {"metric_states": {"m": ["count", "total"]}}
+
+
 def test_central_storage_metrics_follow_the_documented_formula():
-    """new state = replicas x old + increment (keras3-central-storage-metric-accumulation): a mean
-    of 0.5 over 4 examples, then 0.25 over all 8, under 2 replicas reads 0.5, then
-    (2 x 2 + 0) / (2 x 4 + 4) = 1/3."""
+    """new state = replicas x old + increment (known deviation keras3-central-storage-metric-
+    accumulation), asked of the ledger like any property's comparison: a mean of 0.5 over 4
+    examples, then 0.25 over all 8, under 2 replicas reads 0.5, then (2 x 2 + 0) / (2 x 4 + 4) =
+    1/3: DEVIATION on Keras 3, where the entry applies; FAIL on Keras 2 and for any other value."""
     ref = run(metric=[0.5, 0.25], rows=(4,))
-    got = differential.deviation_metrics(ref, parse_spec("central_storage:2"),
-                                         {"tensorflow": "2.21.0", "keras": "3.15.1"})
-    check = Check("differential.deviation_metrics")
-    check.equal(got[0].id, differential.CENTRAL_STORAGE_METRICS, "the entry")
-    check.close(np.array(got[1]["m"]), np.array([0.5, 1 / 3]), "predicted metric per step")
-    check.equal(differential.deviation_metrics(ref, parse_spec("central_storage:2"),
-                                               {"tensorflow": "2.15.1", "keras": "2.15.0"}), None,
-                "the prediction on Keras 2, where the entry does not apply")
+    ref.facts.update(MEAN)
+    check = Check("differential.verdict")
+    for metric, versions, want in [([0.5, 1 / 3], KERAS3, ("DEVIATION", "keras3-central-storage-metric-accumulation")),
+                                   ([0.5, 1 / 3], KERAS2, ("FAIL", None)), ([0.5, 0.3], KERAS3, ("FAIL", None))]:
+        dist = run(replicas=2, metric=metric, rows=(2, 2))
+        dist.facts.update(MEAN)
+        v = differential.verdict("central_storage:2", ref, [dist], 8, spec_obj=parse_spec("central_storage:2"),
+                                 versions=versions)
+        check.equal((v.status, v.deviation[0] if v.deviation else None), want,
+                    f"verdict for metrics {metric} on Keras {versions['keras']}", differential.details(v))
+
+
+def _raised(message: str, frames: tuple, kind: str = "ValueError") -> Raised:
+    return Raised(kind, message, "step 1", ("user/train.py:<module>", "user/train.py:step") + frames)
+
+
+AGGREGATION = "You must specify an aggregation method to update a AggregatingVariable in Replica Context. You can ..."
+SEED_GENERATOR = ("keras/src/layers/regularization/dropout.py:call", "keras/src/random/seed_generator.py:next",
+                  "keras/src/backend/common/variables.py:assign", "tensorflow/python/distribute/ps_values.py:assign")
+USERS_ASSIGN_ADD = ("keras/src/backend/common/variables.py:assign_add", "keras/src/backend/common/variables.py:assign",
+                    "tensorflow/python/distribute/ps_values.py:assign")
+
+
+def _step_raised(spec: str, raised: Raised, versions=KERAS3, facts=None):
+    dist = run(replicas=parse_spec(spec).replicas)
+    dist = dataclasses.replace(dist, steps=[], raised=raised, facts=dict(facts or {}))
+    return differential.verdict(spec, run(), [dist], 48, spec_obj=parse_spec(spec), versions=versions)
+
+
+def test_a_raised_step_is_blocked_only_from_the_deviations_origin():
+    """The same ValueError under CentralStorage: from Keras' seed generator (Dropout: known deviation
+    keras3-central-storage-replica-context-updates) the loop is right but BLOCKED; from the user's
+    own assign_add on a variable created without an aggregation it is the loop's: FAIL."""
+    check = Check("differential.verdict")
+    v = _step_raised("central_storage:2", _raised(AGGREGATION, SEED_GENERATOR))
+    check.equal((v.status, v.deviation[0] if v.deviation else None),
+                ("BLOCKED", "keras3-central-storage-replica-context-updates"), "Keras' Dropout raising",
+                differential.details(v))
+    v = _step_raised("central_storage:2", _raised(AGGREGATION, USERS_ASSIGN_ADD))
+    check.equal((v.status, v.deviations), ("FAIL", []), "the user's assign_add raising", differential.details(v))
+    v = _step_raised("central_storage:2", _raised(AGGREGATION, SEED_GENERATOR), versions=KERAS2)
+    check.equal(v.status, "FAIL", "the same error on Keras 2, where no entry applies", differential.details(v))
+
+
+def test_a_users_deadlock_is_the_loops_failure():
+    """A collective timeout on multi_worker:2x1 is never an excuse by itself: a user's loop that
+    reduces on one worker only fails (the deadlock entry needs Keras' LossScaleOptimizer frame
+    and a probe that confirms its condition)."""
+    timeout = _raised("Collective has timed out during execution. [Op:__inference_step_12]", (),
+                      "DeadlineExceededError")
+    v = _step_raised("multi_worker:2x1", timeout)
+    Check("differential.verdict").equal((v.status, v.deviations), ("FAIL", []), "a user's deadlock",
+                                        differential.details(v))
+
+
+def test_a_placeholder_error_is_blocked_only_where_the_optimizer_was_built_in_the_step():
+    """keras3-lazy-optimizer-slots-mirrored raises from TensorFlow's variable-initializing wrapper
+    (fn_with_cond) when the optimizer makes its slots in the first step; that is also the
+    catalogued mistake lazy_optimizer_build (FAIL with its fix). The same error where the
+    optimizer was built before the step is no known deviation: FAIL, no catalogued cause."""
+    placeholder = Raised("InvalidArgumentError", "Graph execution error: ... You must feed a value for placeholder "
+                         "tensor 'cond/else/_1/cond/Placeholder' with dtype int32 [Op:__inference_fn_with_cond_1058]",
+                         "step 1", ("op:__inference_fn_with_cond_1058",))
+    check = Check("differential.verdict")
+    lazy = {"optimizer_built": False, "optimizer_variables_before_step": 1, "optimizer_variables_after": 5}
+    v = _step_raised("mirrored:2", placeholder, facts=lazy)
+    check.equal(([d.cause for d in v.diagnoses], v.status, v.deviation[0] if v.deviation else None),
+                (["lazy_optimizer_build"], "FAIL", "keras3-lazy-optimizer-slots-mirrored"),
+                "an optimizer built in the first step", differential.details(v))
+    built = {"optimizer_built": True, "optimizer_variables_before_step": 5, "optimizer_variables_after": 5}
+    v = _step_raised("mirrored:2", placeholder, facts=built)
+    check.equal(([d.cause for d in v.diagnoses], v.status, v.deviations), ([], "FAIL", []),
+                "the same error with the optimizer built before the step", differential.details(v))
+
+
+def test_shared_draws_of_keras_dropout_do_not_excuse_a_divergence():
+    """Keras 3's Dropout drawing one mask for both replicas is its known deviation (DEVIATION when
+    nothing else differs), but a loop that also diverges for a reason no cause names is FAIL; a
+    user's own random layer drawing the same masks is the loop's (identical_dropout_masks)."""
+    check = Check("differential.verdict")
+    masks = [np.ones((1, 4)), np.ones((1, 4))]
+    facts = {"random_layers": ["dropout"], "random_layers_keras": True}
+    for scale, keras_own, want in [(1.0, True, ("DEVIATION", [])), (1.5, True, ("FAIL", [])),
+                                   (1.0, False, ("FAIL", ["identical_dropout_masks"]))]:
+        dist = dataclasses.replace(run(scale=scale, replicas=2), masks=masks,
+                                   facts={**facts, "random_layers_keras": keras_own})
+        v = differential.verdict("mirrored:2", run(), [dist], 48, spec_obj=parse_spec("mirrored:2"), versions=KERAS3)
+        check.equal((v.status, [d.cause for d in v.diagnoses]), want,
+                    f"update x{scale}, Keras' own Dropout: {keras_own}", differential.details(v))
+        if keras_own:
+            check.equal(v.deviation[0] if v.deviation else None, "keras3-dropout-mask-shared-by-replicas",
+                        "the deviation named", differential.details(v))
+
+
+def test_the_loop_check_and_a_property_name_the_same_entry_for_the_same_observation():
+    """One judgment: Keras' seed generator raising under CentralStorage, judged by the Dropout
+    property's Check (its test id's ledger) and by the loop check (loop-check[central_storage:2]),
+    names the same entry; the user's own assign_add is excused by neither."""
+    test = "tests/properties/test_blocks.py::test_seeded_random_draws_repeat_and_replicas_draw_their_own" \
+           "[central_storage:2-dropout]"
+    entries = tuple(d for d in deviations.load() if d.matches(test) and d.applies_to(KERAS3["tensorflow"], KERAS3["keras"]))
+    check = Check("one judgment")
+    for frames, want in [(SEED_GENERATOR, "keras3-central-storage-replica-context-updates"), (USERS_ASSIGN_ADD, None)]:
+        raised = _raised(AGGREGATION, frames)
+        deviations.current = ledger = deviations.Ledger(entries)
+        try:
+            try:
+                Check(parse_spec("central_storage:2")).returned(raised, "the random draws of dropout")
+                by_property = sorted(ledger.explained)[0]
+            except PropertyFailure:
+                by_property = None
+        finally:
+            deviations.current = None
+        v = _step_raised("central_storage:2", None, facts={"masks_raised": [raised.type, raised.message,
+                                                                             list(raised.frames)]})
+        check.equal((by_property, v.deviation[0] if v.deviation else None), (want, want),
+                    f"the entry named by the property and by the loop check, raised through {frames[1]}",
+                    differential.details(v))

@@ -97,9 +97,6 @@ def expected(mistake: str, spec, versions: dict) -> tuple[list[str], str | None]
     return [mistake], None
 
 
-CENTRAL_STORAGE_RAISES = "keras3-central-storage-replica-context-updates"
-
-
 @pytest.mark.specs(lambda spec: spec.replicas > 1, without_deep=trimmed(ONE_PER_KIND))
 @pytest.mark.parametrize("mistake", sorted(differential.CAUSES))
 def test_each_catalogued_mistake_is_diagnosed_with_its_cause_only(spec, mistake, pool, request):
@@ -131,20 +128,17 @@ def test_the_builtin_workloads_train_as_on_one_device(any_spec, name, pool):
 
 @pytest.mark.specs(lambda spec: spec.replicas > 1, without_deep=trimmed(ONE_PER_KIND))
 def test_keras_dropout_sharing_masks_is_reported_as_its_deviation(spec, pool, request):
-    """A right loop with Keras' own Dropout: where a known deviation makes Keras draw one mask for
-    several replicas under the spec (its random-draws property's scope, for the installed
-    versions) the verdict is that deviation; elsewhere each replica draws its own and it passes.
-    Under Keras 3 CentralStorage Dropout cannot train at all (keras3-central-storage-replica-
-    context-updates)."""
+    """A right loop with Keras' own Dropout: where a known deviation in the loop check's scope
+    (loop-check[SPEC]) makes Keras raise for its random layers, the loop is BLOCKED by it; where one
+    makes Keras draw one mask for several replicas, the verdict is DEVIATION naming it; elsewhere
+    each replica draws its own and it passes."""
     v = checker(pool, "examples.mistakes:right_with_dropout").check(spec)
-    versions = request.config._tfds_versions
-    test = f"{differential.RANDOM_DRAWS_TEST}[{spec.text}-dropout]"
-    applying = [d.id for d in deviations.load() if d.applies_to(versions["tensorflow"], versions["keras"])
-                and d.matches(test) and d.id in differential.SHARED_MASKS + (CENTRAL_STORAGE_RAISES,)]
-    applying.sort(key=lambda i: i != CENTRAL_STORAGE_RAISES)  # a step that raises comes before its draws
+    led = differential.ledger(spec, request.config._tfds_versions)
+    raises = [d.id for d, s in led.covering(differential.RANDOM_LAYERS_RAISED) if s.kind == "raises"]
+    draws = [d.id for d, s in led.covering(differential.SHARED_DRAWS)]
+    want = ("BLOCKED", raises[0]) if raises else ("DEVIATION", draws[0]) if draws else ("PASS", None)
     check = Check(spec)
     check.equal([d.cause for d in v.diagnoses], [], "causes diagnosed for a right loop with Keras' Dropout",
                 differential.details(v))
-    check.equal((v.status, v.deviation[0] if v.deviation else None),
-                ("DEVIATION", applying[0]) if applying else ("PASS", None), "verdict and deviation",
+    check.equal((v.status, v.deviation[0] if v.deviation else None), want, "verdict and deviation",
                 differential.details(v))

@@ -30,7 +30,13 @@ def workload_checker(pool, request) -> usercheck.Checker:
 
 
 def test_workload_trains_as_on_one_device(any_spec, workload_checker):
+    """PASS passes, FAIL and ERROR fail; DEVIATION and BLOCKED (the loop is right, a known
+    deviation of TensorFlow/Keras differs or raises) are expected failures naming the entry, as a
+    property's matched deviation is."""
     v = workload_checker.check(any_spec)
-    Check(any_spec).that(v.status in ("PASS", "DEVIATION"), f"workload {workload_checker.target}", v.status,
+    if v.status in ("DEVIATION", "BLOCKED"):
+        pytest.xfail(f"{v.status}: known deviation {', '.join(dict.fromkeys(i for i, _ in v.deviations))} "
+                     f"(signature matched): {differential.details(v)}")
+    Check(any_spec).that(v.status == "PASS", f"workload {workload_checker.target}", v.status,
                          "PASS: it trains what it trains with no strategy on the global batch",
                          differential.details(v))

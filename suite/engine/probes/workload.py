@@ -18,7 +18,7 @@ import threading
 import numpy as np
 import tensorflow as tf
 
-from suite.common.results import WorkloadRun, WorkloadStep
+from suite.common.results import Raised, WorkloadRun, WorkloadStep
 from suite.engine import compat, mutants, workload
 from suite.engine.probes.common import failed
 from suite.engine.probes.registry import probe
@@ -71,6 +71,10 @@ def _facts(ctx, wl, strategy, built_variables: int) -> dict:
                                    and type(layer).__module__.startswith(("keras", "tf_keras"))
                                    for layer in layers if _random_attr(layer)),
         "regularized": bool(wl.model.losses),
+        # each metric's state, by its variables' last names: ("count", "total") is a mean (its
+        # result total / count), which a deviation model of metric accumulation can predict
+        "metric_states": {name: sorted(_name(v).rsplit("/", 1)[-1] for v in m.variables)
+                          for name, m in wl.metrics.items()},
     }
     if ctx.spec.kind != "default":
         extended = strategy.extended
@@ -176,7 +180,8 @@ def run(ctx, target, steps, global_batch, seed=0, canonical=False, init=None, pa
         try:
             masks = _masks(strategy, model, x0)
         except Exception as exc:  # the step will meet the same error (CentralStorage, Keras 3)
-            facts["masks_raised"] = [type(exc).__name__, " ".join(str(exc).split())[:1000]]
+            raised = Raised.of(exc, "the model's random layers in training mode")
+            facts["masks_raised"] = [raised.type, raised.message, list(raised.frames)]
             if isinstance(exc, tf.errors.OpError):
                 ctx.request_restart()
         for v, value in zip(model.variables, saved):
