@@ -264,6 +264,9 @@ class ExactlyOnce:
     count: int
     fetched: int
     iterations: int | None = None
+    # per scheduled step, in schedule order: [the worker that ran it, the value it wrote into a
+    # Keras 3 optimizer's iterations (its read + 1)]; None where that write cannot be observed
+    steps: list | None = None
 
 
 @record

@@ -91,9 +91,38 @@ def train(ctx, arch, optimizer, dtype, params, steps, denominator="global", mode
                       sorted({compat.tf_variable(v).device for v in model.trainable_variables}))
 
 
+def _recorded_increments(opt):
+    """Make a Keras 3 optimizer's ``iterations.assign_add`` also record, per traced call, the tensor
+    it returns: ``assign(self + value)`` returns ``self + value``, the value read plus 1, which is
+    exactly what the step wrote. The wrapper calls Keras' own method and returns its result, so
+    the ops are Keras' own. Returns the list the traced calls append to, or None for a Keras 2
+    ``tf.Variable`` (an atomic ``AssignAddVariableOp``, whose result is a second read)."""
+    var = getattr(opt, "_iterations", None)
+    if var is None or isinstance(var, tf.Variable) or not hasattr(var, "assign_add"):
+        return None
+    original, written = var.assign_add, []
+
+    def assign_add(value):
+        out = original(value)
+        written.append(out)
+        return out
+
+    var.assign_add = assign_add
+    return written
+
+
+def _worker_index():
+    """The index of the worker running the scheduled function (a call-time capture), or -1 where
+    this TensorFlow has no ``experimental_get_current_worker_index``."""
+    get = getattr(getattr(tf.distribute, "coordinator", None), "experimental_get_current_worker_index", None)
+    return get() if get is not None else tf.constant(-1, tf.int64)
+
+
 def _exactly_once_state(ctx, dtype, n, optimizer):
     """Variables (on the ps), a Keras SGD with learning rate 1 (or none: ``assign_sub``), a
-    per-worker dataset of ones, and the traced worker step, kept for every call of this shape."""
+    per-worker dataset of ones, and the traced worker step, kept for every call of this shape.
+    The step returns its loss, the worker that ran it and the value it wrote into the Keras
+    optimizer's iterations (-1 when not observable)."""
     strategy, coordinator = ctx.strategy, _coordinator(ctx)
     with strategy.scope():
         w = tf.Variable(np.zeros(n, dtype), name="w")
@@ -101,6 +130,7 @@ def _exactly_once_state(ctx, dtype, n, optimizer):
         opt = compat.make_optimizer("SGD", {"learning_rate": 1.0}) if optimizer == "keras" else None
         if opt is not None:
             opt.build([w])
+    written = _recorded_increments(opt) if opt is not None else None
     iterator = iter(coordinator.create_per_worker_dataset(
         lambda: tf.data.Dataset.from_tensors(tf.ones([n], dtype)).repeat()))
 
@@ -112,14 +142,17 @@ def _exactly_once_state(ctx, dtype, n, optimizer):
             with tf.GradientTape() as tape:
                 loss = tf.reduce_sum(w * c * ones)  # one element of the per-worker dataset per step
             grad = tape.gradient(loss, w)
+            before = len(written) if written is not None else 0
             if opt is not None:
                 opt.apply_gradients([(lr * grad, w)])  # learning rate 1: the update is lr * c
             else:
                 w.assign_sub(lr * grad)
             count.assign_add(1)
-            return loss
+            wrote = written[before:] if written is not None else []
+            return loss, tf.cast(wrote[0], tf.int64) if len(wrote) == 1 else tf.constant(-1, tf.int64)
 
-        return strategy.run(replica_fn, args=(next(iterator), c, lr))
+        loss, wrote = strategy.run(replica_fn, args=(next(iterator), c, lr))
+        return loss, _worker_index(), wrote
 
     return w, count, opt, iterator, worker_step
 
@@ -130,7 +163,8 @@ def exactly_once(ctx, w0, c, lr, steps, optimizer="keras"):
     per-worker dataset and doing SGD on ``loss = sum(w * c)`` (gradient ``c`` whatever ``w``)
     with a Keras SGD optimizer (``optimizer="keras"``) or ``assign_sub``, and counting itself
     in an int64 variable. Returns w, the count, the number of fetched results and the Keras
-    optimizer's iterations."""
+    optimizer's iterations, with each step's worker and the value it wrote into iterations
+    (``steps``, None unless every step's write was observed)."""
     coordinator = _coordinator(ctx)
     w0 = np.asarray(w0)
     dtype = w0.dtype.name
@@ -144,8 +178,12 @@ def exactly_once(ctx, w0, c, lr, steps, optimizer="keras"):
     n = steps + 1 if mutants.on("ps_step_scheduled_twice") else steps
     results = [coordinator.schedule(worker_step, args=args) for _ in range(n)]
     coordinator.join()
-    return ExactlyOnce(w.numpy(), int(count.numpy()), len([r.fetch() for r in results]),
-                       int(compat.tf_variable(opt.iterations).numpy()) if opt is not None else None)
+    fetched = [r.fetch() for r in results]
+    steps_seen = [[int(worker), int(wrote)] for _, worker, wrote in fetched]
+    observed = opt is not None and all(worker >= 0 and wrote >= 0 for worker, wrote in steps_seen)
+    return ExactlyOnce(w.numpy(), int(count.numpy()), len(fetched),
+                       int(compat.tf_variable(opt.iterations).numpy()) if opt is not None else None,
+                       steps_seen if observed else None)
 
 
 def _partitioner(kind, params):
