@@ -1,0 +1,495 @@
+"""A zoo of custom training loops in several styles, to measure the check's verdicts and causes
+beyond the one style of examples/mistakes.py (a Sequential MLP, tuple inputs, SGD).
+
+Each factory ``name(ctx) -> Workload`` (suite/engine/workload.py) is a loop a user might write:
+a right one (it must PASS, some of them look wrong but are distribution-correct) or one with a
+single mistake. ``EXPECTED`` (module end) names the cause the check must diagnose for each
+(None: a right loop), ``STYLE`` says how it is written, and ``HARMLESS_ON`` names the spec kinds
+under which the mistake trains what one device trains.
+
+    python -m suite.check examples.zoo:right_weighted_global_weight_sum --strategies mirrored:2
+
+The styles vary:
+  models     keras.Sequential, the functional API, a subclassed keras.Model (with its own step);
+  inputs     ``(x, y)``, ``({"features": x}, y)``, ``{"x": x, "y": y}``, ``((x, weight), y)``;
+  feeding    ``distribute="dataset"`` (global batches) and ``distribute="function"`` (the dataset
+             fn shards by the input context and batches per replica);
+  optimizers SGD and Adam (built in the factory, in the scope);
+  tasks      an MLP classifier (8 inputs, 16 hidden, 3 classes) and a tiny regression with a
+             4-dimensional label.
+Data are deterministic numpy arrays made here: 144 examples (three global batches of 48), or 119
+where a short last batch is the point. No Dropout or BatchNormalization (mistakes.py covers
+them); Keras metrics only in the loops about a metric.
+"""
+
+import numpy as np
+import tensorflow as tf
+
+from suite.engine.workload import Workload
+
+keras = tf.keras
+EXAMPLES = 144  # three global batches of 48
+SHORT = 119  # two of 48 and a short one of 23, split unevenly by 2 replicas
+SUM = tf.distribute.ReduceOp.SUM
+
+
+# -- data ----------------------------------------------------------------------------------------
+def classification(n: int = EXAMPLES, seed: int = 1):
+    """Features (n, 8), labels in 0..2, and example weights of 0.25, 1 or 2 (drawn unevenly, so two
+    replicas' shares of a batch weigh differently)."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, 8)).astype(np.float32)
+    y = np.argmax(x @ rng.normal(size=(8, 3)), axis=1).astype(np.int64)
+    w = rng.choice(np.array([0.25, 1.0, 2.0], np.float32), size=n, p=[0.4, 0.3, 0.3]).astype(np.float32)
+    return x, y, w
+
+
+def regression(n: int = EXAMPLES, seed: int = 2):
+    """Features (n, 8) and a 4-dimensional label."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, 8)).astype(np.float32)
+    y = (np.tanh(x @ rng.normal(size=(8, 4))) + 0.1 * rng.normal(size=(n, 4))).astype(np.float32)
+    return x, y
+
+
+def _pipeline(elements, ctx, distribute, mistake=None):
+    """The dataset fn of the Workload protocol: global batches for experimental_distribute_dataset,
+    or this input pipeline's shard batched per replica for distribute_datasets_from_function."""
+    per_replica = ctx.per_replica_batch_size
+
+    def dataset(global_batch_size, input_context):
+        ds = tf.data.Dataset.from_tensor_slices(elements)
+        if distribute == "function":
+            if mistake != "input_not_sharded_per_worker":
+                ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+            return ds.batch(input_context.get_per_replica_batch_size(global_batch_size))
+        return ds.batch(per_replica if mistake == "per_replica_batch_size" else global_batch_size)
+
+    return dataset
+
+
+def _optimizer(kind, ctx, mistake=None, **kwargs):
+    rate = 0.1 if kind == "sgd" else 0.01
+    if mistake == "optimizer_scaled_by_replicas":
+        rate *= ctx.num_replicas_in_sync  # the "linear scaling rule", on a loss that is already the global mean
+    return keras.optimizers.SGD(rate, **kwargs) if kind == "sgd" else keras.optimizers.Adam(rate, **kwargs)
+
+
+class RunningScale(keras.layers.Layer):
+    """Divides its inputs by a running mean of their absolute values kept in an ON_READ variable:
+    under a strategy each replica updates its own copy from its own batch."""
+
+    def build(self, shape):
+        self.scale = keras.Variable(np.ones(shape[-1], np.float32), trainable=False, name="scale",
+                                    synchronization="on_read", aggregation="mean")
+
+    def call(self, x, training=False):
+        if training:
+            self.scale.assign(0.5 * self.scale + 0.5 * tf.reduce_mean(tf.abs(x), axis=0))
+        return x / (self.scale + 0.1)
+
+
+# Made at import: outside any strategy's scope.
+IMPORTED_ADAM = keras.optimizers.Adam(0.01)
+
+
+# == style 1: the functional API ================================================================
+def _functional(ctx, mistake=None, inputs="dict", opt="sgd", distribute="dataset", n=EXAMPLES, l2=0.0,
+                metric=False, clipnorm=None, running=False, scaling="compute_average"):
+    """A functional MLP classifier. ``inputs``: "dict" ({"features": x}, y), "tuple" (x, y) or
+    "weighted" ((x, w), y). ``scaling``: how a right loop scales the per-example losses."""
+    features = keras.Input((8,), name="features")
+    h = RunningScale()(features) if running else features
+    reg = keras.regularizers.L2(l2) if l2 else None
+    h = keras.layers.Dense(16, activation="relu", kernel_regularizer=reg)(h)
+    logits = keras.layers.Dense(3)(h)
+    model = keras.Model({"features": features} if inputs == "dict" else features, logits)
+    if mistake == "created_outside_scope":
+        optimizer = IMPORTED_ADAM
+    else:
+        optimizer = _optimizer(opt, ctx, mistake, **({"global_clipnorm": clipnorm} if clipnorm else {}))
+    optimizer.build(model.trainable_variables)
+    reduction = "sum_over_batch_size" if mistake == "keras_loss_reduction" else "none"
+    loss_object = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=reduction)
+    mean_loss = keras.metrics.Mean(name="loss")
+    accuracy = keras.metrics.SparseCategoricalAccuracy(name="accuracy")
+    x, y, w = classification(n)
+    elements = {"dict": ({"features": x}, y), "tuple": (x, y), "weighted": ((x, w), y)}[inputs]
+    gb = ctx.global_batch_size
+
+    def step(batch):
+        if inputs == "weighted":
+            (features, weights), labels = batch
+        else:
+            (features, labels), weights = batch, None
+        with tf.GradientTape() as tape:
+            logits = model(features, training=True)
+            per_example = keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
+            if mistake == "loss_averaged_per_replica":
+                loss = tf.reduce_mean(per_example)
+            elif mistake == "keras_loss_reduction":
+                loss = loss_object(labels, logits, sample_weight=weights)
+            elif mistake == "short_batch_weighted_differently":
+                loss = tf.nn.compute_average_loss(per_example, sample_weight=weights)  # replicas x local batch
+            elif mistake == "weighted_loss_normalized_per_replica":
+                loss = tf.reduce_sum(weights * per_example) / tf.reduce_sum(weights)
+            elif scaling == "sum_over_global":  # looks unscaled, but the global batch is the divisor
+                loss = tf.reduce_sum(per_example if weights is None else weights * per_example) / gb
+            elif scaling == "global_weight":  # the weighted mean over the GLOBAL batch: all replicas' weights
+                total = tf.distribute.get_replica_context().all_reduce(SUM, tf.reduce_sum(weights))
+                loss = tf.reduce_sum(weights * per_example) / tf.stop_gradient(total)
+            else:
+                loss = tf.nn.compute_average_loss(per_example, sample_weight=weights, global_batch_size=gb)
+            if l2:
+                penalty = tf.add_n(model.losses)
+                loss += penalty if mistake == "regularization_not_scaled" else tf.nn.scale_regularization_loss(penalty)
+        grads = tape.gradient(loss, model.trainable_variables)
+        if mistake == "clipped_before_aggregation":
+            grads, _ = tf.clip_by_global_norm(grads, 0.01)
+        if mistake == "gradients_aggregated_by_hand":
+            grads = tf.distribute.get_replica_context().all_reduce(SUM, grads)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        if metric:
+            mean_loss.update_state(loss if mistake == "metric_fed_scaled_loss" else per_example)
+            accuracy.update_state(labels, logits)
+        return loss
+
+    return Workload(model, optimizer, loss_object, _pipeline(elements, ctx, distribute, mistake), step=step,
+                    metrics={"loss": mean_loss, "accuracy": accuracy} if metric else {},
+                    loss_reduction="MEAN" if mistake == "reduce_mean_for_sum" else "SUM", distribute=distribute)
+
+
+# == style 2: a subclassed keras.Model with its own train step ==================================
+class Regressor(keras.Model):
+    """A tiny regression MLP (8 -> 16 -> 4) that carries its own distributed train step."""
+
+    def __init__(self, optimizer, ctx, mistake=None, l2=0.0, running=False, weighted=False):
+        super().__init__()
+        self.running = running
+        if running:  # a running center of the inputs in an ON_READ variable, updated per replica
+            self.center = keras.Variable(np.zeros(8, np.float32), trainable=False, name="center",
+                                         synchronization="on_read", aggregation="mean")
+        self.hidden = keras.layers.Dense(16, activation="tanh",
+                                         kernel_regularizer=keras.regularizers.L2(l2) if l2 else None)
+        self.head = keras.layers.Dense(4)
+        self.step_optimizer, self.ctx, self.mistake, self.l2, self.weighted = optimizer, ctx, mistake, l2, weighted
+
+    def call(self, x, training=False):
+        if self.running:
+            if training:
+                self.center.assign(0.5 * self.center + 0.5 * tf.reduce_mean(x, axis=0))
+            x = x - self.center
+        return self.head(self.hidden(x))
+
+    def distributed_train_step(self, batch):
+        """One replica's step on a {"x", "y"[, "w"]} batch; returns its scaled loss."""
+        mistake, gb = self.mistake, self.ctx.global_batch_size
+        x, y, w = batch["x"], batch["y"], batch.get("w")
+        with tf.GradientTape() as tape:
+            out = self(x, training=True)
+            per_example = tf.reduce_mean(tf.square(y - out), axis=-1)  # one value per example first
+            if mistake == "loss_averaged_per_replica":
+                loss = tf.reduce_mean(tf.square(y - out))  # over the replica's examples and label dimensions
+            elif mistake == "loss_divided_twice":
+                loss = tf.nn.compute_average_loss(per_example, sample_weight=w, global_batch_size=gb)
+                loss /= self.ctx.num_replicas_in_sync
+            elif mistake == "short_batch_weighted_differently":
+                loss = tf.nn.compute_average_loss(per_example)
+            elif mistake == "weighted_loss_normalized_per_replica":
+                loss = tf.reduce_sum(w * per_example) / tf.reduce_sum(w)
+            elif mistake == "looks_unscaled":  # right: summed here, divided by the GLOBAL batch
+                loss = tf.reduce_sum(per_example) / gb
+            else:
+                loss = tf.nn.compute_average_loss(per_example, sample_weight=w, global_batch_size=gb)
+            if self.l2:
+                penalty = tf.add_n(self.losses)
+                loss += penalty if mistake == "regularization_not_scaled" else tf.nn.scale_regularization_loss(penalty)
+        grads = tape.gradient(loss, self.trainable_variables)
+        if mistake == "gradients_aggregated_by_hand":
+            grads = [tf.distribute.get_replica_context().all_reduce(SUM, g) for g in grads]
+        self.step_optimizer.apply_gradients(zip(grads, self.trainable_variables))
+        return loss
+
+
+def _subclassed(ctx, mistake=None, opt="adam", distribute="function", n=EXAMPLES, l2=0.0, running=False,
+                weighted=False, loss_reduction=None):
+    optimizer = _optimizer(opt, ctx, mistake)
+    model = Regressor(optimizer, ctx, mistake, l2=l2, running=running, weighted=weighted)
+    model(np.zeros((1, 8), np.float32))  # built here: the check loads the reference's initial values
+    optimizer.build(model.trainable_variables)
+    x, y = regression(n)
+    elements = {"x": x, "y": y}
+    if weighted:
+        elements["w"] = classification(n)[2]
+    loss_fn = lambda y_true, y_pred: tf.reduce_mean(tf.square(y_true - y_pred), axis=-1)  # noqa: E731
+    return Workload(model, optimizer, loss_fn, _pipeline(elements, ctx, distribute, mistake),
+                    step=model.distributed_train_step, loss_reduction=loss_reduction or "SUM", distribute=distribute)
+
+
+# == style 3: keras.Sequential regression, a Keras loss object =================================
+def _sequential(ctx, mistake=None, opt="adam", distribute="function", n=EXAMPLES, clipnorm=None):
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="tanh"), keras.layers.Dense(4)])
+    optimizer = _optimizer(opt, ctx, mistake, **({"global_clipnorm": clipnorm} if clipnorm else {}))
+    optimizer.build(model.trainable_variables)
+    reduction = "sum_over_batch_size" if mistake == "keras_loss_reduction" else "none"
+    mse = keras.losses.MeanSquaredError(reduction=reduction)  # "none": one value per example (mean over dims)
+    x, y = regression(n)
+
+    def step(batch):
+        x, y = batch
+        with tf.GradientTape() as tape:
+            pred = model(x, training=True)
+            if mistake == "keras_loss_reduction":
+                loss = mse(y, pred)
+            else:
+                loss = tf.nn.compute_average_loss(mse(y, pred), global_batch_size=ctx.global_batch_size)
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    return Workload(model, optimizer, mse, _pipeline((x, y), ctx, distribute, mistake), step=step,
+                    distribute=distribute)
+
+
+# == right loops: must PASS =======================================================================
+def right_functional_dict_adam(ctx):
+    return _functional(ctx, inputs="dict", opt="adam")
+
+
+def right_sum_over_global_batch(ctx):
+    """Looks unscaled: tf.reduce_sum(per_example) / ctx.global_batch_size, by hand."""
+    return _functional(ctx, inputs="tuple", opt="sgd", scaling="sum_over_global")
+
+
+def right_subclassed_sum_over_global_batch(ctx):
+    """The subclassed model's own step sums its replica's losses and divides by the global batch."""
+    return _subclassed(ctx, "looks_unscaled", opt="adam", distribute="function")
+
+
+def right_weighted_compute_average(ctx):
+    """compute_average_loss with sample_weight= and global_batch_size=."""
+    return _functional(ctx, inputs="weighted", opt="sgd", distribute="function")
+
+
+def right_weighted_subclassed(ctx):
+    return _subclassed(ctx, opt="sgd", distribute="dataset", weighted=True)
+
+
+def right_weighted_global_weight_sum(ctx):
+    """Looks per-replica (divides by a sum of weights), but the sum is all-reduced: the global one."""
+    return _functional(ctx, inputs="weighted", opt="adam", scaling="global_weight")
+
+
+def right_sequential_regression(ctx):
+    """A 4-dimensional label: the loss object (reduction "none") averages the dimensions per
+    example first, then compute_average_loss divides by the global batch."""
+    return _sequential(ctx, opt="adam", distribute="function")
+
+
+def right_subclassed_regularized(ctx):
+    return _subclassed(ctx, opt="sgd", distribute="dataset", l2=0.01)
+
+
+def right_functional_regularized_function(ctx):
+    """tf.nn.scale_regularization_loss of model.losses, fed from a function."""
+    return _functional(ctx, inputs="dict", opt="sgd", distribute="function", l2=0.01)
+
+
+def right_clipnorm_in_optimizer(ctx):
+    """Clipping done right: global_clipnorm on the optimizer, which clips the summed gradients."""
+    return _sequential(ctx, opt="sgd", distribute="dataset", clipnorm=0.05)
+
+
+def right_metrics(ctx):
+    """A Mean of the per-example losses and an accuracy (CentralStorage, Keras 3: known deviation
+    keras3-central-storage-metric-accumulation)."""
+    return _functional(ctx, inputs="tuple", opt="sgd", metric=True)
+
+
+# == one catalogued mistake =======================================================================
+def loss_averaged_per_replica_functional(ctx):
+    return _functional(ctx, "loss_averaged_per_replica", inputs="dict", opt="adam")
+
+
+def loss_averaged_per_replica_subclassed(ctx):
+    """tf.reduce_mean over the replica's (batch, 4) squared errors."""
+    return _subclassed(ctx, "loss_averaged_per_replica", opt="sgd", distribute="function")
+
+
+def loss_divided_twice_subclassed(ctx):
+    return _subclassed(ctx, "loss_divided_twice", opt="sgd", distribute="dataset", weighted=True)
+
+
+def regularization_not_scaled_functional(ctx):
+    return _functional(ctx, "regularization_not_scaled", inputs="dict", opt="sgd", l2=0.01)
+
+
+def regularization_not_scaled_subclassed(ctx):
+    return _subclassed(ctx, "regularization_not_scaled", opt="sgd", distribute="function", l2=0.01)
+
+
+def metric_fed_scaled_loss_functional(ctx):
+    return _functional(ctx, "metric_fed_scaled_loss", inputs="dict", opt="sgd", metric=True)
+
+
+def keras_loss_reduction_functional(ctx):
+    """A weighted SparseCategoricalCrossentropy with its default reduction, on a short last batch."""
+    return _functional(ctx, "keras_loss_reduction", inputs="weighted", opt="sgd", n=SHORT)
+
+
+def keras_loss_reduction_sequential(ctx):
+    """MeanSquaredError with its default reduction, on a short last batch."""
+    return _sequential(ctx, "keras_loss_reduction", opt="sgd", distribute="dataset", n=SHORT)
+
+
+def created_outside_scope_functional(ctx):
+    """An Adam made at import, built in the factory."""
+    return _functional(ctx, "created_outside_scope", inputs="tuple")
+
+
+def clipped_before_aggregation_functional(ctx):
+    return _functional(ctx, "clipped_before_aggregation", inputs="dict", opt="sgd", distribute="function")
+
+
+def per_replica_batch_size_functional(ctx):
+    return _functional(ctx, "per_replica_batch_size", inputs="weighted", opt="adam")
+
+
+def short_batch_weighted_differently_functional(ctx):
+    """compute_average_loss(sample_weight=...) without global_batch_size, on a short last batch."""
+    return _functional(ctx, "short_batch_weighted_differently", inputs="weighted", opt="sgd", n=SHORT)
+
+
+def reduce_mean_for_sum_subclassed(ctx):
+    return _subclassed(ctx, opt="adam", distribute="function", loss_reduction="MEAN")
+
+
+def replicas_disagree_functional(ctx):
+    return _functional(ctx, "replicas_disagree", inputs="dict", opt="sgd", running=True)
+
+
+def replicas_disagree_subclassed(ctx):
+    return _subclassed(ctx, "replicas_disagree", opt="adam", distribute="function", running=True)
+
+
+# == the four new causes ==========================================================================
+def gradients_aggregated_by_hand_functional(ctx):
+    return _functional(ctx, "gradients_aggregated_by_hand", inputs="tuple", opt="sgd")
+
+
+def gradients_aggregated_by_hand_subclassed(ctx):
+    """With Adam the doubled gradients barely move the weights (Adam is scale-invariant up to its
+    epsilon); its moments show it."""
+    return _subclassed(ctx, "gradients_aggregated_by_hand", opt="adam", distribute="function")
+
+
+def optimizer_scaled_by_replicas_sequential(ctx):
+    return _sequential(ctx, "optimizer_scaled_by_replicas", opt="adam", distribute="function")
+
+
+def optimizer_scaled_by_replicas_functional(ctx):
+    return _functional(ctx, "optimizer_scaled_by_replicas", inputs="weighted", opt="sgd")
+
+
+def input_not_sharded_per_worker_functional(ctx):
+    return _functional(ctx, "input_not_sharded_per_worker", inputs="dict", opt="sgd", distribute="function")
+
+
+def input_not_sharded_per_worker_subclassed(ctx):
+    return _subclassed(ctx, "input_not_sharded_per_worker", opt="adam", distribute="function")
+
+
+def weighted_loss_normalized_per_replica_functional(ctx):
+    return _functional(ctx, "weighted_loss_normalized_per_replica", inputs="weighted", opt="sgd")
+
+
+def weighted_loss_normalized_per_replica_subclassed(ctx):
+    return _subclassed(ctx, "weighted_loss_normalized_per_replica", opt="adam", distribute="function", weighted=True)
+
+
+# == the tables ===================================================================================
+EXPECTED: dict[str, str | None] = {
+    "right_functional_dict_adam": None,
+    "right_sum_over_global_batch": None,
+    "right_subclassed_sum_over_global_batch": None,
+    "right_weighted_compute_average": None,
+    "right_weighted_subclassed": None,
+    "right_weighted_global_weight_sum": None,
+    "right_sequential_regression": None,
+    "right_subclassed_regularized": None,
+    "right_functional_regularized_function": None,
+    "right_clipnorm_in_optimizer": None,
+    "right_metrics": None,
+    "loss_averaged_per_replica_functional": "loss_averaged_per_replica",
+    "loss_averaged_per_replica_subclassed": "loss_averaged_per_replica",
+    "loss_divided_twice_subclassed": "loss_divided_twice",
+    "regularization_not_scaled_functional": "regularization_not_scaled",
+    "regularization_not_scaled_subclassed": "regularization_not_scaled",
+    "metric_fed_scaled_loss_functional": "metric_fed_scaled_loss",
+    "keras_loss_reduction_functional": "keras_loss_reduction",
+    "keras_loss_reduction_sequential": "keras_loss_reduction",
+    "created_outside_scope_functional": "created_outside_scope",
+    "clipped_before_aggregation_functional": "clipped_before_aggregation",
+    "per_replica_batch_size_functional": "per_replica_batch_size",
+    "short_batch_weighted_differently_functional": "short_batch_weighted_differently",
+    "reduce_mean_for_sum_subclassed": "reduce_mean_for_sum",
+    "replicas_disagree_functional": "replicas_disagree",
+    "replicas_disagree_subclassed": "replicas_disagree",
+    "gradients_aggregated_by_hand_functional": "gradients_aggregated_by_hand",
+    "gradients_aggregated_by_hand_subclassed": "gradients_aggregated_by_hand",
+    "optimizer_scaled_by_replicas_sequential": "optimizer_scaled_by_replicas",
+    "optimizer_scaled_by_replicas_functional": "optimizer_scaled_by_replicas",
+    "input_not_sharded_per_worker_functional": "input_not_sharded_per_worker",
+    "input_not_sharded_per_worker_subclassed": "input_not_sharded_per_worker",
+    "weighted_loss_normalized_per_replica_functional": "weighted_loss_normalized_per_replica",
+    "weighted_loss_normalized_per_replica_subclassed": "weighted_loss_normalized_per_replica",
+}
+
+STYLE: dict[str, str] = {
+    "right_functional_dict_adam": "functional, dict inputs, Adam, dataset",
+    "right_sum_over_global_batch": "functional, tuple inputs, SGD, dataset; reduce_sum / global batch",
+    "right_subclassed_sum_over_global_batch": "subclassed regression, {x,y} dict, Adam, function; reduce_sum / global batch",
+    "right_weighted_compute_average": "functional, weighted ((x, w), y), SGD, function; compute_average_loss(sample_weight, global_batch_size)",
+    "right_weighted_subclassed": "subclassed regression, {x,y,w} dict, SGD, dataset; compute_average_loss(sample_weight, global_batch_size)",
+    "right_weighted_global_weight_sum": "functional, weighted ((x, w), y), Adam, dataset; divided by the all-reduced sum of weights",
+    "right_sequential_regression": "Sequential regression (4-dim label), tuple, Adam, function; MSE reduction none",
+    "right_subclassed_regularized": "subclassed regression, {x,y} dict, SGD, dataset; L2 + scale_regularization_loss",
+    "right_functional_regularized_function": "functional, dict inputs, SGD, function; L2 + scale_regularization_loss",
+    "right_clipnorm_in_optimizer": "Sequential regression, tuple, SGD(global_clipnorm), dataset",
+    "right_metrics": "functional, tuple inputs, SGD, dataset; Mean + accuracy metrics",
+    "loss_averaged_per_replica_functional": "functional, dict inputs, Adam, dataset",
+    "loss_averaged_per_replica_subclassed": "subclassed regression, {x,y} dict, SGD, function",
+    "loss_divided_twice_subclassed": "subclassed regression, {x,y,w} dict (weighted), SGD, dataset",
+    "regularization_not_scaled_functional": "functional, dict inputs, SGD, dataset",
+    "regularization_not_scaled_subclassed": "subclassed regression, {x,y} dict, SGD, function",
+    "metric_fed_scaled_loss_functional": "functional, dict inputs, SGD, dataset; Mean + accuracy metrics",
+    "keras_loss_reduction_functional": "functional, weighted ((x, w), y), SGD, dataset; 119 examples",
+    "keras_loss_reduction_sequential": "Sequential regression, tuple, SGD, dataset; MSE object; 119 examples",
+    "created_outside_scope_functional": "functional, tuple inputs, Adam made at import, dataset",
+    "clipped_before_aggregation_functional": "functional, dict inputs, SGD, function",
+    "per_replica_batch_size_functional": "functional, weighted ((x, w), y), Adam, dataset",
+    "short_batch_weighted_differently_functional": "functional, weighted ((x, w), y), SGD, dataset; 119 examples",
+    "reduce_mean_for_sum_subclassed": "subclassed regression, {x,y} dict, Adam, function",
+    "replicas_disagree_functional": "functional, dict inputs, SGD, dataset; ON_READ running scale layer",
+    "replicas_disagree_subclassed": "subclassed regression, {x,y} dict, Adam, function; ON_READ running center",
+    "gradients_aggregated_by_hand_functional": "functional, tuple inputs, SGD, dataset",
+    "gradients_aggregated_by_hand_subclassed": "subclassed regression, {x,y} dict, Adam, function",
+    "optimizer_scaled_by_replicas_sequential": "Sequential regression, tuple, Adam, function",
+    "optimizer_scaled_by_replicas_functional": "functional, weighted ((x, w), y), SGD, dataset",
+    "input_not_sharded_per_worker_functional": "functional, dict inputs, SGD, function",
+    "input_not_sharded_per_worker_subclassed": "subclassed regression, {x,y} dict, Adam, function",
+    "weighted_loss_normalized_per_replica_functional": "functional, weighted ((x, w), y), SGD, dataset",
+    "weighted_loss_normalized_per_replica_subclassed": "subclassed regression, {x,y,w} dict, Adam, function",
+}
+
+HARMLESS_ON: dict[str, tuple[str, ...]] = {
+    # one worker is one input pipeline: distribute_datasets_from_function calls the dataset fn once
+    # and hands its per-replica batches to the replicas in turn, so not sharding changes nothing;
+    # only two or more workers read the same examples twice.
+    "input_not_sharded_per_worker_functional": ("mirrored", "central_storage"),
+    "input_not_sharded_per_worker_subclassed": ("mirrored", "central_storage"),
+    # CentralStorage keeps one copy of every variable (ON_READ ones too) on the parameter device:
+    # there are no replica copies to disagree.
+    "replicas_disagree_functional": ("central_storage",),
+    "replicas_disagree_subclassed": ("central_storage",),
+}
