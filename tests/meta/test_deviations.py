@@ -478,3 +478,53 @@ def test_a_rounding_band_is_judged_stale_over_the_session_not_per_test():
     check.equal(len(stale), 1, "stale bands after one more comparison (and a band that showed 3 times)")
     check.contains(stale[0] if stale else "", ["known deviation rounded", f"covered {n} comparisons",
                                                "update the entry"], "the stale band's message")
+
+
+def test_a_bounds_signature_goes_stale_like_a_band():
+    """A bounds signature's covered comparisons are counted per test (Check._consult) and judged
+    over the session: bounds that never had to explain a value in BAND_JUDGED_AFTER comparisons
+    (TensorFlow computes the reference's value every time) make the entry stale."""
+    entry = deviations.Deviation("one-pass", ("*",), ">=2", ">=2", "s", (), "now", (
+        Signature("moving_variance *", "bounds", model="one_pass_variance_bounds"),))
+    totals: dict = {}
+    deviations.current = ledger = deviations.Ledger((entry,))
+    try:
+        for _ in range(deviations.BAND_JUDGED_AFTER):
+            Check(parse_spec("mirrored:2"), "float32").close(0.5, 0.5, "moving_variance after step 1",
+                                                             given={"one_pass": (0.49, 0.51)})
+    finally:
+        deviations.current = None
+    deviations.merge_bands(totals, ledger.band_counts())
+    stale = deviations.stale_bands(totals)
+    Check("deviations.stale_bands").contains(stale[0] if stale else "", [
+        "known deviation one-pass", f"covered {deviations.BAND_JUDGED_AFTER} comparisons", "update the entry"],
+        "the stale bounds' message")
+
+
+def test_a_raises_entry_goes_stale_where_its_condition_held_and_the_probe_returned():
+    """A value returned where a raises signature predicts the exception fails ("update or retire"),
+    and for a signature with a condition only where the test confirmed the condition held: with
+    Check.returned at once, for a probe that raises as a whole after the test (Ledger.stale_raises)."""
+    entry = deviations.Deviation("deadlock", ("*",), ">=2", ">=2", "s", (), "now", (
+        Signature("the loop*", "raises", type="DeadlineExceededError", message="Collective has timed out",
+                  origin=("keras/src/optimizers/loss_scale_optimizer.py:apply_fn",),
+                  condition="non_finite_off_replica_0_on_another_worker"),))
+    held, not_held = CONDITION_CASES["non_finite_off_replica_0_on_another_worker"]
+    check = Check("stale raises")
+    deviations.current = ledger = deviations.Ledger((entry,))
+    try:
+        Check(parse_spec("multi_worker:2x1")).returned(1.0, "the loop", given=not_held)  # condition not held: fine
+        try:
+            Check(parse_spec("multi_worker:2x1")).returned(1.0, "the loop", given=held)
+            failed = ""
+        except PropertyFailure as exc:
+            failed = str(exc)
+        check.contains(failed, ["returned a value, but known deviation deadlock predicts", "update or retire"],
+                       "a value returned where the condition held")
+        Check(parse_spec("multi_worker:2x1")).given_for("the loop, as a whole", held)
+    finally:
+        deviations.current = None
+    check.contains(" ".join(ledger.stale_raises()), ["the loop, as a whole", "deadlock", "update or retire"],
+                   "a probe that returned after the test confirmed the condition")
+    check.equal(deviations.Ledger((entry,), given={"the loop": not_held}).stale_raises(), [],
+                "stale raises where the condition did not hold")
