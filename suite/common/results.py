@@ -45,6 +45,9 @@ _FRAME_IN_MESSAGE = re.compile(r'File "([^"]+)", line \d+, in ([\w<>.]+)')
 # the function a graph error was raised in ("... [Op:__inference_fn_with_cond_1058]"): TensorFlow's
 # variable-initializing wrapper of a tf.function's first call is ``fn_with_cond``
 _OP_IN_MESSAGE = re.compile(r"\[Op:([\w.-]+)\]")
+# the failing op of a graph error ("Detected at node 'a/b/Assert' defined at"): its name scopes say
+# which TensorFlow function created it (the "defined at" stack leaves TensorFlow's own frames out)
+_NODE_IN_MESSAGE = re.compile(r"Detected at node '?([^'\s]+)'? defined at")
 
 
 def frame_name(filename: str, function: str) -> str:
@@ -57,7 +60,7 @@ def frame_name(filename: str, function: str) -> str:
 def frames_of(exc: BaseException) -> tuple[str, ...]:
     """Every frame ``exc`` came through, innermost last, once each: its traceback's, the frames
     its message carries (a graph error's op-creation stack, and as ``op:NAME`` the function the
-    failing op ran in), and those of the exceptions it was raised from or during."""
+    failing op ran in, and as ``node:NAME`` the failing op), and those of the exceptions it was raised from or during."""
     out, seen = [], set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
@@ -67,6 +70,7 @@ def frames_of(exc: BaseException) -> tuple[str, ...]:
             tb = tb.tb_next
         out.extend(frame_name(f, fn) for f, fn in _FRAME_IN_MESSAGE.findall(str(exc)))
         out.extend(f"op:{name}" for name in _OP_IN_MESSAGE.findall(str(exc)))
+        out.extend(f"node:{name}" for name in _NODE_IN_MESSAGE.findall(str(exc)))
         exc = exc.__cause__ or exc.__context__
     return tuple(dict.fromkeys(out))
 

@@ -73,8 +73,10 @@ CAUSES = {
         "(Keras 3), so its slots are made once as distributed variables, not inside strategy.run"),
     "clipped_before_aggregation": Cause(
         "gradients clipped before aggregation",
-        "clip the summed gradients, not each replica's: give the optimizer global_clipnorm= (or clipnorm=) and "
-        "pass the raw gradients to apply_gradients, which sums the replicas before it clips"),
+        "clip the summed gradients, not each replica's: with Keras 2 give the optimizer global_clipnorm= (or "
+        "clipnorm=) and pass the raw gradients to apply_gradients, which sums the replicas before it clips; Keras 3's "
+        "optimizer clips each replica's gradients too (a known deviation of Keras 3), so there sum them yourself "
+        "with the replica context's all_reduce, clip the sum with tf.clip_by_global_norm, and divide out nothing"),
     "per_replica_batch_norm": Cause(
         "per-replica BatchNormalization where global statistics were expected",
         "use keras.layers.BatchNormalization(synchronized=True) so every replica normalizes with the global "

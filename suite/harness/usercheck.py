@@ -30,7 +30,6 @@ from suite.harness import agent, differential
 from suite.harness.pool import EngineError, EnginePool, EngineStartError, EngineUnavailable, ProbeError
 from suite.harness.versions import engine_versions
 
-
 EXIT = {"PASS": 0, "FAIL": 1, "USAGE": 2, "ERROR": 3, "KNOWN": 4}
 
 

@@ -73,11 +73,13 @@ def test_malformed_signatures_are_one_line_errors(tmp_path):
                           ('[[deviation.signature]]\nquantity = "q"\nkind = "guess"\n', "kind 'guess'"),
                           ('[[deviation.signature]]\nquantity = "q"\nkind = "model"\nmodel = "nope"\n', "model 'nope'"),
                           ('[[deviation.signature]]\nquantity = "q"\nkind = "band"\n', "needs rtol or atol"),
-                          ('[[deviation.signature]]\nquantity = "q"\nkind = "raises"\ntype = "E"\n', "type, message and origin"),
+                          ('[[deviation.signature]]\nquantity = "q"\nkind = "raises"\ntype = "E"\n',
+                           "type, message and origin"),
                           ('[[deviation.signature]]\nquantity = "q"\nkind = "raises"\ntype = "E"\nmessage = "m"\n',
                            "type, message and origin"),
                           ('[[deviation.signature]]\nquantity = "q"\nkind = "raises"\ntype = "DeadlineExceededError"\n'
-                           'message = "Collective has timed out"\norigin = ["op:*"]\n', "a deadlock is no excuse on its own")]:
+                           'message = "Collective has timed out"\norigin = ["op:*"]\n',
+                           "a deadlock is no excuse on its own")]:
         path = tmp_path / "d.toml"
         path.write_text(base + table)
         with pytest.raises(ValueError) as info:
