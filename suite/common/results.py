@@ -342,6 +342,7 @@ class WorkloadStep:
     gradients: list | None  # per local replica, the gradients handed to apply_gradients (model.trainable order)
     metrics: dict  # name -> result() after the step
     regularization: float | None = None  # add_n(model.losses) before the step (weight penalties), if readable
+    weights: list | None = None  # per local replica, the sum of its batch's example weights (None: no weights seen)
 
 
 @record

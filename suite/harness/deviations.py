@@ -9,9 +9,10 @@ TensorFlow does instead (suite/harness/signatures.py).
 conftest gives each running test a ``Ledger`` of the entries in scope (``current``); every Check
 comparison consults it, and the check of a user's loop asks a Ledger of the entries whose
 ``tests`` name its scope (``loop-check[SPEC]``) the same question (``Ledger.judge``). A
-mismatch that a signature explains is tolerated and counted; any other mismatch fails as usual. After the test, one with tolerated mismatches is reported as an
-expected failure naming the entries and counts; a test whose results equal the reference where
-an entry predicts otherwise fails ("update the entry").
+mismatch that a signature explains is tolerated and counted; any other mismatch fails as usual.
+After the test, one with tolerated mismatches is reported as an expected failure naming the
+entries and counts; a test whose results equal the reference where an entry predicts otherwise
+fails ("update the entry").
 """
 
 from __future__ import annotations

@@ -98,6 +98,12 @@ CAUSES = {
         "strategy.reduce MEAN where SUM was meant",
         "report the step's loss with strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica_loss, axis=None): "
         "each replica's loss is already its share of the global mean"),
+    "weighted_loss_normalized_per_replica": Cause(
+        "weighted loss normalised by each replica's own weights",
+        "divide the weighted per-example losses by the global batch, not by this replica's weights: "
+        "tf.nn.compute_average_loss(per_example, sample_weight=w, global_batch_size=GLOBAL_BATCH_SIZE), or, for "
+        "a weighted mean, by the weights summed over all replicas (replica_context.all_reduce(SUM, "
+        "tf.reduce_sum(w)))"),
     "gradients_aggregated_by_hand": Cause(
         "gradients aggregated by hand before apply_gradients",
         "pass each replica's own gradients to optimizer.apply_gradients: it sums them over the replicas itself; "
@@ -173,6 +179,7 @@ class Verdict:
     diagnoses: list = dataclasses.field(default_factory=list)
     error: str | None = None
     deviations: list = dataclasses.field(default_factory=list)  # [[deviation id, evidence]] of what they explained
+    notes: list = dataclasses.field(default_factory=list)  # what the control showed, where it did not decide
 
     @property
     def deviation(self) -> list | None:
@@ -188,7 +195,7 @@ class Verdict:
                 "agreed_steps": self.agreed, "worst_relative_difference": self.worst, "seconds": round(self.seconds, 2),
                 "engine_start_seconds": round(self.start_seconds, 2),
                 "first_diverging_step": self.first_step, "error": self.error,
-                "known_deviations": [{"id": i, "evidence": e} for i, e in self.deviations],
+                "known_deviations": [{"id": i, "evidence": e} for i, e in self.deviations], "notes": self.notes,
                 "mismatches": [dataclasses.asdict(m) for m in self.mismatches],
                 "diagnoses": [{"cause": d.cause, "title": d.title, "evidence": d.evidence, "fix": d.fix}
                               for d in self.diagnoses]}
@@ -203,9 +210,13 @@ def _summary(entry, limit: int = 420) -> str:
     return text[:cut + 1] if cut > 0 else text[:limit] + " ..."
 
 
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
 def short_error(message: str, limit: int = 220) -> str:
     """A TensorFlow error without its traceback lines: graph errors repeat the Python stack
     ("File ..., line N, in f") before what went wrong."""
+    message = ANSI.sub("", message)  # Keras' bold/reset codes: noise outside a terminal
     tail = re.split(r'File "[^"]*", line \d+, in \S+', message)[-1].strip()
     tail = re.sub(r"\[\[\{\{node [^]]*\]\]|\[Op:[^]]*\]", "", tail).strip(" .")
     return tail[:limit] if tail else message[:limit]
@@ -233,6 +244,7 @@ def stitch(runs: list):
         grads = None if any(p.gradients is None for p in parts) else [g for p in parts for g in p.gradients]
         steps.append(dataclasses.replace(
             parts[0], replica_losses=[v for p in parts for v in p.replica_losses], rows=[v for p in parts for v in p.rows],
+            weights=None if any(p.weights is None for p in parts) else [v for p in parts for v in p.weights],
             variables=[[c for p in parts for c in p.variables[i]] for i in range(len(parts[0].variables))],
             optimizer=[[c for p in parts for c in p.optimizer[i]] for i in range(len(parts[0].optimizer))],
             gradients=grads))
@@ -296,53 +308,79 @@ def _array(step, quantity, got, expected, base, rtol, atol):
 
 
 def compare(ref, dist, rtol: float = RTOL, atol: float = ATOL, metrics: bool = True, judge=None,
-            explained: list | None = None):
+            explained: list | None = None, control=None):
     """(agreeing steps, worst relative difference while agreeing, mismatches of the first
     diverging step); compares as many steps as both ran (``metrics=False``: not the metrics).
     ``judge(quantity, got, expected, given, same)``: the known deviation that explains a
-    difference (``Judge``), or None; an explained difference is no mismatch, and is listed in
-    ``explained`` as ``(entry id, line)``."""
+    difference (``Ledger.judge``), or None; an explained difference is no mismatch, and is listed
+    in ``explained`` as ``(entry id, line)``. ``control``: the suite's known-right step trained
+    on the same spec (usercheck's control): its value of each quantity is what a deviation
+    model of the rule TensorFlow follows instead is handed (``given["alternative"]``)."""
     worst = 0.0
     zero_opt = [np.zeros_like(np.asarray(v[0], np.float64)) for v in (ref.steps[0].optimizer if ref.steps else [])]
     increments = _metric_increments(ref)
     for k, (r, d) in enumerate(zip(ref.steps, dist.steps), 1):
         found, rels = [], []
+        c = control.steps[k - 1] if control is not None and k <= len(control.steps) else None
 
-        def take(result, given=None, found=found, rels=rels, k=k):
+        def take(result, raw, same, given=None, found=found, rels=rels, k=k):
             ok, rel, mismatch = result
             if ok:
                 rels.append(rel)
                 return
-            entry = judge(f"{_asked(mismatch.quantity)} after step {k}", mismatch.got, mismatch.expected, given,
-                          _same(rtol, atol)) if judge is not None else None
+            entry = judge(f"{_asked(mismatch.quantity)} after step {k}", raw[0], raw[1], given, same) \
+                if judge is not None else None
             if entry is None:
                 found.append(mismatch)
             elif explained is not None:
                 explained.append((entry.id, f"{mismatch.quantity} after step {k}: got {_num(mismatch.got)}, one "
                                             f"device {_num(mismatch.expected)}, as known deviation {entry.id} predicts"))
 
-        take(_scalar(k, "loss", d.loss, r.loss, rtol, atol))
-        for name, init, rv, dv in zip(ref.names, ref.initial, r.variables, d.variables):
+        def alternative(value, c=c):
+            return None if c is None else {"alternative": value, **{k: dist.facts.get(k) for k in CONDITION_FACTS}}
+
+        take(_scalar(k, "loss", d.loss, r.loss, rtol, atol), (d.loss, r.loss), _same(rtol, atol),
+             alternative(c.loss if c else None))
+        for i, (name, init, rv, dv) in enumerate(zip(ref.names, ref.initial, r.variables, d.variables)):
             for rep, copy in enumerate(dv):
-                take(_array(k, f"{name} (replica {rep})", copy, rv[0], init, rtol, atol))
+                take(_array(k, f"{name} (replica {rep})", copy, rv[0], init, rtol, atol), (copy, rv[0]),
+                     _same_array(init, rtol, atol), alternative(c.variables[i][rep] if c else None))
         prev = ref.steps[k - 2].optimizer if k > 1 else None
         for i, (name, rv, dv) in enumerate(zip(ref.optimizer_names, r.optimizer, d.optimizer)):
             base = np.asarray(prev[i][0], np.float64) if prev is not None else zero_opt[i]
             for rep, copy in enumerate(dv):
-                take(_array(k, f"optimizer {name} (replica {rep})", copy, rv[0], base, rtol, atol))
+                take(_array(k, f"optimizer {name} (replica {rep})", copy, rv[0], base, rtol, atol), (copy, rv[0]),
+                     _same_array(base, rtol, atol),
+                     alternative(c.optimizer[i][rep] if c and i < len(c.optimizer) else None))
         for name, value in (r.metrics if metrics else {}).items():
             mean = sorted(ref.facts.get("metric_states", {}).get(name, ())) == ["count", "total"]
             given = {"kind": "mean", "increments": increments[name][:k]} if mean else None
-            take(_scalar(k, f"metric {name}", d.metrics.get(name, math.nan), value, rtol, atol), given)
+            got = d.metrics.get(name, math.nan)
+            take(_scalar(k, f"metric {name}", got, value, rtol, atol), (got, value), _same(rtol, atol), given)
         for name, init, dv in zip(ref.names, ref.initial, d.variables):
             for rep, copy in enumerate(dv[1:], 1):  # the replicas against each other
                 ok, rel, m = _array(k, f"{name}: replica {rep} against replica 0", copy, dv[0], init, rtol, atol)
                 if not ok:
-                    take((ok, rel, m))
+                    take((ok, rel, m), (copy, dv[0]), _same_array(init, rtol, atol))
         if found:
             return k - 1, worst, found
         worst = max([worst] + [x for x in rels if math.isfinite(x)])
     return min(len(ref.steps), len(dist.steps)), worst, []
+
+
+# what the engine saw of the workload that a deviation's condition may read (signatures.CONDITIONS)
+CONDITION_FACTS = ("optimizer_clips", "optimizer_built", "optimizer_variables_before_step", "optimizer_variables_after")
+
+
+def _same_array(base, rtol: float, atol: float):
+    """The comparison's norm-wise equality of a variable (its change since ``base``), for a
+    deviation's predicted value."""
+    def same(a, b):
+        a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+        if a.shape != b.shape:
+            return False
+        return _norm(a - b) <= rtol * _norm(b - np.asarray(base, np.float64)) + atol * math.sqrt(max(a.size, 1))
+    return same
 
 
 def _asked(quantity: str) -> str:
@@ -401,6 +439,11 @@ def _grad_evidence(r, d):
         return None
     norms = [math.sqrt(sum(_norm(g) ** 2 for g in rep)) for rep in d.gradients]
     return dot / nr ** 2, dot / (nr * ns), norms, nr
+
+
+def _exactly(x, target) -> bool:
+    """``x`` equals ``target`` within float32 rounding of a few sums (1e-4 relative)."""
+    return x is not None and target is not None and math.isfinite(x) and abs(x - target) <= 1e-4 * abs(target)
 
 
 def _replica_grad_evidence(r, d):
@@ -509,7 +552,21 @@ def diagnose(ref, dist, mismatches: list, global_batch: int) -> list[Diagnosis]:
     # and to each other's (unknown gradients contradict nothing, but predict nothing either)
     each = _replica_grad_evidence(r, d) if grads is not None else None
     grads_agree = grads is None or (_is(ratio, 1.0) and cosine > 0.99)
-    if n > 1 and _is(data_ratio, n) and (grads is None or (_is(ratio, n) and cosine > 0.99)):
+    # what each replica's step returned, its share of the weight penalty taken out: had each divided
+    # by its own examples (or weights), those shares weighted by the examples (weights) would be
+    # one device's loss exactly
+    shares = [x - reg / n for x in d.replica_losses]
+    data_ref = r.loss - reg
+    by_rows = sum(x * k for x, k in zip(shares, d.rows)) / sum(d.rows) if sum(d.rows) else None
+    by_weights = (sum(x * w for x, w in zip(shares, d.weights)) / sum(d.weights)
+                  if d.weights and sum(d.weights) else None)
+    grads_follow = grads is None or (cosine > 0.99 and data_ratio and abs(ratio - data_ratio) <= RATIO_SLACK * data_ratio)
+    if n > 1 and not _is(data_ratio, 1.0) and _exactly(by_weights, data_ref) and grads_follow:
+        add("weighted_loss_normalized_per_replica", *evidence,
+            f"each replica divided its weighted loss by its own batch's weights {[round(w, 6) for w in d.weights]}: "
+            f"the replicas' losses weighted by those sums give one device's loss ({by_weights:.7g} against "
+            f"{data_ref:.7g})")
+    elif n > 1 and _is(data_ratio, n) and _exactly(by_rows, data_ref) and grads_follow:
         if facts.get("user_step") and reduction in LOSS_REDUCTIONS_THAT_AVERAGE:
             add("keras_loss_reduction", *evidence, f"{n} is the replica count, and the loss object's reduction is "
                                                    f"{reduction!r}, which averages over each replica's own batch")
@@ -581,22 +638,75 @@ def diagnose(ref, dist, mismatches: list, global_batch: int) -> list[Diagnosis]:
     return out
 
 
+@dataclasses.dataclass
+class Control:
+    """The suite's known-right step (the guide's compute_average_loss of the workload's loss) on
+    the workload's own model, optimizer and data under the spec, from the same initial values:
+    ``run``; ``same_as_loop``: it diverges from its own one-device run, and the loop's run equals
+    it, step for step (so what differs is TensorFlow's/Keras', not the loop's); ``evidence``."""
+
+    run: object
+    same_as_loop: bool
+    evidence: str
+
+
+def control_of(loop_ref, canonical_ref, control_run, dist_runs: list, rtol: float = RTOL, atol: float = ATOL) -> Control:
+    """Judge the control: the loop equals the canonical step on one device (else no control can
+    speak for it), the control diverges from its own one-device run, and the loop's run under the
+    spec equals the control's."""
+    dist = stitch(dist_runs)
+    control = stitch([control_run]) if not isinstance(control_run, list) else stitch(control_run)
+    if control.raised is not None or canonical_ref is None:
+        return Control(control, False, "the suite's canonical step could not train this workload here either"
+                       if control.raised is not None else "no control: the canonical step did not run on one device")
+    _, _, own = compare(loop_ref, canonical_ref, rtol, atol, metrics=False)
+    if own:
+        return Control(control, False, "no control: on one device the loop's step differs from the suite's canonical "
+                                       f"step ({own[0].line()})")
+    agreed, _, found = compare(canonical_ref, control, rtol, atol, metrics=False)
+    if not found:
+        return Control(control, False, f"the control (the suite's canonical step on this workload) trains here what it "
+                                       f"trains on one device ({agreed} steps): the divergence is the loop's")
+    _, _, apart = compare(control, dist, rtol, atol, metrics=False)
+    if not apart and not loop_ref.facts.get("keras_own_model"):
+        return Control(control, False, f"the control diverges here the same way (step {found[0].step}: "
+                                       f"{found[0].line()}), so the loop's step is not the cause; the model or "
+                                       "optimizer has classes of the user's own, so the control cannot tell their "
+                                       "code from TensorFlow's/Keras'")
+    if apart:
+        return Control(control, False, f"the control diverges here too (step {found[0].step}: {found[0].line()}), but "
+                                       f"not as the loop does ({apart[0].line()})")
+    return Control(control, True, f"the control, the suite's canonical step on the workload's own model, optimizer and "
+                                  f"data, diverges here the same way (step {found[0].step}: {found[0].line()}), and the "
+                                  "loop's run equals it step for step: TensorFlow/Keras, not the loop; no known "
+                                  "deviation records it")
+
+
 SCOPE = "loop-check[{spec}]"  # what an entry's ``tests`` name to cover the check of a user's loop under a spec
 STEP = "the step"  # the quantity of a step that raised
 RANDOM_LAYERS_RAISED = "the model's random layers in training mode"  # they raised before training
 SHARED_DRAWS = "whether each replica's first draw equals replica 0's"  # as the random-draws property names it
 
 
+# the quantities the loop check names (docs/check.md); a signature speaks for it only when its
+# quantity starts with one of them (a property's "* after step *" does not)
+QUANTITIES = ("loss after step ", "variable ", "optimizer variable ", "metric ", STEP, RANDOM_LAYERS_RAISED,
+              SHARED_DRAWS)
+
+
 def ledger(spec, versions: dict) -> deviations.Ledger:
     """The known deviations in scope of the check of a loop under ``spec``: the entries that apply
-    to the engine's versions and whose ``tests`` name ``loop-check[SPEC]``."""
+    to the engine's versions and whose ``tests`` name ``loop-check[SPEC]``, with their signatures
+    for the loop check's quantities."""
     scope = SCOPE.format(spec=spec.text)
-    return deviations.Ledger(tuple(d for d in deviations.load() if d.matches(scope) and d.applies_to(
-        versions.get("tensorflow"), versions.get("keras"))))
+    return deviations.Ledger(tuple(
+        dataclasses.replace(d, signatures=tuple(s for s in d.signatures if s.quantity.startswith(QUANTITIES)))
+        for d in deviations.load()
+        if d.matches(scope) and d.applies_to(versions.get("tensorflow"), versions.get("keras"))))
 
 
 def verdict(spec: str, ref, runs: list, global_batch: int, rtol: float = RTOL, atol: float = ATOL,
-            seconds: float = 0.0, spec_obj=None, versions: dict | None = None) -> Verdict:
+            seconds: float = 0.0, spec_obj=None, versions: dict | None = None, control=None) -> Verdict:
     """Compare a spec's run with the reference and diagnose its first divergence. A difference,
     a step that raised or replicas' random draws are excused only where a known deviation in
     scope (``ledger``) explains that observation, as it does for the properties:
@@ -604,7 +714,9 @@ def verdict(spec: str, ref, runs: list, global_batch: int, rtol: float = RTOL, a
     PASS every step agrees; FAIL something differs (or raised) that no deviation explains: the
     loop's, with a cause where one fits; DEVIATION every difference is a known deviation's
     prediction (the loop is right); BLOCKED the step raised as a known deviation of
-    TensorFlow/Keras raises from its origin (the loop is right but cannot train here)."""
+    TensorFlow/Keras raises from its origin (the loop is right but cannot train here).
+    ``control``: the suite's known-right step on the same workload under the spec (``Control``),
+    whose values a deviation model of TensorFlow's rule is handed as the alternative."""
     dist = stitch(runs)
     led = ledger(spec_obj, versions or {}) if spec_obj is not None else deviations.Ledger(())
 
@@ -612,7 +724,9 @@ def verdict(spec: str, ref, runs: list, global_batch: int, rtol: float = RTOL, a
         return led.judge(Seen(what, got, expected, same, spec_obj, given))
 
     explained: list = []
-    agreed, worst, mismatches = compare(ref, dist, rtol, atol, judge=judge, explained=explained)
+    speaks = control is not None and control.same_as_loop  # only a control that matches the loop predicts it
+    agreed, worst, mismatches = compare(ref, dist, rtol, atol, judge=judge, explained=explained,
+                                        control=control.run if speaks else None)
     v = Verdict(spec, dist.replicas, "PASS", steps=min(len(ref.steps), len(dist.steps)), agreed=agreed, worst=worst,
                 seconds=seconds, mismatches=mismatches)
     shared = _shared_draws(dist)
@@ -645,8 +759,14 @@ def verdict(spec: str, ref, runs: list, global_batch: int, rtol: float = RTOL, a
             v.deviations.insert(0, [entry.id, f"{v.error}. " + _summary(entry)])
         v.status = "BLOCKED" if entry is not None and not v.diagnoses else "FAIL"
         return v
-    if mismatches or v.diagnoses:
+    if mismatches and not v.diagnoses and speaks:
+        # the suite's known-right step diverges here as the loop does: TensorFlow's/Keras', unrecorded
+        v.deviations.append(["unrecorded", control.evidence])
+        v.status = "DEVIATION"
+    elif mismatches or v.diagnoses:
         v.status = "FAIL"
+        if control is not None:
+            v.notes.append(control.evidence)
     elif v.deviations:
         v.status = "DEVIATION"  # the loop is right; TensorFlow/Keras is not
     if len(dist.steps) < len(ref.steps) and not mismatches:
@@ -675,7 +795,8 @@ def table(verdicts: list[Verdict]) -> str:
             first = "raised"
         cause = v.diagnoses[0].title if v.diagnoses else ("" if v.status == "PASS" else "no catalogued cause")
         if v.status in ("DEVIATION", "BLOCKED"):
-            cause = "known deviation " + ", ".join(dict.fromkeys(i for i, _ in v.deviations))
+            named = [i for i, _ in v.deviations if i != "unrecorded"]
+            cause = ("known deviation " + ", ".join(dict.fromkeys(named))) if named else "unrecorded deviation"
         rows.append((v.spec, str(v.replicas), v.status, f"{v.agreed}/{v.steps}",
                      f"{v.worst:.2g}" if v.agreed else "–", first, cause,
                      f"{v.seconds:.1f} s", f"{v.start_seconds:.1f} s"))
@@ -684,7 +805,7 @@ def table(verdicts: list[Verdict]) -> str:
     return "\n".join(lines[:1] + ["  ".join("-" * w for w in widths)] + lines[1:])
 
 
-def details(v: Verdict, limit: int = 6) -> str:
+def details(v: Verdict, limit: int | None = 6) -> str:
     """What a user reads for a spec that did not pass: where it diverged, got vs expected, the
     diagnosis, or the known deviation and its evidence."""
     if v.status == "PASS":
@@ -693,14 +814,15 @@ def details(v: Verdict, limit: int = 6) -> str:
         head = ("DEVIATION: the loop is right; TensorFlow/Keras computes something else" if v.status == "DEVIATION"
                 else "BLOCKED: the loop is right but cannot train on this spec with these versions")
         out = [f"{v.spec}: {head}"]
-        out.extend(f"  known deviation {i}: {e}" for i, e in v.deviations[:limit])
+        out.extend(f"  known deviation {i}: {e}" if i != "unrecorded" else f"  unrecorded deviation: {e}"
+                   for i, e in v.deviations[:limit])
         return "\n".join(out)
     out = [f"{v.spec}: {v.status}" + (f", first divergence at step {v.first_step}" if v.first_step else "")]
     if v.error:
         out.append(f"  {v.error}")
     for m in v.mismatches[:limit]:
         out.append(f"  {m.line()}")
-    if len(v.mismatches) > limit:
+    if limit is not None and len(v.mismatches) > limit:
         out.append(f"  ... and {len(v.mismatches) - limit} more differences at that step")
     if v.status == "FAIL" and not v.diagnoses:
         out.append("  diagnosis: no catalogued cause fits the evidence (see docs/check.md for the catalogue)")
@@ -710,4 +832,5 @@ def details(v: Verdict, limit: int = 6) -> str:
         out.append(f"    fix: {d.fix}")
     for i, e in v.deviations[:limit]:
         out.append(f"  known deviation {i} (TensorFlow/Keras, not the loop) explains other differences: {e}")
+    out.extend(f"  control: {n}" for n in v.notes)
     return "\n".join(out)

@@ -273,9 +273,15 @@ def optimizer_not_built_before_the_step(seen: Seen) -> bool:
     return given.get("optimizer_built") is False or (before is not None and after is not None and after > before)
 
 
+def the_optimizer_clips(seen: Seen) -> bool:
+    """The optimizer was given clipnorm, global_clipnorm or clipvalue. ``given``:
+    ``{"optimizer_clips": True}`` (the engine's fact about a user's optimizer)."""
+    return isinstance(seen.given, dict) and seen.given.get("optimizer_clips") is True
+
+
 CONDITIONS: dict[str, Callable[[Seen], bool]] = {f.__name__: f for f in (
     non_finite_off_replica_0_on_another_worker, a_worker_without_rows_beside_one_with_rows,
-    optimizer_not_built_before_the_step)}
+    optimizer_not_built_before_the_step, the_optimizer_clips)}
 
 # a message that any deadlock gives (a user's loop that reduces on one worker only, too): never
 # an excuse without a condition the probe confirms
@@ -348,6 +354,8 @@ class Signature:
             return (isinstance(a, Raised) and a.type == self.type and re.search(self.message, a.message) is not None
                     and self.came_from(a) and (self.condition is None or CONDITIONS[self.condition](seen)))
         if isinstance(a, Raised):
+            return False
+        if self.condition is not None and not CONDITIONS[self.condition](seen):
             return False
         if self.kind == "model":
             predicted = self.predicts(seen)

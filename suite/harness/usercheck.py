@@ -70,15 +70,17 @@ class Report:
             return EXIT["KNOWN"]
         return EXIT["PASS"]
 
-    def text(self) -> str:
+    def text(self, verbose: bool = False) -> str:
+        """The report a user reads; ``verbose``: also the notes (the canonical step's comparison on
+        one device) and every difference, not the first few."""
         head = (f"workload {self.target}: TensorFlow {self.versions.get('tensorflow')}, Keras "
                 f"{self.versions.get('keras')}, global batch {self.global_batch}, {self.steps} steps, "
                 f"rtol {self.rtol:g}, atol {self.atol:g}")
         parts = [head, "reference: the workload with no strategy on the global batch, run twice: it repeats "
                        "itself bit for bit"]
-        parts += [f"note: {n}" for n in self.notes]
+        parts += [f"note: {n}" for n in self.notes] if verbose else []
         parts += ["", differential.table(self.verdicts)]
-        failing = [differential.details(v) for v in self.verdicts if v.status != "PASS"]
+        failing = [differential.details(v, None if verbose else 6) for v in self.verdicts if v.status != "PASS"]
         if failing:
             parts += [""] + failing
         parts += ["", self.summary()]
@@ -150,6 +152,7 @@ class Checker:
         self.canonical = canonical  # also train the suite's canonical step on one device (a note when it differs)
         self.notes: list[str] = []
         self.ref = None
+        self.canonical_ref = None  # the canonical step on one device (the control's reference), once run
         self.versions = engine_versions(pool.python)
 
     def _run(self, spec, **kwargs):
@@ -187,6 +190,7 @@ class Checker:
             except EngineError as exc:
                 canonical = None
                 self.notes.append(f"the suite's canonical step could not train this workload: {str(exc).splitlines()[0]}")
+            self.canonical_ref = canonical
             if canonical is not None:
                 agreed, _, found = differential.compare(first, canonical, self.rtol, self.atol, metrics=False)
                 if canonical.raised is not None:
@@ -217,8 +221,29 @@ class Checker:
                                         error=str(exc).splitlines()[0])
         v = differential.verdict(spec.text, ref, runs, self.global_batch, self.rtol, self.atol,
                                  seconds=time.monotonic() - started, spec_obj=spec, versions=self.versions)
+        if v.status == "FAIL" and v.mismatches and not v.diagnoses and v.error is None:
+            # a divergence no cause explains: the control tells TensorFlow's/Keras' from the loop's
+            control = self.control(spec, runs)
+            if control is not None:
+                v = differential.verdict(spec.text, ref, runs, self.global_batch, self.rtol, self.atol,
+                                         seconds=time.monotonic() - started, spec_obj=spec, versions=self.versions,
+                                         control=control)
         v.start_seconds = started - began
         return v
+
+    def control(self, spec, runs) -> differential.Control | None:
+        """The suite's canonical step on the workload under ``spec`` and on one device (each once),
+        judged against the loop's run (differential.control_of); None when it could not run."""
+        if self.canonical_ref is None:
+            try:
+                self.canonical_ref = self._run(parse_spec("default"), canonical=True, init=self.ref.initial)[0]
+            except EngineError:
+                return None
+        try:
+            control = self._run(spec, canonical=True, init=self.ref.initial)
+        except EngineError:
+            return None
+        return differential.control_of(self.ref, self.canonical_ref, control, runs, self.rtol, self.atol)
 
 
 def run(target: str, specs: list, pool: EnginePool, steps: int = 3, global_batch: int = 48,
@@ -268,6 +293,9 @@ def _parser() -> argparse.ArgumentParser:
                    help=f"exit 0 when the only findings are known deviations of TensorFlow/Keras (DEVIATION, BLOCKED: "
                         f"the loop is right), instead of {EXIT['KNOWN']}")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="also the notes (your step against the suite's canonical step on one device) and every "
+                        "difference of a diverging step")
     return p
 
 
@@ -298,7 +326,7 @@ def main(argv=None) -> int:
     if args.json == "-":
         print(json.dumps(report.as_json(), indent=1))
     else:
-        print(report.text())
+        print(report.text(args.verbose))
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(report.as_json(), f, indent=1)

@@ -190,3 +190,89 @@ def test_the_loop_check_and_a_property_name_the_same_entry_for_the_same_observat
         check.equal((by_property, v.deviation[0] if v.deviation else None), (want, want),
                     f"the entry named by the property and by the loop check, raised through {frames[1]}",
                     differential.details(v))
+
+
+# -- causes named only when every observation they predict holds ----------------------------------
+G = [np.full((8, 8), 0.5), np.full(8, -1.0)]  # one device's gradients of step 1
+D = [np.eye(8) * 0.25, np.linspace(-0.3, 0.3, 8)]  # a direction in which two replicas' batches differ
+
+
+def _with_step1(run_, losses, grads, weights=None, rows=(24, 24)):
+    """``run_`` with step 1's returned losses, gradients, rows and example-weight sums replaced."""
+    first = dataclasses.replace(run_.steps[0], replica_losses=list(losses), gradients=grads, rows=list(rows),
+                                weights=weights)
+    return dataclasses.replace(run_, steps=[first] + run_.steps[1:])
+
+
+def _causes(dist) -> list:
+    ref = _with_step1(run(), [1.0], [G], rows=(48,))
+    v = differential.verdict("mirrored:2", ref, [dist], 48, spec_obj=parse_spec("mirrored:2"), versions=KERAS3)
+    return [d.cause for d in v.diagnoses]
+
+
+def test_each_gradient_cause_is_named_only_with_all_of_its_evidence():
+    """Updates twice one device's on 2 replicas, with the evidence of each cause: the losses
+    summing to 2 x and the gradients too (loss averaged per replica); the losses right and every
+    replica handing over one device's whole gradients (aggregated by hand: the old ratio rule
+    also named 'loss averaged' and 'clipped' here); the losses right and each replica's own
+    gradients at one device's norm (clipped before aggregation); the losses and gradients right
+    (the optimizer scaled by the replica count); the losses right only when weighted by each
+    replica's example weights (normalised by its own weights)."""
+    check = Check("differential.diagnose")
+    two = run(scale=2.0, replicas=2)
+    own = [[g + d for g, d in zip(G, D)], [g - d for g, d in zip(G, D)]]  # each replica's own gradients, summing to 2G
+    half = [[x / 2 for x in rep] for rep in own]  # the same, summing to one device's G
+    ref_norm = float(np.sqrt(sum(np.sum(g ** 2) for g in G)))
+
+    def at_norm(grads, norm):
+        n = float(np.sqrt(sum(np.sum(g ** 2) for g in grads)))
+        return [g * (norm / n) for g in grads]
+
+    cases = {
+        "loss_averaged_per_replica": _with_step1(two, [1.0, 1.0], own),
+        "gradients_aggregated_by_hand": _with_step1(two, [0.5, 0.5], [G, G]),
+        "clipped_before_aggregation": _with_step1(two, [0.5, 0.5], [at_norm(rep, ref_norm) for rep in own]),
+        "optimizer_scaled_by_replicas": _with_step1(two, [0.5, 0.5], half),
+        # replica 0 weighs 22 and returns 1.2, replica 1 weighs 26 and returns 26 / 26 x (48 - 22 x 1.2) / 26
+        "weighted_loss_normalized_per_replica": _with_step1(two, [1.2, (48.0 - 22 * 1.2) / 26], own,
+                                                             weights=[22.0, 26.0]),
+    }
+    for cause, dist in cases.items():
+        check.equal(_causes(dist), [cause], f"causes named for the evidence of {cause}")
+
+
+def test_a_cause_is_not_named_when_one_of_its_observations_contradicts_it():
+    """The loss ratio 2 of 'loss averaged per replica' with gradients summing to one device's: no
+    cause fits (the old rule named it from one ratio)."""
+    two = run(scale=2.0, replicas=2)
+    half = [[(g + d) / 2 for g, d in zip(G, D)], [(g - d) / 2 for g, d in zip(G, D)]]
+    Check("differential.diagnose").equal(_causes(_with_step1(two, [1.0, 1.0], half)), [],
+                                         "causes for losses 2 x and gradients 1 x one device's")
+
+
+def _control_case(keras_own: bool, clips: bool, control_scale: float = 2.0):
+    """The loop's run and the control's, both moving twice one device's update on 2 replicas."""
+    facts = {"user_step": True, "keras_own_model": keras_own, "optimizer_clips": clips}
+    ref = dataclasses.replace(run(), facts=dict(facts))
+    dist = dataclasses.replace(run(scale=2.0, replicas=2), facts=dict(facts))
+    control = dataclasses.replace(run(scale=control_scale, replicas=2), facts=dict(facts))
+    return ref, dist, differential.control_of(ref, ref, control, [dist])
+
+
+def test_the_control_tells_tensorflows_divergence_from_the_loops():
+    """A divergence no cause explains: where the suite's canonical step on the same Keras model
+    and optimizer diverges the same way, it is TensorFlow's/Keras': DEVIATION naming the entry
+    whose model predicts the control's values under its condition (a clipping optimizer: Keras 3's
+    per-replica clipping), else an unrecorded deviation; where the control trains right, or the
+    model has classes of the user's own, it stays FAIL with what the control showed."""
+    check = Check("differential.verdict with a control")
+    for keras_own, clips, control_scale, want in [
+            (True, True, 2.0, ("DEVIATION", "keras3-clipping-per-replica-before-the-sum")),
+            (True, False, 2.0, ("DEVIATION", "unrecorded")),
+            (True, True, 1.0, ("FAIL", None)),
+            (False, True, 2.0, ("FAIL", None))]:
+        ref, dist, control = _control_case(keras_own, clips, control_scale)
+        v = differential.verdict("mirrored:2", ref, [dist], 48, spec_obj=parse_spec("mirrored:2"), versions=KERAS3,
+                                 control=control)
+        check.equal((v.status, v.deviation[0] if v.deviation else None), want,
+                    f"Keras' own model {keras_own}, clipping {clips}, control x{control_scale}", differential.details(v))

@@ -40,6 +40,10 @@ def _random_attr(layer) -> str | None:
     return None
 
 
+def _keras_own(obj) -> bool:
+    return type(obj).__module__.startswith(("keras", "tf_keras"))
+
+
 def _name(v) -> str:
     return getattr(v, "path", None) or compat.tf_variable(v).name.split(":")[0]
 
@@ -71,6 +75,11 @@ def _facts(ctx, wl, strategy, built_variables: int) -> dict:
                                    and type(layer).__module__.startswith(("keras", "tf_keras"))
                                    for layer in layers if _random_attr(layer)),
         "regularized": bool(wl.model.losses),
+        # whether the model, every layer and the optimizer are Keras' own classes: only then can the
+        # control (the suite's step on them) speak for TensorFlow/Keras rather than the user's code
+        "keras_own_model": all(_keras_own(obj) for obj in [wl.model, wl.optimizer, *layers]),
+        "optimizer_clips": any(getattr(getattr(wl.optimizer, "inner_optimizer", wl.optimizer), attr, None) is not None
+                               for attr in ("clipnorm", "global_clipnorm", "clipvalue")),
         # each metric's state, by its variables' last names: ("count", "total") is a mean (its
         # result total / count), which a deviation model of metric accumulation can predict
         "metric_states": {name: sorted(_name(v).rsplit("/", 1)[-1] for v in m.variables)
@@ -121,6 +130,38 @@ class _Capture:
 
 def _rows(batch):
     return tf.shape(tf.nest.flatten(batch)[0])[0]
+
+
+WEIGHT_KEYS = ("sample_weight", "sample_weights", "weight", "weights", "w")
+
+
+def _example_weights(batch):
+    """The batch's example weights, where the batch says which they are: a dict's weight key
+    (WEIGHT_KEYS), Keras' ``(x, y, sample_weight)``, or ``((x, sample_weight), y)`` (a rank-1
+    float second input); else None."""
+    def keyed(d):
+        key = next((k for k in WEIGHT_KEYS if k in d), None)
+        return None if key is None else d[key]
+
+    if isinstance(batch, dict):
+        return keyed(batch)
+    if isinstance(batch, (tuple, list)) and len(batch) == 3:
+        return batch[2]
+    if isinstance(batch, (tuple, list)) and len(batch) == 2:
+        inputs = batch[0]
+        if isinstance(inputs, dict):
+            return keyed(inputs)
+        if isinstance(inputs, (tuple, list)) and len(inputs) == 2:
+            w = inputs[1]
+            if getattr(w, "shape", None) is not None and w.shape.rank == 1 and w.dtype.is_floating:
+                return w
+    return None
+
+
+def _weight_sum(batch):
+    """The replica's summed example weights (float64), or -1 where the batch has none."""
+    w = _example_weights(batch)
+    return tf.constant(-1.0, tf.float64) if w is None else tf.reduce_sum(tf.cast(w, tf.float64))
 
 
 def _dataset(ctx, wl, strategy, global_batch):
@@ -210,7 +251,7 @@ def run(ctx, target, steps, global_batch, seed=0, canonical=False, init=None, pa
         else:
             x, y = batch
             loss = canonical_step(x, y, global_batch_size=global_batch)
-        return tf.convert_to_tensor(loss), _rows(batch), capture.take()
+        return tf.convert_to_tensor(loss), _rows(batch), capture.take(), _weight_sum(batch)
 
     def distributed(batch):
         per_replica = strategy.run(replica, args=(batch,))
@@ -230,11 +271,12 @@ def run(ctx, target, steps, global_batch, seed=0, canonical=False, init=None, pa
             if ctx.coordinator is not None:
                 value = ctx.coordinator.schedule(step_fn, args=(batch,))
                 ctx.coordinator.join()
-                reported, losses, rows, grads = value.fetch()
-                losses, rows, grads = [losses], [rows], [grads]
+                reported, losses, rows, grads, weights = value.fetch()
+                losses, rows, grads, weights = [losses], [rows], [grads], [weights]
             else:
-                reported, losses, rows, grads = step_fn(batch)
+                reported, losses, rows, grads, weights = step_fn(batch)
                 losses, rows = strategy.experimental_local_results(losses), strategy.experimental_local_results(rows)
+                weights = strategy.experimental_local_results(weights)
                 grads = [[strategy.experimental_local_results(g)[r] for g in grads] for r in range(len(losses))]
         except Exception as exc:
             raised = failed(ctx, exc, f"step {k}")
@@ -244,7 +286,8 @@ def run(ctx, target, steps, global_batch, seed=0, canonical=False, init=None, pa
             [compat.local_values(strategy, v) for v in model.variables],
             [compat.local_values(strategy, v) for v in compat.optimizer_variables(opt)],
             [[np.asarray(g) for g in gs] for gs in grads] if all(len(gs) for gs in grads) else None,
-            {name: float(np.asarray(m.result())) for name, m in wl.metrics.items()}, regularization))
+            {name: float(np.asarray(m.result())) for name, m in wl.metrics.items()}, regularization,
+            None if any(float(np.asarray(w)) < 0 for w in weights) else [float(np.asarray(w)) for w in weights]))
     first_rows = sum(history[0].rows) if history else None
     facts["optimizer_variables_after"] = len(compat.optimizer_variables(opt))
     facts["first_batch_rows"] = first_rows
