@@ -90,6 +90,9 @@ def _loop(ctx, mistake=None, n=EXAMPLES, keras_dropout=False, from_function=Fals
     reduction = "sum_over_batch_size" if mistake == "keras_loss_reduction" else "none"
     loss_object = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=reduction)
     mean_loss = keras.metrics.Mean(name="loss")
+    # a counter of the user's own, made in the scope with the default aggregation (NONE)
+    seen = tf.Variable(0.0, trainable=False, name="examples_seen") if mistake == "assign_add_without_aggregation" \
+        else None
     x, y = data(n)
     batch = ctx.per_replica_batch_size if mistake == "per_replica_batch_size" else ctx.global_batch_size
 
@@ -115,6 +118,8 @@ def _loop(ctx, mistake=None, n=EXAMPLES, keras_dropout=False, from_function=Fals
                 loss = tf.nn.compute_average_loss(per_example, global_batch_size=ctx.global_batch_size)
             if mistake == "loss_divided_twice":
                 loss = loss / ctx.num_replicas_in_sync
+            if mistake == "loss_scaled_by_root_replicas":  # no catalogued cause: a stray sqrt(replicas)
+                loss = loss * ctx.num_replicas_in_sync ** 0.5
             if mistake == "regularization_not_scaled":
                 loss += tf.add_n(model.losses)
             else:
@@ -122,6 +127,14 @@ def _loop(ctx, mistake=None, n=EXAMPLES, keras_dropout=False, from_function=Fals
         gradients = tape.gradient(loss, model.trainable_variables)
         if mistake == "clipped_before_aggregation":
             gradients, _ = tf.clip_by_global_norm(gradients, 0.01)
+        if mistake == "reduced_on_one_worker_only":  # a collective only the first worker enters: a deadlock
+            context = tf.distribute.get_replica_context()
+            resolver = getattr(ctx.strategy, "cluster_resolver", None)
+            if resolver is not None and resolver.task_id == 0:
+                gradients = [g / ctx.num_replicas_in_sync for g in context.all_reduce(tf.distribute.ReduceOp.SUM,
+                                                                                        gradients)]
+        if seen is not None:
+            seen.assign_add(tf.cast(tf.shape(features)[0], tf.float32))
         optimizer.apply_gradients(zip(gradients, model.trainable_variables))
         mean_loss.update_state(loss if mistake == "metric_fed_scaled_loss" else per_example)
         return loss
@@ -146,6 +159,26 @@ def right_with_dropout(ctx):
     for several replicas (known deviations keras3-dropout-mask-shared-by-replicas,
     keras2-dropout-mask-shared-across-workers) the check reports that deviation."""
     return _loop(ctx, keras_dropout=True)
+
+
+def assign_add_without_aggregation(ctx):
+    """``right`` that also counts its examples in a tf.Variable of its own, made in the scope with
+    no aggregation: under CentralStorage its assign_add inside strategy.run raises (the loop's
+    error: the same message Keras' own layers raise there, from another frame)."""
+    return _loop(ctx, "assign_add_without_aggregation")
+
+
+def reduced_on_one_worker_only(ctx):
+    """``right`` whose step all-reduces its gradients on the first worker only: on two workers the
+    first waits in a collective the other never enters (a deadlock of the loop's own)."""
+    return _loop(ctx, "reduced_on_one_worker_only")
+
+
+def dropout_and_loss_scaled_by_root_replicas(ctx):
+    """``right_with_dropout`` with a stray factor sqrt(replicas) on the loss (1 on one device): a
+    mistake no cause names, under specs where Keras' own Dropout draws one mask for several
+    replicas (a known deviation)."""
+    return _loop(ctx, "loss_scaled_by_root_replicas", keras_dropout=True)
 
 
 MISTAKES = ("loss_averaged_per_replica", "loss_divided_twice", "regularization_not_scaled", "metric_fed_scaled_loss",

@@ -147,3 +147,49 @@ def test_keras_dropout_sharing_masks_is_reported_as_its_deviation(spec, pool, re
                 differential.details(v))
     check.equal((v.status, v.deviation[0] if v.deviation else None), want, "verdict and deviation",
                 differential.details(v))
+
+
+def _exit(v) -> int:
+    """The exit status python -m suite.check gives for this one verdict."""
+    return usercheck.Report("", {}, 48, 3, 0.0, 0.0, [], [v]).exit_code()
+
+
+@pytest.mark.specs(lambda spec: spec.strategy == "central_storage" and spec.replicas > 1)
+def test_a_users_own_unaggregated_assign_add_is_the_loops_failure(spec, pool):
+    """The ValueError Keras' own layers raise under CentralStorage, raised from the user's own
+    assign_add: FAIL, exit 1 (no known deviation's origin is the user's frame)."""
+    v = checker(pool, "examples.mistakes:assign_add_without_aggregation").check(spec)
+    Check(spec).equal((v.status, v.deviations, _exit(v)), ("FAIL", [], 1),
+                      "verdict, deviations named and exit status", differential.details(v))
+
+
+@pytest.mark.specs(lambda spec: spec.strategy in ("mirrored", "multi_worker") and spec.replicas > 1,
+                   without_deep=trimmed(("mirrored:2",)))
+def test_a_divergence_with_no_cause_beside_keras_dropouts_deviation_fails(spec, pool):
+    """A stray factor sqrt(replicas) on the loss in a loop with Keras' Dropout, under a spec where Dropout's shared
+    masks are a known deviation: the deviation does not excuse the divergence; FAIL, exit 1, and
+    the control (the suite's step on the same model) trains right, so it is the loop's."""
+    v = checker(pool, "examples.mistakes:dropout_and_loss_scaled_by_root_replicas").check(spec)
+    check = Check(spec)
+    check.equal((v.status, [d.cause for d in v.diagnoses], _exit(v)), ("FAIL", [], 1),
+                "verdict, causes and exit status", differential.details(v))
+    check.that(any("trains here what it trains on one device" in n for n in v.notes), "the control's note",
+               v.notes, "the control trains right here: the divergence is the loop's", differential.details(v))
+
+
+def test_a_users_deadlock_is_not_excused():
+    """A step that all-reduces on the first worker only: the collective times out (or the workers'
+    collectives pair wrongly and their variables differ); FAIL or ERROR, never a known deviation,
+    exit status not 0. Its own pool, so the collective timeout is short (38 s)."""
+    from suite.common.specs import parse_spec
+    from suite.harness.pool import EnginePool
+
+    pool = EnginePool(call_timeout=45.0)
+    try:
+        v = usercheck.Checker(pool, "examples.mistakes:reduced_on_one_worker_only", path=str(ROOT),
+                              canonical=False).check(parse_spec("multi_worker:2x1"))
+    finally:
+        pool.close()
+    Check("multi_worker:2x1").that(v.status in ("FAIL", "ERROR") and not v.deviations and _exit(v) in (1, 3),
+                                   "a user's deadlock", (v.status, v.deviations, _exit(v)),
+                                   "FAIL or ERROR with no deviation named, exit 1 or 3", differential.details(v))
