@@ -166,6 +166,8 @@ CASES = [
          BLOCKS + "test_activity_regularizer_losses_are_scaled_as_the_guide_prescribes[{spec}]", "at step 1", MULTI),
     Case("bn_not_synchronized", BLOCKS + "test_synchronized_batch_norm_uses_the_global_batch[{spec}]",
          "on replica", ("mirrored:2", "multi_worker:2x1")),
+    Case("bn_not_synchronized", BLOCKS + "test_synchronized_batch_norm_in_float32_uses_the_global_batch[{spec}]",
+         "on replica", ("mirrored:2", "multi_worker:2x1")),
     # (Keras 3 cannot train BatchNormalization under CentralStorage: a known deviation)
     Case("bn_momentum_inverted",
          BLOCKS + "test_unsynchronized_batch_norm_normalises_each_replica_by_itself[{spec}]", "moving_",

@@ -159,21 +159,21 @@ def batch_norm_cases(draw, replicas: int):
     return batches, sizes
 
 
-def _moving_bounds(batches, sizes, synchronized: bool, one_pass: bool) -> list[dict]:
+def _moving_bounds(batches, sizes, synchronized: bool, one_pass: bool, dtype: str = "float64") -> list[dict]:
     """Per step, per replica: rounding bounds of that replica's output rows and of its copies
-    of the moving statistics (tolerances.batch_norm_bounds, carried through the updates
-    ``m * momentum + stat * (1 - momentum)``)."""
-    u = tolerances.UNIT["float64"]
+    of the moving statistics computed in ``dtype`` (tolerances.batch_norm_bounds, carried
+    through the updates ``m * momentum + stat * (1 - momentum)``)."""
+    u = tolerances.UNIT[dtype]
     replicas = len(sizes[0])
     e_mm, e_mv = [np.zeros(2)] * replicas, [np.zeros(2)] * replicas
     mm, mv = [np.zeros(2)] * replicas, [np.ones(2)] * replicas  # the reference's copies (their magnitudes)
     out = []
     for x, split in zip(batches, sizes):
         parts = np.split(np.asarray(x), np.cumsum(split)[:-1])
-        whole = tolerances.batch_norm_bounds(x, "float64", EPSILON, len(x) + replicas, one_pass)
+        whole = tolerances.batch_norm_bounds(x, dtype, EPSILON, len(x) + replicas, one_pass)
         step = {"output": [], "moving_mean": [], "moving_variance": []}
         for r, part in enumerate(parts):
-            b = tolerances.batch_norm_bounds(part, "float64", EPSILON, len(part) + 1) if not synchronized else whole
+            b = tolerances.batch_norm_bounds(part, dtype, EPSILON, len(part) + 1) if not synchronized else whole
             rows = np.split(whole["output"], np.cumsum(split)[:-1])[r] if synchronized else b["output"]
             step["output"].append(float(rows.max(initial=0.0)))
             if len(part) or synchronized:  # an empty unsynchronized replica computes nothing to round
@@ -201,6 +201,8 @@ def _one_copy_given(per_replica: list) -> dict:
         values = [g[key] for g in per_replica]
         if key == "alternative":
             out[key] = ref_bn.one_copy(values)
+        elif key == "float32_one_pass":  # the model averages the copies itself
+            out[key] = dict(values[0], replica=None)
         else:
             out[key] = (ref_bn.one_copy([v[0] for v in values]), ref_bn.one_copy([v[1] for v in values]))
     return out
@@ -221,16 +223,16 @@ def _check_batch_norm(check, results, want, bounds, spec, deviant=None):
                 if spec.kind == "central_storage":  # one copy of the variable, on the parameter device
                     check.close(copies[0] if copies else None, ref_bn.one_copy(exp[name]),
                                 f"{name} (its one copy) after step {s + 1}{who}",
-                                override={"float64": (max(bound[name]), 1e-15)},
+                                override={check.dtype: (max(bound[name]), 1e-15)},
                                 given=_one_copy_given(deviant[s][name]) if deviant else None)
                     continue
                 for i, rid in enumerate(mine):
                     check.close(copies[i], exp[name][rid], f"{name} on replica {rid} after step {s + 1}{who}",
-                                override={"float64": (bound[name][rid], 1e-15)},
+                                override={check.dtype: (bound[name][rid], 1e-15)},
                                 given=deviant[s][name][rid] if deviant else None)
             for i, rid in enumerate(mine):
                 check.close(got.outputs[i], exp["outputs"][rid], f"output of replica {rid} at step {s + 1}{who}",
-                            override={"float64": (bound["output"][rid], 1e-15)},
+                            override={check.dtype: (bound["output"][rid], 1e-15)},
                             given=deviant[s]["outputs"][rid] if deviant else None)
 
 
@@ -254,6 +256,51 @@ def test_synchronized_batch_norm_uses_the_global_batch(engines, spec, data):
     results = engines.call(spec, "blocks.batch_norm", synchronized=True, dtype="float64", batches=batches,
                            sizes=sizes, momentum=MOMENTUM, epsilon=EPSILON)
     _check_batch_norm(Check(spec, "float64", {"sizes": sizes}), results, want, bounds, spec, deviant)
+
+
+@st.composite
+def float32_cancelling_batch_norm_cases(draw, replicas: int):
+    """1-2 steps of (global batch, split) with 2 float32 features of a large mean (+-10^3..10^4)
+    and a small spread (0.01..1), where float32's one-pass variance E[x^2] - E[x]^2 loses all
+    its digits (ulp(E[x^2]) is 1/16 at 10^3 and 8 at 10^4); the split even or uneven, every
+    replica with 1-4 rows (an empty replica is the float64 property's and another deviation's
+    business). The rows are float32 numbers: the reference sees what TensorFlow sees."""
+    batches, sizes = [], []
+    for _ in range(draw(st.integers(1, 2), label="steps")):
+        if draw(st.booleans(), label="even split"):
+            split = [draw(st.integers(1, 4), label="per-replica batch")] * replicas
+        else:
+            split = draw(st.lists(st.integers(1, 4), min_size=replicas, max_size=replicas), label="sizes")
+        if sum(split) < 2:
+            split[0] += 1
+        n = sum(split)
+        offset = draw(st.sampled_from([1e3, 3e3, 1e4]), label="offset") * draw(st.sampled_from([1.0, -1.0]))
+        spread = draw(st.sampled_from([0.01, 0.1, 1.0]), label="spread")
+        u = draw(cases.floats("float64", (n, 2), -1.0, 1.0), label="x")
+        batches.append((offset + spread * u).astype(np.float32).astype(np.float64))
+        sizes.append(split)
+    return batches, sizes
+
+
+@CHEAP
+@given(data=st.data())
+def test_synchronized_batch_norm_in_float32_uses_the_global_batch(engines, spec, engine_versions, data):
+    """The float64 property's rule (reference/batchnorm.py synchronized_steps) in float32, what
+    users train in, on features with a large mean and a small spread: every replica's output and
+    copies of the moving statistics within the two-pass float32 rounding bounds of the global
+    batch's values. Where Keras' one-pass variance (known deviation
+    synchronized-bn-one-pass-variance) is off, the observation must be what the one-pass formula
+    gives in float32 arithmetic (signatures.one_pass_variance_in_float32), not merely near."""
+    batches, sizes = data.draw(float32_cancelling_batch_norm_cases(spec.replicas), label="case")
+    want = ref_bn.synchronized_steps(batches, sizes, MOMENTUM, EPSILON, 2)
+    bounds = _moving_bounds(batches, sizes, True, one_pass=False, dtype="float32")
+    base = {"batches": batches, "sizes": sizes, "momentum": MOMENTUM, "epsilon": EPSILON,
+            "keras": engine_versions["keras"][0]}
+    deviant = [{name: [{"float32_one_pass": dict(base, step=s, replica=r, name=name)} for r in range(spec.replicas)]
+                for name in ("outputs", "moving_mean", "moving_variance")} for s in range(len(batches))]
+    results = engines.call(spec, "blocks.batch_norm", synchronized=True, dtype="float32", batches=batches,
+                           sizes=sizes, momentum=MOMENTUM, epsilon=EPSILON)
+    _check_batch_norm(Check(spec, "float32", {"sizes": sizes}), results, want, bounds, spec, deviant)
 
 
 @CHEAP
