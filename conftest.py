@@ -34,8 +34,6 @@ def pytest_addoption(parser):
                     help="seconds a probe call may take before its engine is killed (default 120)")
     group.addoption("--engine-start-timeout", type=float, default=180.0,
                     help="seconds an engine may take to start (default 180)")
-    group.addoption("--zoo", action="store_true", default=False,
-                    help="also judge the zoo of users' loops (tests/workloads/test_zoo.py: 34 loops x 3 specs)")
     group.addoption("--deep", action="store_true", default=False,
                     help="run what the default selection leaves out: the properties marked budget "
                          "(the building blocks of tests/properties/test_blocks.py and the costliest "
@@ -165,10 +163,7 @@ def pytest_collection_modifyitems(config, items):
         config.hook.pytest_deselected(items=[i for i in items if i not in chosen])
         items[:] = chosen
     deep_only = pytest.mark.skip(reason="runs with --deep (.ci/run runs it as a step of its own)")
-    zoo_only = pytest.mark.skip(reason="runs with --zoo (its known wrong verdicts: docs/check.md, 'The zoo')")
     for item in items:
-        if item.get_closest_marker("zoo") and not config.getoption("--zoo"):
-            item.add_marker(zoo_only)
         if item.get_closest_marker("deep") and not config.getoption("--deep"):
             item.add_marker(deep_only)
         budget = item.get_closest_marker("budget")

@@ -75,13 +75,22 @@ def _optimizer(kind, ctx, mistake=None, **kwargs):
     return keras.optimizers.SGD(rate, **kwargs) if kind == "sgd" else keras.optimizers.Adam(rate, **kwargs)
 
 
+def _on_read(layer, name, value):
+    """A non-trainable ON_READ variable with MEAN aggregation (Keras 3's keras.Variable; Keras 2's
+    add_weight, which keras.Variable is not)."""
+    if hasattr(keras, "Variable"):
+        return keras.Variable(value, trainable=False, name=name, synchronization="on_read", aggregation="mean")
+    return layer.add_weight(name=name, shape=value.shape, initializer=keras.initializers.Constant(value),
+                            trainable=False, synchronization=tf.VariableSynchronization.ON_READ,
+                            aggregation=tf.VariableAggregation.MEAN)
+
+
 class RunningScale(keras.layers.Layer):
     """Divides its inputs by a running mean of their absolute values kept in an ON_READ variable:
     under a strategy each replica updates its own copy from its own batch."""
 
     def build(self, shape):
-        self.scale = keras.Variable(np.ones(shape[-1], np.float32), trainable=False, name="scale",
-                                    synchronization="on_read", aggregation="mean")
+        self.scale = _on_read(self, "scale", np.ones(shape[-1], np.float32))
 
     def call(self, x, training=False):
         if training:
@@ -169,8 +178,7 @@ class Regressor(keras.Model):
         super().__init__()
         self.running = running
         if running:  # a running center of the inputs in an ON_READ variable, updated per replica
-            self.center = keras.Variable(np.zeros(8, np.float32), trainable=False, name="center",
-                                         synchronization="on_read", aggregation="mean")
+            self.center = _on_read(self, "center", np.zeros(8, np.float32))
         self.hidden = keras.layers.Dense(16, activation="tanh",
                                          kernel_regularizer=keras.regularizers.L2(l2) if l2 else None)
         self.head = keras.layers.Dense(4)
@@ -455,9 +463,12 @@ STYLE: dict[str, str] = {
     "right_functional_dict_adam": "functional, dict inputs, Adam, dataset",
     "right_sum_over_global_batch": "functional, tuple inputs, SGD, dataset; reduce_sum / global batch",
     "right_subclassed_sum_over_global_batch": "subclassed regression, {x,y} dict, Adam, function; reduce_sum / global batch",
-    "right_weighted_compute_average": "functional, weighted ((x, w), y), SGD, function; compute_average_loss(sample_weight, global_batch_size)",
-    "right_weighted_subclassed": "subclassed regression, {x,y,w} dict, SGD, dataset; compute_average_loss(sample_weight, global_batch_size)",
-    "right_weighted_global_weight_sum": "functional, weighted ((x, w), y), Adam, dataset; divided by the all-reduced sum of weights",
+    "right_weighted_compute_average":
+        "functional, weighted ((x, w), y), SGD, function; compute_average_loss(sample_weight, global_batch_size)",
+    "right_weighted_subclassed":
+        "subclassed regression, {x,y,w} dict, SGD, dataset; compute_average_loss(sample_weight, global_batch_size)",
+    "right_weighted_global_weight_sum":
+        "functional, weighted ((x, w), y), Adam, dataset; divided by the all-reduced sum of weights",
     "right_sequential_regression": "Sequential regression (4-dim label), tuple, Adam, function; MSE reduction none",
     "right_subclassed_regularized": "subclassed regression, {x,y} dict, SGD, dataset; L2 + scale_regularization_loss",
     "right_functional_regularized_function": "functional, dict inputs, SGD, function; L2 + scale_regularization_loss",

@@ -4,6 +4,7 @@ foreign wrong value in a test it covers is a FAIL, never an XFAIL."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -146,6 +147,7 @@ CONDITION_CASES = {
                                                    {"poison": [[float("inf"), 1.0], [1.0, 1.0]], "workers": 2}),
     "a_worker_without_rows_beside_one_with_rows": ({"worker_rows": [[2, 2], [1, 0]]}, {"worker_rows": [[2, 2], [1, 1]]}),
     "optimizer_not_built_before_the_step": ({"optimizer_built": False}, {"optimizer_built": True}),
+    "the_optimizer_clips": ({"optimizer_clips": True}, {"optimizer_clips": False}),
 }
 
 
@@ -193,6 +195,12 @@ def test_signature_explains_its_deviation_and_not_a_foreign_error(entry, signatu
         check.equal(signature.explains(seen(_foreign(expected))), False, "a foreign error explained")
         return
     spec, expected, given, want = MODEL_CASES[signature.model]
+    if signature.condition:  # the model applies only where its condition held
+        held, not_held = CONDITION_CASES[signature.condition]
+        given = {**given, **held}
+        off = Seen("q", None, expected, _close, parse_spec(spec), {**given, **not_held})
+        check.equal(signature.explains(dataclasses.replace(off, actual=signature.predicts(off))), False,
+                    f"the predicted value where {signature.condition} did not hold")
     seen = lambda actual: Seen("q", actual, expected, _close if isinstance(expected, (float, np.ndarray)) else  # noqa: E731
                                (lambda a, b: a == b), parse_spec(spec), given)
     if signature.kind == "bounds":

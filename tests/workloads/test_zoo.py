@@ -2,9 +2,9 @@
 in examples/zoo.py (Sequential, functional and subclassed models; tuple, dict and weighted
 inputs; both distribute modes; SGD and Adam), each with the cause it must be diagnosed with, or
 none for a right loop. A wrong verdict or a wrong cause fails; "no catalogued cause" is the
-right answer only for a mistake the catalogue lacks. Runs with --zoo, not yet in .ci/run: a right
-loop with Keras 3's global_clipnorm still gets FAIL (docs/check.md, "The zoo");
-``python -m tests.workloads.test_zoo`` prints the confusion table per spec kind."""
+right answer only for a mistake the catalogue lacks. Runs with --deep (.ci/run's deep steps, on
+Keras 3 and Keras 2); ``python -m tests.workloads.test_zoo`` prints the confusion table per spec
+kind."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def classify(name: str, kind: str, v) -> str:
     return "no cause" if not named else "wrong cause"
 
 
-@pytest.mark.zoo
+@pytest.mark.deep
 @pytest.mark.specs(lambda spec: spec.text in ZOO_SPECS)
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_the_zoo_gets_the_right_verdict_and_cause(spec, name, pool):
