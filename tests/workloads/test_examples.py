@@ -30,6 +30,14 @@ ONE_OF_EACH = ("default", "one_device", "mirrored:2", "central_storage:2", "mult
 ONE_PER_KIND = ("mirrored:2", "central_storage:2", "multi_worker:2x1")
 
 
+def right(v) -> bool:
+    """The verdict of a right loop: PASS, or DEVIATION where recorded known deviations (their
+    signatures matched) explain every difference. An unrecorded deviation (the control, the
+    suite's own step, diverges as the loop does) is TensorFlow's/Keras' finding, and fails here
+    until it is recorded."""
+    return v.status == "PASS" or (v.status == "DEVIATION" and all(i != "unrecorded" for i, _ in v.deviations))
+
+
 def trimmed(keep: tuple[str, ...]):
     """The ``without_deep`` predicate of a test trimmed to the default specs ``keep``: a spec
     selected beyond the defaults (a deeper cluster, the real ``cluster`` spec) was asked for by
@@ -40,7 +48,7 @@ def trimmed(keep: tuple[str, ...]):
 @pytest.mark.specs(lambda spec: True, without_deep=trimmed(ONE_OF_EACH))
 def test_the_guides_loop_trains_as_on_one_device(any_spec, pool):
     v = checker(pool, GUIDE).check(any_spec)
-    Check(any_spec).that(v.status in ("PASS", "DEVIATION"), "the guide's loop (examples/guide.py)", v.status,
+    Check(any_spec).that(right(v), "the guide's loop (examples/guide.py)", (v.status, v.deviations),
                          "PASS, or DEVIATION where a known deviation of TensorFlow predicts every difference",
                          differential.details(v))
     Check(any_spec).equal(v.steps, 3, "steps compared")
@@ -53,7 +61,7 @@ def test_a_right_loop_fed_by_distribute_datasets_from_function_passes(spec, pool
     two workers each takes every other example, so a step's rows are again the first 48, the
     examples one device's step sees."""
     v = checker(pool, "examples.mistakes:right_from_function").check(spec)
-    Check(spec).that(v.status in ("PASS", "DEVIATION"), "examples.mistakes:right_from_function", v.status,
+    Check(spec).that(right(v), "examples.mistakes:right_from_function", (v.status, v.deviations),
                      "PASS, or DEVIATION where a known deviation of TensorFlow predicts every difference",
                      differential.details(v))
 
@@ -61,7 +69,7 @@ def test_a_right_loop_fed_by_distribute_datasets_from_function_passes(spec, pool
 @pytest.mark.specs(lambda spec: True, without_deep=trimmed(ONE_OF_EACH))
 def test_the_right_loop_of_the_mistakes_passes(any_spec, pool):
     v = checker(pool, "examples.mistakes:right").check(any_spec)
-    Check(any_spec).that(v.status in ("PASS", "DEVIATION"), "examples.mistakes:right", v.status,
+    Check(any_spec).that(right(v), "examples.mistakes:right", (v.status, v.deviations),
                          "PASS, or DEVIATION where a known deviation of TensorFlow predicts every difference",
                          differential.details(v))
 
@@ -117,7 +125,7 @@ def test_each_catalogued_mistake_is_diagnosed_with_its_cause_only(spec, mistake,
         check.equal(v.deviation[0] if v.deviation else None, deviation, f"deviation reported for {mistake}",
                     differential.details(v))
     else:  # harmless here: what one device trains (CentralStorage's metrics may carry their deviation)
-        check.that(v.status in ("PASS", "DEVIATION") and (v.status == "PASS" or spec.strategy == "central_storage"),
+        check.that(right(v) and (v.status == "PASS" or spec.strategy == "central_storage"),
                    f"verdict of examples.mistakes:{mistake}", v.status, "PASS", differential.details(v))
 
 

@@ -45,8 +45,8 @@ def classify(name: str, kind: str, v) -> str:
     """right cause / no cause / wrong cause / wrong verdict / right verdict (for a right loop)."""
     allowed, causes = expected_outcome(name, kind)
     named = [d.cause for d in v.diagnoses]
-    if v.status not in allowed:
-        return "wrong verdict"
+    if v.status not in allowed or any(i == "unrecorded" for i, _ in v.deviations):
+        return "wrong verdict"  # an unrecorded deviation is a finding to record, not a right verdict
     if not causes:
         return "right verdict" if not named else "wrong cause"
     if named == causes:
