@@ -337,7 +337,7 @@ def compare(ref, dist, rtol: float = RTOL, atol: float = ATOL, metrics: bool = T
                                             f"device {_num(mismatch.expected)}, as known deviation {entry.id} predicts"))
 
         def alternative(value, c=c):
-            return None if c is None else {"alternative": value, **{k: dist.facts.get(k) for k in CONDITION_FACTS}}
+            return None if c is None else {"alternative": value, **{f: dist.facts.get(f) for f in CONDITION_FACTS}}
 
         take(_scalar(k, "loss", d.loss, r.loss, rtol, atol), (d.loss, r.loss), _same(rtol, atol),
              alternative(c.loss if c else None))
@@ -465,14 +465,10 @@ def _same_batches_on_every_worker(d, workers: int) -> bool:
     """Whether each worker's replicas returned exactly worker 0's losses and gradients (the same
     examples: distinct examples give the same float only by chance)."""
     per = len(d.replica_losses) // workers
-    if per < 1 or len(set(d.replica_losses[:per])) == 0:
+    if per < 1 or any(d.replica_losses[w * per:(w + 1) * per] != d.replica_losses[:per] for w in range(1, workers)):
         return False
-    first = d.replica_losses[:per]
-    same_losses = all(d.replica_losses[w * per:(w + 1) * per] == first for w in range(1, workers))
-    if not same_losses or d.gradients is None:
-        return same_losses and d.gradients is None and len(set(d.rows)) == 1
-    return all(all(np.array_equal(a, b) for a, b in zip(d.gradients[w * per + i], d.gradients[i]))
-               for w in range(1, workers) for i in range(per))
+    return d.gradients is None or all(all(np.array_equal(a, b) for a, b in zip(d.gradients[w * per + i], d.gradients[i]))
+                                      for w in range(1, workers) for i in range(per))
 
 
 LOSS_REDUCTIONS_THAT_AVERAGE = ("sum_over_batch_size", "auto", "Reduction.AUTO", "Reduction.SUM_OVER_BATCH_SIZE")
@@ -557,7 +553,7 @@ def diagnose(ref, dist, mismatches: list, global_batch: int) -> list[Diagnosis]:
     # one device's loss exactly
     shares = [x - reg / n for x in d.replica_losses]
     data_ref = r.loss - reg
-    by_rows = sum(x * k for x, k in zip(shares, d.rows)) / sum(d.rows) if sum(d.rows) else None
+    by_rows = sum(x * rows for x, rows in zip(shares, d.rows)) / sum(d.rows) if sum(d.rows) else None
     by_weights = (sum(x * w for x, w in zip(shares, d.weights)) / sum(d.weights)
                   if d.weights and sum(d.weights) else None)
     grads_follow = grads is None or (cosine > 0.99 and data_ratio and abs(ratio - data_ratio) <= RATIO_SLACK * data_ratio)
@@ -650,12 +646,13 @@ class Control:
     evidence: str
 
 
-def control_of(loop_ref, canonical_ref, control_run, dist_runs: list, rtol: float = RTOL, atol: float = ATOL) -> Control:
+def control_of(loop_ref, canonical_ref, control_run: list, dist_runs: list, rtol: float = RTOL,
+               atol: float = ATOL) -> Control:
     """Judge the control: the loop equals the canonical step on one device (else no control can
     speak for it), the control diverges from its own one-device run, and the loop's run under the
     spec equals the control's."""
     dist = stitch(dist_runs)
-    control = stitch([control_run]) if not isinstance(control_run, list) else stitch(control_run)
+    control = stitch(control_run)
     if control.raised is not None or canonical_ref is None:
         return Control(control, False, "the suite's canonical step could not train this workload here either"
                        if control.raised is not None else "no control: the canonical step did not run on one device")

@@ -53,12 +53,6 @@ class Report:
         """Every spec trains what one device trains."""
         return all(v.status == "PASS" for v in self.verdicts)
 
-    @property
-    def loop_right(self) -> bool:
-        """No spec found the loop wrong or failed to run: what differs is TensorFlow's/Keras'
-        (DEVIATION, BLOCKED), as known deviations predict."""
-        return all(v.status in ("PASS", "DEVIATION", "BLOCKED") for v in self.verdicts)
-
     def exit_code(self, accept_known: bool = False) -> int:
         """The command's exit status (EXIT)."""
         statuses = {v.status for v in self.verdicts}
@@ -104,7 +98,7 @@ class Report:
     def as_json(self) -> dict:
         return {"workload": self.target, "versions": self.versions, "global_batch": self.global_batch,
                 "steps": self.steps, "rtol": self.rtol, "atol": self.atol, "notes": self.notes,
-                "passed": self.passed, "loop_right": self.loop_right, "summary": self.summary(),
+                "passed": self.passed, "summary": self.summary(),
                 "exit_code": self.exit_code(), "specs": [v.as_json() for v in self.verdicts]}
 
 

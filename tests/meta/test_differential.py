@@ -256,7 +256,7 @@ def _control_case(keras_own: bool, clips: bool, control_scale: float = 2.0):
     ref = dataclasses.replace(run(), facts=dict(facts))
     dist = dataclasses.replace(run(scale=2.0, replicas=2), facts=dict(facts))
     control = dataclasses.replace(run(scale=control_scale, replicas=2), facts=dict(facts))
-    return ref, dist, differential.control_of(ref, ref, control, [dist])
+    return ref, dist, differential.control_of(ref, ref, [control], [dist])
 
 
 def test_the_control_tells_tensorflows_divergence_from_the_loops():
