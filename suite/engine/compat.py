@@ -7,6 +7,7 @@ inside ``strategy.run``. Probes go through the helpers here instead of testing v
 
 from __future__ import annotations
 
+import inspect
 import os
 
 import tensorflow as tf
@@ -97,10 +98,30 @@ def make_loss(kind: str, reduction: str, dtype: str):
     """A Keras loss object. Keras 3 losses compute in their own dtype (floatx unless given),
     so the case dtype is passed; Keras 2 losses keep the input dtype and take no dtype."""
     cls, kwargs = LOSS_CLASSES[kind]
+    cls = getattr(keras.losses, cls)
     kwargs = dict(kwargs, reduction=reduction)
-    if KERAS_GENERATION >= 3:
-        kwargs["dtype"] = dtype
-    return getattr(keras.losses, cls)(**kwargs)
+    if KERAS_GENERATION < 3:
+        return cls(**kwargs)
+    if "dtype" in inspect.signature(cls.__init__).parameters:
+        return cls(**kwargs, dtype=dtype)
+    # Keras 3.0: the base Loss takes dtype and computes in self.dtype, but its subclasses do not
+    # pass it on (3.1 added it to them); set the attribute the base constructor would have set
+    loss = cls(**kwargs)
+    loss.dtype = dtype
+    return loss
+
+
+def reset_metric(metric) -> None:
+    """``metric.reset_state()`` for the suite's metrics (Mean, Sum and the accuracies, whose every
+    state variable starts at zero). Keras 3.0-3.4's reduction metrics reset with ``assign(0.0)``,
+    which an int64 Sum cannot take (TypeError: Cannot convert 0.0 to EagerTensor of dtype int64;
+    3.5 assigns zeros of the variable's dtype); there each variable is set to zeros of its own
+    dtype, which is what reset_state does."""
+    if KERAS_GENERATION >= 3 and any(not v.dtype.startswith(("float", "bfloat")) for v in metric.variables):
+        for v in metric.variables:
+            v.assign(tf.zeros(v.shape, v.dtype))
+        return
+    metric.reset_state()
 
 
 def make_metric(kind: str, dtype: str):
@@ -172,7 +193,8 @@ def export_saved_model(model, path: str, input_spec):
     """Write a SavedModel with a ``serving_default`` signature (Keras 3 ``model.export``;
     Keras 2 ``tf.saved_model.save`` with a traced signature)."""
     if KERAS_GENERATION >= 3:
-        model.export(path, format="tf_saved_model", verbose=False)
+        quiet = {"verbose": False} if "verbose" in inspect.signature(model.export).parameters else {}  # Keras 3.5+
+        model.export(path, format="tf_saved_model", **quiet)
     else:
         fn = tf.function(lambda x: model(x, training=False), input_signature=[input_spec])
         tf.saved_model.save(model, path, signatures={"serving_default": fn})

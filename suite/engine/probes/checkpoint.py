@@ -51,7 +51,7 @@ def _fresh(ctx, arch, optimizer, dtype):
     model, opt, initial, weights, metrics, step = ctx.cached(("checkpoint", arch_key(arch), optimizer, dtype), build)
     load(model, weights, dtype, opt, initial)
     for m in metrics.values():
-        m.reset_state()
+        compat.reset_metric(m)
     return model, opt, metrics, step, tf.train.Checkpoint(model=model, optimizer=opt, **_metric_states(metrics))
 
 
