@@ -213,6 +213,17 @@ def alternative_outcome(seen: Seen):
     return seen.given["alternative"]
 
 
+def replicas_apply_their_own_gradients(seen: Seen):
+    """Keras 3.0-3.4's TensorFlow optimizer: nothing sums the replicas' gradients, and each replica's
+    copy of a mirrored variable moves by that replica's own gradient, with its own optimizer state
+    (reference/model.py train_unsummed). ``given``: ``{"unsummed": the value under that rule}``;
+    no prediction without it."""
+    if not isinstance(seen.given, dict) or "unsummed" not in seen.given:
+        return NOTHING
+    value = seen.given["unsummed"]
+    return value if isinstance(value, bool) else np.asarray(value, np.float64)
+
+
 def same_on_every_worker(seen: Seen):
     """Each worker draws what the first worker draws (the same seed in every worker process):
     whether replica r's draw equals replica 0's is whether r is the first replica of its worker.
@@ -378,7 +389,8 @@ MODELS: dict[str, Callable[[Seen], Any]] = {f.__name__: f for f in (
     partial_last_step_dropped,
     partial_last_step_missing,
     integer_sum_restored_by_division, momentum_set_on_the_building_replica_only, increments_lost_between_workers,
-    alternative_rule, alternative_outcome, same_on_every_worker, one_pass_variance_bounds,
+    alternative_rule, alternative_outcome, replicas_apply_their_own_gradients, same_on_every_worker,
+    one_pass_variance_bounds,
     one_pass_variance_in_float32,
     empty_replica_skipped_bounds, nan_on_an_empty_replica)}
 

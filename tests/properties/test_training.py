@@ -19,7 +19,8 @@ from suite.harness.tolerances import tolerance
 from tests.helpers import COSTLY
 
 
-def check_history(results, history, check, initial=None, alternative=None, iterations=None, nan_losses=()):
+def check_history(results, history, check, initial=None, alternative=None, iterations=None, nan_losses=(),
+                  unsummed=None):
     """Every step's loss and every replica's copy of every variable against the reference; with
     ``initial`` (the parameters before the steps), first that trained variables changed: every
     element the reference's steps move by more than the tolerance differs from its initial value
@@ -28,10 +29,17 @@ def check_history(results, history, check, initial=None, alternative=None, itera
     for a known deviation's model (suite/harness/signatures.py: alternative_rule). ``iterations``:
     the optimizer's expected count (default: one per step). ``nan_losses``: the steps (from 1)
     whose reported loss a deviation's model may predict NaN for (a replica with no rows divided
-    by its batch: signatures.nan_on_an_empty_replica)."""
+    by its batch: signatures.nan_on_an_empty_replica). ``unsummed``: the steps as
+    reference/model.py train_unsummed takes them, each replica applying its own gradient (the
+    model of keras3-gradients-not-summed-before-3.5), handed to each comparison as
+    ``given={"unsummed": ...}``."""
     __tracebackhide__ = True
+    own = None
+    if unsummed is not None:
+        own = ref_model.train_unsummed(*unsummed[:4], **unsummed[4])
     for w, result in enumerate(results):
         who = f" (worker {w})" if len(results) > 1 else ""
+        local = len(result.history[0].params[0]) if result.history else 1
         if initial is not None and history:
             tol = tolerance(check.dtype, "trained", n_terms=4)
             for v, (copies, before, after) in enumerate(zip(result.history[-1].params, initial, history[-1]["params"])):
@@ -40,19 +48,30 @@ def check_history(results, history, check, initial=None, alternative=None, itera
                 if not moved.any():
                     continue
                 for r, copy in enumerate(copies):
-                    check.that(bool(np.all(np.asarray(copy)[moved] != before.astype(copy.dtype)[moved])),
-                               f"variable {v} on local replica {r} after {len(history)} steps{who}", copy,
-                               f"changed from the initial parameters where the reference's steps change it by "
-                               f"more than the tolerance ({int(moved.sum())} of {moved.size} elements)")
+                    changed = bool(np.all(np.asarray(copy)[moved] != before.astype(copy.dtype)[moved]))
+                    if own is not None:  # whether that replica's own steps change them: the deviation's prediction
+                        mine = np.asarray(own[-1]["params"][w * local + r][v], np.float64)
+                        given = {"unsummed": bool(np.all(np.abs(mine - before)[moved] > tol.bound(mine)[moved]))}
+                    check.equal(changed, True, f"variable {v} on local replica {r} changed after {len(history)} "
+                                f"steps{who}", f"every element should have changed from the initial parameters where the "
+                                f"reference's steps change it by more than the tolerance ({int(moved.sum())} of "
+                                f"{moved.size} elements)",
+                                given=given if own is not None else None)
         for s, (got, want) in enumerate(zip(result.history, history)):
             other = alternative[s] if alternative is not None else None
             empty = {"empty": True} if s + 1 in nan_losses else {}
+            mine = own[s] if own is not None else None
+            given = dict(empty, **({"alternative": other["loss"]} if other else {}),
+                         **({"unsummed": mine["loss"]} if mine else {}))
             check.close(got.loss, want["loss"], f"summed loss at step {s + 1}{who}", kind="trained",
-                        given=dict(empty, alternative=other["loss"]) if other else empty or None)
+                        given=given or None)
             for v, (copies, expected) in enumerate(zip(got.params, want["params"])):
                 for r, copy in enumerate(copies):
+                    given = other and {"alternative": other["params"][v]}
+                    if mine is not None:
+                        given = {"unsummed": mine["params"][w * local + r][v]}
                     check.close(copy, expected, f"variable {v} on local replica {r} after step {s + 1}{who}",
-                                kind="trained", n_terms=4, given=other and {"alternative": other["params"][v]})
+                                kind="trained", n_terms=4, given=given)
         check.equal(result.iterations, len(history) if iterations is None else iterations,
                     f"optimizer.iterations{who} (one increment per applied step)")
 
@@ -73,7 +92,8 @@ def test_training_steps_match_reference_on_the_global_batch(engines, spec, arch,
                            dtype=dtype, params=params, steps=steps)
     snippet = repro.training(spec, arch_dict(arch), OPTIMIZERS[optimizer], dtype, params, steps)
     case = {"arch": arch_name, "optimizer": optimizer, "sizes": [s[2] for s in steps]}
-    check_history(results, history, Check(spec, dtype, case, snippet), initial=params)
+    check_history(results, history, Check(spec, dtype, case, snippet), initial=params,
+                  unsummed=(arch, params, optimizer, steps, {}))
 
 
 @given(data=st.data())
@@ -88,7 +108,8 @@ def test_default_denominator_weights_each_replica_by_its_own_batch(engines, spec
     assume(cases.well_conditioned(history, dtype, False))
     results = engines.call(spec, "training.train", arch=arch_dict(arch), optimizer="sgd",
                            dtype=dtype, params=params, steps=steps, denominator="default")
-    check_history(results, history, Check(spec, dtype, {"arch": arch_name, "sizes": [s[2] for s in steps]}))
+    check_history(results, history, Check(spec, dtype, {"arch": arch_name, "sizes": [s[2] for s in steps]}),
+                  unsummed=(arch, params, "sgd", steps, {"denominator": "default"}))
 
 
 OPTIMIZER_CLASSES = ["Adadelta", "Adafactor", "Adagrad", "Adam", "AdamW", "Adamax", "Ftrl", "Lamb",
