@@ -27,20 +27,27 @@ def _row_gradients(table, indices, targets, weights):
 
 @documented("tf.IndexedSlices: duplicate indices are summed when the gradient is applied (as "
             "tf.convert_to_tensor densifies it); the optimizer rules are stated for that gradient")
-def train(table, steps, optimizer: str, squares: str = "of_sum") -> list[np.ndarray]:
+def train(table, steps, optimizer: str, squares: str = "of_sum", replica: int | None = None) -> list[np.ndarray]:
     """Per step ``(indices, targets, sizes)`` of the global batch (``sizes``: its split, unused
     by the rule: the dense gradient does not depend on it) with the loss
     ``compute_average_loss(||table[i] - t||^2, global batch)``: the table after the optimizer
     (``sgd``, ``adam``, ``adagrad`` of suite/common/catalog.py) applied the dense gradient.
     ``squares="per_occurrence"``: Adam's second moment and Adagrad's accumulator take the sum of
     each occurrence's squared gradient instead of the square of the row's sum (Keras 3: the
-    deviation keras3-sparse-second-moments-square-each-occurrence)."""
+    deviation keras3-sparse-second-moments-square-each-occurrence). ``replica`` r: the table of
+    replica r where nothing sums the replicas' gradients (the deviation
+    keras3-gradients-not-summed-before-3.5): its own copy takes only its own occurrences' gradient
+    (still divided by the global batch)."""
     table = np.asarray(table, np.float64)
     opt = Optimizer(optimizer, [table])
     out = []
-    for indices, targets, _sizes in steps:
+    for indices, targets, sizes in steps:
         n = len(indices)
-        per = _row_gradients(table, indices, targets, np.full(n, 1.0 / n))
+        if replica is not None:
+            start = int(sum(sizes[:replica]))
+            part = slice(start, start + int(sizes[replica]))
+            indices, targets = np.asarray(indices)[part], np.asarray(targets)[part]
+        per = _row_gradients(table, indices, targets, np.full(len(indices), 1.0 / n))
         dense = np.zeros_like(table)
         np.add.at(dense, np.asarray(indices, np.int64), per)
         if squares == "per_occurrence" and optimizer in ("adam", "adagrad"):

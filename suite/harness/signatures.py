@@ -216,9 +216,10 @@ def alternative_outcome(seen: Seen):
 def replicas_apply_their_own_gradients(seen: Seen):
     """Keras 3.0-3.4's TensorFlow optimizer: nothing sums the replicas' gradients, and each replica's
     copy of a mirrored variable moves by that replica's own gradient, with its own optimizer state
-    (reference/model.py train_unsummed). ``given``: ``{"unsummed": the value under that rule}``;
+    (reference/model.py train_unsummed). ``given``: ``{"unsummed": the value under that rule}`` (for
+    whether a variable changed: True, False, or None where the rule does not decide it);
     no prediction without it."""
-    if not isinstance(seen.given, dict) or "unsummed" not in seen.given:
+    if not isinstance(seen.given, dict) or seen.given.get("unsummed") is None:
         return NOTHING
     value = seen.given["unsummed"]
     return value if isinstance(value, bool) else np.asarray(value, np.float64)

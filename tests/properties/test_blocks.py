@@ -85,7 +85,8 @@ def test_clipping_acts_on_the_summed_gradient(engines, spec, option, data):
     cls, cfg = OPTIMIZERS[optimizer]
     snippet = repro.training(spec, arch_dict(arch), (cls, dict(cfg, **options)), DTYPE, params, steps)
     case = {"arch": arch_name, "optimizer": optimizer, option: c, "sizes": [s[2] for s in steps]}
-    check_history(results, history, Check(spec, DTYPE, case, snippet), initial=params, alternative=per_replica)
+    check_history(results, history, Check(spec, DTYPE, case, snippet), initial=params, alternative=per_replica,
+                  unsummed=(arch, params, optimizer, steps, {"clip": (option, c)}))
 
 
 @RETRACES
@@ -104,7 +105,8 @@ def test_weight_decay_is_applied_once_per_step(engines, spec, data):
     cls, cfg = OPTIMIZERS[optimizer]
     snippet = repro.training(spec, arch_dict(arch), (cls, dict(cfg, **options)), DTYPE, params, steps)
     case = {"arch": arch_name, "optimizer": optimizer, "weight_decay": wd, "sizes": [s[2] for s in steps]}
-    check_history(results, history, Check(spec, DTYPE, case, snippet), initial=params)
+    check_history(results, history, Check(spec, DTYPE, case, snippet), initial=params,
+                  unsummed=(arch, params, optimizer, steps, {"weight_decay": wd}))
 
 
 @CHEAP
@@ -133,7 +135,8 @@ def test_activity_regularizer_losses_are_scaled_as_the_guide_prescribes(engines,
     # that step's loss is NaN)
     empty = {i + 1 for i, s in enumerate(steps) if 0 in s[2]} if via == "activity_regularizer" else set()
     check_history(results, history, Check(spec, DTYPE, case, snippet), initial=params, alternative=unnormalised,
-                  nan_losses=empty)
+                  nan_losses=empty, unsummed=(arch, params, optimizer, steps,
+                                              {"activity_normalised": via != "activity_regularizer"}))
 
 
 MOMENTUM, EPSILON = 0.75, 1 / 1024  # binary fractions (the mutant bn_momentum_inverted uses 1 - momentum)
@@ -477,16 +480,19 @@ def test_embedding_sparse_updates_equal_the_dense_reference(engines, spec, optim
     table, steps = data.draw(embedding_cases(spec.replicas), label="case")
     want = ref_emb.train(table, steps, optimizer)
     per_occurrence = ref_emb.train(table, steps, optimizer, squares="per_occurrence")
+    # each replica's own table where nothing sums the replicas' gradients (Keras 3.0-3.4; Keras 3 squares each occurrence)
+    own = [ref_emb.train(table, steps, optimizer, squares="per_occurrence", replica=g) for g in range(spec.replicas)]
     results = engines.call(spec, "blocks.embedding", optimizer=optimizer, dtype="float64", table=table, steps=steps)
     check = Check(spec, "float64", {"optimizer": optimizer, "indices": [s[0].tolist() for s in steps],
                                     "sizes": [s[2] for s in steps]})
     for w, r in enumerate(results):
         who = f" (worker {w})" if len(results) > 1 else ""
         check.equal(r.gradient_type, "IndexedSlices", f"the class of the table's gradient{who}")
+        local = spec.replicas // len(results)
         for s, (copies, expected, alt) in enumerate(zip(r.tables, want, per_occurrence)):
             for c, copy in enumerate(copies):
                 check.close(copy, expected, f"the table on local replica {c} after step {s + 1}{who}", kind="trained",
-                            n_terms=4, given={"alternative": alt})
+                            n_terms=4, given={"alternative": alt, "unsummed": own[w * local + c][s]})
 
 
 @RETRACES
@@ -548,7 +554,7 @@ def test_training_compiled_with_xla_matches_the_reference(engines, spec, jit, da
     case = {"arch": arch_name, "optimizer": optimizer, "jit": jit, "sizes": [s[2] for s in steps]}
     check = Check(spec, DTYPE, case, snippet)
     if all(check.returned(r, f"the step compiled with XLA ({jit}, worker {w})") for w, r in enumerate(results)):
-        check_history(results, history, check, initial=params)
+        check_history(results, history, check, initial=params, unsummed=(arch, params, optimizer, steps, {}))
 
 
 @CHEAP
@@ -567,16 +573,21 @@ def test_ema_of_the_weights_is_the_reference_average_on_every_replica(engines, s
                            params=params, steps=steps, options=options)
     check = Check(spec, DTYPE, {"arch": arch_name, "optimizer": optimizer, "start": start,
                                 "sizes": [s[2] for s in steps]})
+    # each replica's own trajectory and its average, where nothing sums the replicas' gradients (Keras 3.0-3.4)
+    own = ref_model.train_unsummed(arch, params, optimizer, steps)
+    own_averages = [ref_model.ema(params, [{"params": st["params"][g]} for st in own], EMA_MOMENTUM, start)
+                    for g in range(spec.replicas)]
     for w, r in enumerate(results):
         who = f" (worker {w})" if len(results) > 1 else ""
         if not check.returned(r, f"training with use_ema{who}"):
             continue
-        check_history([r], history, check)
+        local = spec.replicas // len(results)
+        check_history([r], history, check, unsummed=(arch, params, optimizer, steps, {}), first=w * local)
         for s, (got, want) in enumerate(zip(r.history, averages)):
             for v, (copies, expected) in enumerate(zip(got.averages, want)):
                 for c, copy in enumerate(copies):
                     check.close(copy, expected, f"the average of variable {v} on local replica {c} after step {s + 1}{who}",
-                                kind="trained", n_terms=4)
+                                kind="trained", n_terms=4, given={"unsummed": own_averages[w * local + c][s][v]})
 
 
 @CHEAP

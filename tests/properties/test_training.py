@@ -20,7 +20,7 @@ from tests.helpers import COSTLY
 
 
 def check_history(results, history, check, initial=None, alternative=None, iterations=None, nan_losses=(),
-                  unsummed=None):
+                  unsummed=None, first=0):
     """Every step's loss and every replica's copy of every variable against the reference; with
     ``initial`` (the parameters before the steps), first that trained variables changed: every
     element the reference's steps move by more than the tolerance differs from its initial value
@@ -32,7 +32,8 @@ def check_history(results, history, check, initial=None, alternative=None, itera
     by its batch: signatures.nan_on_an_empty_replica). ``unsummed``: the steps as
     reference/model.py train_unsummed takes them, each replica applying its own gradient (the
     model of keras3-gradients-not-summed-before-3.5), handed to each comparison as
-    ``given={"unsummed": ...}``."""
+    ``given={"unsummed": ...}`` (``first``: the global index of the first result's first replica,
+    where ``results`` holds one worker's)."""
     __tracebackhide__ = True
     own = None
     if unsummed is not None:
@@ -48,10 +49,15 @@ def check_history(results, history, check, initial=None, alternative=None, itera
                 if not moved.any():
                     continue
                 for r, copy in enumerate(copies):
-                    changed = bool(np.all(np.asarray(copy)[moved] != before.astype(copy.dtype)[moved]))
+                    kept = moved & (np.asarray(copy) == before.astype(copy.dtype))  # where the check fails
+                    changed = not kept.any()
                     if own is not None:  # whether that replica's own steps change them: the deviation's prediction
-                        mine = np.asarray(own[-1]["params"][w * local + r][v], np.float64)
-                        given = {"unsummed": bool(np.all(np.abs(mine - before)[moved] > tol.bound(mine)[moved]))}
+                        mine = np.asarray(own[-1]["params"][first + w * local + r][v], np.float64)
+                        visible = np.abs(mine - before) > tol.bound(mine)
+                        # changed where its own steps visibly move every such element; unchanged where the
+                        # elements it kept are ones its own steps do not visibly move; else no prediction
+                        given = {"unsummed": True if visible[moved].all() else None if changed
+                                 else not (~visible[kept]).all()}
                     check.equal(changed, True, f"variable {v} on local replica {r} changed after {len(history)} "
                                 f"steps{who}", f"every element should have changed from the initial parameters where the "
                                 f"reference's steps change it by more than the tolerance ({int(moved.sum())} of "
@@ -67,11 +73,10 @@ def check_history(results, history, check, initial=None, alternative=None, itera
                         given=given or None)
             for v, (copies, expected) in enumerate(zip(got.params, want["params"])):
                 for r, copy in enumerate(copies):
-                    given = other and {"alternative": other["params"][v]}
-                    if mine is not None:
-                        given = {"unsummed": mine["params"][w * local + r][v]}
+                    given = dict(**({"alternative": other["params"][v]} if other else {}),
+                                 **({"unsummed": mine["params"][first + w * local + r][v]} if mine else {}))
                     check.close(copy, expected, f"variable {v} on local replica {r} after step {s + 1}{who}",
-                                kind="trained", n_terms=4, given=given)
+                                kind="trained", n_terms=4, given=given or None)
         check.equal(result.iterations, len(history) if iterations is None else iterations,
                     f"optimizer.iterations{who} (one increment per applied step)")
 
@@ -173,6 +178,7 @@ def test_short_last_batch_training_matches_the_reference_split(engines, spec, de
              for s in split] * epochs
     history = ref_model.train(arch, params, "sgd", steps, g if denominator == "constant" else "default")
     assume(cases.well_conditioned(history, dtype, False))
+    own = ref_model.train_unsummed(arch, params, "sgd", steps, g if denominator == "constant" else "default")
     # rows per worker at each step: a step that leaves one worker none (a deadlock's condition on TF 2.13)
     check_given = {"worker_rows": [[sum(len(p) for p in ref.local_results(list(s), w, spec.workers))
                                     for w in range(spec.workers)] for s in split]}
@@ -186,8 +192,10 @@ def test_short_last_batch_training_matches_the_reference_split(engines, spec, de
             want_sizes = [ref.local_results([len(p) for p in s], w, len(results)) for s in split]
             check.equal(epoch.sizes, want_sizes, f"replica batch sizes in epoch {e + 1} (worker {w}), by the input rule")
             expected = history[(e + 1) * per_epoch - 1]["params"]
+            mine = own[(e + 1) * per_epoch - 1]["params"]  # each replica's own copy (keras3-gradients-not-summed-before-3.5)
+            local = spec.replicas // len(results)
             for v, (copies, want) in enumerate(zip(epoch.params, expected)):
                 for c, copy in enumerate(copies):
                     check.close(copy, want, f"variable {v} on replica {c} after epoch {e + 1} (worker {w})",
-                                kind="trained", n_terms=4)
+                                kind="trained", n_terms=4, given={"unsummed": mine[w * local + c][v]})
 
