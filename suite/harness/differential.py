@@ -336,20 +336,27 @@ def compare(ref, dist, rtol: float = RTOL, atol: float = ATOL, metrics: bool = T
                 explained.append((entry.id, f"{mismatch.quantity} after step {k}: got {_num(mismatch.got)}, one "
                                             f"device {_num(mismatch.expected)}, as known deviation {entry.id} predicts"))
 
-        def alternative(value, c=c):
-            return None if c is None else {"alternative": value, **{f: dist.facts.get(f) for f in CONDITION_FACTS}}
+        spread = c is not None and any(not np.allclose(np.asarray(copy, np.float64), np.asarray(copies[0], np.float64),
+                                                       rtol=rtol, atol=0.0)
+                                       for copies in c.variables for copy in copies[1:])
+
+        def alternative(value, c=c, spread=spread):
+            return None if c is None else {"alternative": value, "control_copies_differ": spread,
+                                           **{f: dist.facts.get(f) for f in CONDITION_FACTS}}
 
         take(_scalar(k, "loss", d.loss, r.loss, rtol, atol), (d.loss, r.loss), _same(rtol, atol),
              alternative(c.loss if c else None))
         for i, (name, init, rv, dv) in enumerate(zip(ref.names, ref.initial, r.variables, d.variables)):
             for rep, copy in enumerate(dv):
-                take(_array(k, f"{name} (replica {rep})", copy, rv[0], init, rtol, atol), (copy, rv[0]),
+                want = rv[rep] if len(rv) == len(dv) else rv[0]  # replica by replica where ``ref`` ran on as many
+                take(_array(k, f"{name} (replica {rep})", copy, want, init, rtol, atol), (copy, want),
                      _same_array(init, rtol, atol), alternative(c.variables[i][rep] if c else None))
         prev = ref.steps[k - 2].optimizer if k > 1 else None
         for i, (name, rv, dv) in enumerate(zip(ref.optimizer_names, r.optimizer, d.optimizer)):
             base = np.asarray(prev[i][0], np.float64) if prev is not None else zero_opt[i]
             for rep, copy in enumerate(dv):
-                take(_array(k, f"optimizer {name} (replica {rep})", copy, rv[0], base, rtol, atol), (copy, rv[0]),
+                want = rv[rep] if len(rv) == len(dv) else rv[0]
+                take(_array(k, f"optimizer {name} (replica {rep})", copy, want, base, rtol, atol), (copy, want),
                      _same_array(base, rtol, atol),
                      alternative(c.optimizer[i][rep] if c and i < len(c.optimizer) else None))
         for name, value in (r.metrics if metrics else {}).items():
@@ -357,11 +364,14 @@ def compare(ref, dist, rtol: float = RTOL, atol: float = ATOL, metrics: bool = T
             given = {"kind": "mean", "increments": increments[name][:k]} if mean else None
             got = d.metrics.get(name, math.nan)
             take(_scalar(k, f"metric {name}", got, value, rtol, atol), (got, value), _same(rtol, atol), given)
-        for name, init, dv in zip(ref.names, ref.initial, d.variables):
+        for i, (name, init, rv, dv) in enumerate(zip(ref.names, ref.initial, r.variables, d.variables)):
+            if len(rv) == len(dv) > 1:
+                continue  # ``ref`` ran on as many replicas: compared replica by replica above
             for rep, copy in enumerate(dv[1:], 1):  # the replicas against each other
                 ok, rel, m = _array(k, f"{name}: replica {rep} against replica 0", copy, dv[0], init, rtol, atol)
                 if not ok:
-                    take((ok, rel, m), (copy, dv[0]), _same_array(init, rtol, atol))
+                    take((ok, rel, m), (copy, dv[0]), _same_array(init, rtol, atol),
+                         alternative(c.variables[i][rep] if c else None))
         if found:
             return k - 1, worst, found
         worst = max([worst] + [x for x in rels if math.isfinite(x)])
@@ -606,8 +616,8 @@ def diagnose(ref, dist, mismatches: list, global_batch: int) -> list[Diagnosis]:
     if not out and loss_ratio is not None and "loss" in kinds and _is(loss_ratio, 1 / n):
         if facts.get("loss_reduction") == "MEAN" or _is(returned_ratio, 1.0):
             add("reduce_mean_for_sum", f"the reported loss is {loss_ratio:.4g} x one device's (1/{n}) while the "
-                                       f"replicas' own losses sum to {returned_ratio:.4g} x it; the loop reduces with "
-                                       f"{facts.get('loss_reduction')}")
+                     f"replicas' own losses sum to {returned_ratio:.4g} x it; the loop reduces with "
+                     f"{facts.get('loss_reduction')}")
     unsynced = [name for name, synced in facts.get("batch_norm", []) if not synced]
     # named only where the divergence shows in those layers' statistics (not for the layer's presence)
     statistics = [m for m in mismatches if any(f"{name}/moving_" in m.quantity for name in unsynced)]
@@ -644,13 +654,15 @@ class Control:
     run: object
     same_as_loop: bool
     evidence: str
+    causes: tuple = ()  # the catalogued causes the control's own divergence shows: not the loop's where it shows them too
 
 
 def control_of(loop_ref, canonical_ref, control_run: list, dist_runs: list, rtol: float = RTOL,
-               atol: float = ATOL) -> Control:
+               atol: float = ATOL, global_batch: int = 0) -> Control:
     """Judge the control: the loop equals the canonical step on one device (else no control can
     speak for it), the control diverges from its own one-device run, and the loop's run under the
-    spec equals the control's."""
+    spec equals the control's. Whatever it finds, the causes the control's own divergence shows
+    (``causes``) are TensorFlow's/Keras' wherever the loop shows them too."""
     dist = stitch(dist_runs)
     control = stitch(control_run)
     if control.raised is not None or canonical_ref is None:
@@ -659,24 +671,29 @@ def control_of(loop_ref, canonical_ref, control_run: list, dist_runs: list, rtol
     _, _, own = compare(loop_ref, canonical_ref, rtol, atol, metrics=False)
     if own:
         return Control(control, False, "no control: on one device the loop's step differs from the suite's canonical "
-                                       f"step ({own[0].line()})")
+                       f"step ({own[0].line()})")
     agreed, _, found = compare(canonical_ref, control, rtol, atol, metrics=False)
+    causes = tuple(d.cause for d in diagnose(canonical_ref, control, found, global_batch)) if found else ()
+
+    def judged(same: bool, evidence: str) -> Control:
+        return Control(control, same, evidence, causes)
+
     if not found:
-        return Control(control, False, f"the control (the suite's canonical step on this workload) trains here what it "
-                                       f"trains on one device ({agreed} steps): the divergence is the loop's")
+        return judged(False, f"the control (the suite's canonical step on this workload) trains here what it "
+                      f"trains on one device ({agreed} steps): the divergence is the loop's")
     _, _, apart = compare(control, dist, rtol, atol, metrics=False)
     if not apart and not loop_ref.facts.get("keras_own_model"):
-        return Control(control, False, f"the control diverges here the same way (step {found[0].step}: "
-                                       f"{found[0].line()}), so the loop's step is not the cause; the model or "
-                                       "optimizer has classes of the user's own, so the control cannot tell their "
-                                       "code from TensorFlow's/Keras'")
+        return judged(False, f"the control diverges here the same way (step {found[0].step}: "
+                      f"{found[0].line()}), so the loop's step is not the cause; the model or "
+                      "optimizer has classes of the user's own, so the control cannot tell their "
+                      "code from TensorFlow's/Keras'")
     if apart:
-        return Control(control, False, f"the control diverges here too (step {found[0].step}: {found[0].line()}), but "
-                                       f"not as the loop does ({apart[0].line()})")
-    return Control(control, True, f"the control, the suite's canonical step on the workload's own model, optimizer and "
-                                  f"data, diverges here the same way (step {found[0].step}: {found[0].line()}), and the "
-                                  "loop's run equals it step for step: TensorFlow/Keras, not the loop; no known "
-                                  "deviation records it")
+        return judged(False, f"the control diverges here too (step {found[0].step}: {found[0].line()}), but "
+                      f"not as the loop does ({apart[0].line()})")
+    return judged(True, f"the control, the suite's canonical step on the workload's own model, optimizer and "
+                  f"data, diverges here the same way (step {found[0].step}: {found[0].line()}), and the "
+                  "loop's run equals it step for step: TensorFlow/Keras, not the loop; no known "
+                  "deviation records it")
 
 
 SCOPE = "loop-check[{spec}]"  # what an entry's ``tests`` name to cover the check of a user's loop under a spec
@@ -746,6 +763,11 @@ def verdict(spec: str, ref, runs: list, global_batch: int, rtol: float = RTOL, a
         raised = Raised(kind, message, RANDOM_LAYERS_RAISED, tuple(frames[0]) if frames else ())
     v.diagnoses = [d for d in diagnose(ref, dist, mismatches, global_batch)
                    if not (masks_explained and d.cause == "identical_dropout_masks")]
+    if control is not None:  # a cause the known-right control shows too is TensorFlow's/Keras', not the loop's
+        shared = [d for d in v.diagnoses if d.cause in control.causes]
+        v.diagnoses = [d for d in v.diagnoses if d.cause not in control.causes]
+        v.notes.extend(f"{d.title}: the control (the suite's canonical step on the workload's own model, optimizer and "
+                       "data) shows it too, so it is not the loop's" for d in shared)
     v.deviations = [[i, line] for i, line in explained]
     if raised is not None:
         v.error = f"{raised.where} raised {raised.type}: {short_error(raised.message, 300)}"

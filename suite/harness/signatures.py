@@ -375,9 +375,16 @@ def the_optimizer_clips(seen: Seen) -> bool:
     return isinstance(seen.given, dict) and seen.given.get("optimizer_clips") is True
 
 
+def replica_copies_differ_in_the_control(seen: Seen) -> bool:
+    """In the check of a user's loop: after this step, the control's (the suite's known-right
+    step's) replica copies of some variable differ, which no summing optimizer lets happen to a
+    mirrored variable. ``given``: ``{"control_copies_differ": True}`` (differential.compare)."""
+    return isinstance(seen.given, dict) and seen.given.get("control_copies_differ") is True
+
+
 CONDITIONS: dict[str, Callable[[Seen], bool]] = {f.__name__: f for f in (
     non_finite_off_replica_0_on_another_worker, a_worker_without_rows_beside_one_with_rows,
-    optimizer_not_built_before_the_step, the_optimizer_clips)}
+    optimizer_not_built_before_the_step, the_optimizer_clips, replica_copies_differ_in_the_control)}
 
 # a message that any deadlock gives (a user's loop that reduces on one worker only, too): never
 # an excuse without a condition the probe confirms

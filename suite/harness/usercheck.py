@@ -215,8 +215,8 @@ class Checker:
                                         error=str(exc).splitlines()[0])
         v = differential.verdict(spec.text, ref, runs, self.global_batch, self.rtol, self.atol,
                                  seconds=time.monotonic() - started, spec_obj=spec, versions=self.versions)
-        if v.status == "FAIL" and v.mismatches and not v.diagnoses and v.error is None:
-            # a divergence no cause explains: the control tells TensorFlow's/Keras' from the loop's
+        if v.status == "FAIL" and v.mismatches and v.error is None:
+            # the control tells TensorFlow's/Keras' divergence from the loop's, named cause or not
             control = self.control(spec, runs)
             if control is not None:
                 v = differential.verdict(spec.text, ref, runs, self.global_batch, self.rtol, self.atol,
@@ -237,7 +237,8 @@ class Checker:
             control = self._run(spec, canonical=True, init=self.ref.initial)
         except EngineError:
             return None
-        return differential.control_of(self.ref, self.canonical_ref, control, runs, self.rtol, self.atol)
+        return differential.control_of(self.ref, self.canonical_ref, control, runs, self.rtol, self.atol,
+                                       self.global_batch)
 
 
 def run(target: str, specs: list, pool: EnginePool, steps: int = 3, global_batch: int = 48,

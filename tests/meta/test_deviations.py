@@ -119,6 +119,7 @@ MODEL_CASES = {
     "alternative_rule": ("mirrored:2", -1.0, {"alternative": 0.0}, 0.0),
     # repros/keras3_loss_scale_finiteness_replica_0.py: the scale 16384 after a skipped step, Keras 3 keeps 32768
     "alternative_outcome": ("mirrored:2", 16384.0, {"alternative": 32768.0}, 32768.0),
+    "replicas_apply_their_own_gradients": ("mirrored:2", -1.0, {"unsummed": -0.5}, -0.5),
     # two replicas per worker: replica 2 draws replica 0's mask, replicas 1 and 3 their own
     "same_on_every_worker": ("multi_worker:2x2", [False, False, False], {"per_worker": [False, True, False]},
                              [False, True, False]),
@@ -148,6 +149,7 @@ CONDITION_CASES = {
     "a_worker_without_rows_beside_one_with_rows": ({"worker_rows": [[2, 2], [1, 0]]}, {"worker_rows": [[2, 2], [1, 1]]}),
     "optimizer_not_built_before_the_step": ({"optimizer_built": False}, {"optimizer_built": True}),
     "the_optimizer_clips": ({"optimizer_clips": True}, {"optimizer_clips": False}),
+    "replica_copies_differ_in_the_control": ({"control_copies_differ": True}, {"control_copies_differ": False}),
 }
 
 
@@ -321,6 +323,9 @@ def test_a_result_equal_to_the_reference_where_a_model_predicts_otherwise_fails(
 
 # entry -> a test id it covers (the spec is the id's first parameter)
 COVERED = {
+    "keras3-gradients-not-summed-before-3.5":
+        "tests/properties/test_training.py::test_training_steps_match_reference_on_the_global_batch"
+        "[mirrored:2-linear_l2-sgd-float64]",
     "compute-average-loss-float64-sample-weight":
         "tests/properties/test_losses.py::test_compute_average_loss_matches_reference[mirrored:2-per_example-float64]",
     "keras3-loss-replica-scale-rounded-to-float32":

@@ -10,6 +10,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from suite.harness.check import Check
 from tests.helpers import ROOT, run_pytest
 
@@ -80,3 +82,37 @@ def test_benchmarks_time_a_user_workload_with_the_controls():
     check.contains(done.stdout, ["PASSED benchmarks/bench_train_step.py::test_plain_step[examples.mistakes:right-B32]",
                                  "PASSED benchmarks/bench_train_step.py::test_train_step[examples.mistakes:right-weak-"
                                  "mirrored:2]"], "the user workload's benchmarks")
+
+
+KERAS34 = ROOT / ".tox" / "tf217-keras34" / "bin" / "python"  # TF 2.17 with the Keras of its release
+
+
+@pytest.mark.skipif(not KERAS34.exists(), reason="no TF 2.17 / Keras 3.4 env: tox run --notest -e tf217-keras34 "
+                                                 "(.ci/run builds it)")
+def test_on_tf217_keras34_the_guides_loop_is_keras_and_a_wrong_loop_is_its_own():
+    """TF 2.17 with Keras 3.4, as its users ran it: Keras does not sum the replicas' gradients
+    (known deviation keras3-gradients-not-summed-before-3.5). The guide's right loop diverges
+    exactly as the control (the suite's canonical step) does, and the verdict names the recorded
+    deviation, not the loop; a loop with a mistake of its own diverges from the control and
+    stays FAIL with its cause, and the cause the control shows too (replicas that differ) is not
+    blamed on it."""
+    check = Check("python -m suite.check on TF 2.17 / Keras 3.4")
+
+    def run(target):
+        done = subprocess.run([sys.executable, "-m", "suite.check", target, "--strategies", "mirrored:2",
+                               "--engine-python", str(KERAS34), "--json", "-", "-q"], cwd=ROOT, env=_env(),
+                              capture_output=True, text=True, timeout=600)
+        return done, json.loads(done.stdout) if done.stdout.strip().startswith("{") else {"specs": [{}]}
+
+    right, data = run("examples.guide:workload")
+    spec = data["specs"][0]
+    check.equal(right.returncode, 4, "exit status of the guide's loop (4: known deviations only)",
+                right.stdout[-2000:] + right.stderr[-1000:])
+    check.equal((spec.get("status"), sorted({d["id"] for d in spec.get("known_deviations", [])})),
+                ("DEVIATION", ["keras3-gradients-not-summed-before-3.5"]), "the verdict of the guide's loop")
+    wrong, data = run("examples.mistakes:loss_averaged_per_replica")
+    spec = data["specs"][0]
+    check.equal(wrong.returncode, 1, "exit status of a loop that averages per replica",
+                wrong.stdout[-2000:] + wrong.stderr[-1000:])
+    check.equal((spec.get("status"), [d["cause"] for d in spec.get("diagnoses", [])]),
+                ("FAIL", ["loss_averaged_per_replica"]), "the verdict of a loop that averages per replica")
