@@ -30,9 +30,9 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from suite.common.specs import id_parts
-from suite.harness import deviations, matrix, report
+from suite.harness import deviations, matrix, measured, report
 from suite.harness.report import NOISE_MARK, OUTCOME_MARK, OUTCOME_ORDER, ReportError, _table, case_outcome
-from suite.harness.versions import as_tuple
+from suite.harness.versions import as_shipped, as_tuple
 
 
 class Outcomes:
@@ -87,14 +87,23 @@ def load_outcomes(path: Path, reruns: list[Path] = ()) -> dict[str, Outcomes]:
     return dict(out)
 
 
+def _ran(point: matrix.Point) -> set[str]:
+    """The node ids of the test items a run ran (not skipped), its reruns included."""
+    cases = _cases(point.conformance)
+    for rerun in point.reruns:
+        cases.update(_cases(rerun))
+    return {f"{classname.replace('.', '/')}.py::{name}" for (classname, name), case in cases.items()
+            if case_outcome(case)[0] != "skip"}
+
+
 def _label(point: matrix.Point, profile: bool = True) -> str:
     """A column head: ``TF / Keras`` (a legacy env's Keras is tf-keras, 2.x), and (``profile``)
     the conformance run's profile where it is not ci (``quick``: the matrix's quick selection), and
     ``+ rerun`` where some of its outcomes come from a rerun (``conformance.rerun*.xml``)."""
     shown = profile and point.profile not in ("ci", "?")
     rerun = profile and point.conformance and point.reruns
-    return (f"{point.tensorflow} / {point.keras}" + (f" ({point.profile})" if shown else "")
-            + (" (+ rerun)" if rerun else ""))
+    return (f"{point.tensorflow} / {point.keras}" + (" as shipped" if as_shipped(point.tensorflow, point.keras) else "")
+            + (f" ({point.profile})" if shown else "") + (" (+ rerun)" if rerun else ""))
 
 
 def conformance_sections(points: list[matrix.Point], entries=()) -> tuple[list[str], list[str]]:
@@ -142,6 +151,7 @@ def conformance_sections(points: list[matrix.Point], entries=()) -> tuple[list[s
                 if p not in seen[d]:
                     seen[d].append(p)
     declared = {d.id: d for d in entries}
+    ran = {p.path: _ran(p) for p, _ in runs}
     if seen or declared:
         lines += ["## Deviations by version", "",
                   "Each known deviation: the versions the deviations file declares it for, the first and last run "
@@ -155,13 +165,18 @@ def conformance_sections(points: list[matrix.Point], entries=()) -> tuple[list[s
             in_range = [p for p, _ in runs if entry and entry.applies_to(p.tensorflow, p.keras)]
             counted = f"{len(where)} of {len(in_range)}" if entry else str(len(where))
             if not where:
-                rows.append([f"`{d}`", scope, "not observed", "–", counted, "–"])
+                rows.append([f"`{d}`", scope, "not observed", "–", counted, "–", "–", "–"])
                 continue
             missing = [_label(p) for p, _ in runs if p not in where and p.order > where[0].order
                        and p.order < where[-1].order and (entry is None or p in in_range)]
-            rows.append([f"`{d}`", scope, _label(where[0]), _label(where[-1]), counted, ", ".join(missing) or "–"])
+            keras = sorted({p.keras for p in where}, key=as_tuple)
+            quiet = sorted({p.keras for p, grid in runs if p not in where and entry is not None and
+                            any(entry.matches(t) for t in ran[p.path])} - set(keras), key=as_tuple)
+            rows.append([f"`{d}`", scope, _label(where[0]), _label(where[-1]), counted, ", ".join(missing) or "–",
+                         f"{keras[0]} – {keras[-1]}" if len(keras) > 1 else keras[0], ", ".join(quiet) or "–"])
         lines += _table(["deviation", "declared for", "first seen", "last seen", "runs (of those in range)",
-                         "not seen in between"], rows) + [""]
+                         "not seen in between", "Keras seen (first – last)", "Keras that ran its tests, not seen"],
+                        rows) + [""]
     return lines, full
 
 
@@ -335,15 +350,22 @@ def write(results: Path, out: Path, baseline: str | None = None, entries=None) -
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m suite.report", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m suite.report", description=__doc__.split("\n\n")[0])
     parser.add_argument("results", type=Path, help="the results folder (pytest --results-dir, tox)")
     parser.add_argument("-o", "--output", type=Path, required=True, help="folder for report.md and the plots")
     parser.add_argument("--baseline", default=None, help="the TensorFlow version the step times are compared with "
                                                          "(default: the newest)")
+    parser.add_argument("--record", type=Path, default=None, metavar="FILE",
+                        help="also add each conformance run of RESULTS to the measured runs FILE "
+                             "(docs/measured_runs.json: what the known-deviations file's ranges must agree with)")
     args = parser.parse_args(argv)
     if not args.results.is_dir():
         parser.error(f"no such folder: {args.results}")
     try:
+        if args.record:
+            for run in measured.record(args.results, args.record, deviations.load()):
+                print(f"recorded TF {run['tensorflow']} / Keras {run['keras']} ({run['profile']}): {run['items']}")
         path = write(args.results, args.output, args.baseline)
     except ReportError as exc:
         print(f"suite.report: {exc}", file=sys.stderr)

@@ -7,9 +7,9 @@ command, how many items passed, deviated, failed and were skipped, and for every
 how many of the items its ``tests`` name ran (were not skipped) and how many it excused.
 
 ``disagreements`` is the meta test's judgment: an entry whose declared range includes the
-versions of a recorded run that ran some of its tests but never observed it (its range is wider
-than what was measured), and an entry a run observed outside its declared range (the record is
-older than the range)."""
+versions of a recorded ci-profile run that ran some of its tests but never observed it (its range
+is wider than what was measured), and an entry a run observed outside its declared range (the
+record is older than the range)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,9 @@ from suite.harness.report import case_outcome
 from suite.harness.versions import as_tuple
 
 PATH = Path(__file__).resolve().parents[2] / "docs" / "measured_runs.json"
+# the profiles whose runs exercise an entry whose tests they ran: the ci profile draws enough cases on
+# every default spec; a quick run (four examples on two specs) may not draw the entry's condition
+EXERCISING = ("ci",)
 
 
 def node_id(case: ET.Element) -> str:
@@ -75,7 +78,7 @@ def disagreements(entries, runs: list[dict]) -> list[str]:
             seen = run["deviations"].get(d.id, {"ran": 0, "observed": 0})
             where = f"TF {run['tensorflow']} / Keras {run['keras']} ({run['profile']})"
             inside = d.applies_to(run["tensorflow"], run["keras"])
-            if inside and seen["ran"] and not seen["observed"]:
+            if inside and seen["ran"] and not seen["observed"] and run["profile"] in EXERCISING:
                 out.append(f"{d.id}: declared for TF {d.tensorflow}, Keras {d.keras}, but {where} ran "
                            f"{seen['ran']} of its tests and none showed it")
             if not inside and seen["observed"]:

@@ -29,6 +29,16 @@ print(json.dumps({"tensorflow": tf, "keras": keras}))
 
 ROOT = Path(__file__).resolve().parents[2]
 
+# Each TensorFlow 2.16+ minor with the Keras minor that was current when it was released (tox.ini's
+# as-shipped envs say where the dates come from; tests/meta/test_measured.py keeps the two in step)
+AS_SHIPPED = {"2.16": "3.0", "2.17": "3.4", "2.18": "3.6", "2.19": "3.9", "2.20": "3.11", "2.21": "3.13"}
+
+
+def as_shipped(tensorflow: str | None, keras: str | None) -> bool:
+    """Whether ``keras`` is the Keras minor ``tensorflow`` was released with (AS_SHIPPED)."""
+    tf, k = as_tuple(tensorflow)[:2], as_tuple(keras)[:2]
+    return len(tf) == 2 and AS_SHIPPED.get(f"{tf[0]}.{tf[1]}") == ".".join(map(str, k))
+
 
 def interpreter(env: str) -> tuple[str, dict]:
     """The interpreter a ``SPEC@ENV`` names and what its engines' environment changes: a tox env
