@@ -406,6 +406,7 @@ def _check_scaled_training(check, engines, spec, policy, scale, params, steps, p
     want = ref_mp.scaled_training(MP_ARCH, params, steps, poison, MP_LR, scale, MP_INITIAL_SCALE, MP_GROWTH)
     replica0 = ref_mp.scaled_training(MP_ARCH, params, steps, poison, MP_LR, scale, MP_INITIAL_SCALE, MP_GROWTH,
                                       decided_by=[0])
+    own = ref_mp.scaled_training_unsummed(MP_ARCH, params, steps, poison, MP_LR, scale, MP_INITIAL_SCALE, MP_GROWTH)
     bounds = _mixed_precision_bounds(params, steps, policy)
     results = engines.call(spec, "blocks.mixed_precision", policy=policy, scale=scale, arch=arch_dict(MP_ARCH),
                            params=params, steps=steps, poison=poison, initial_scale=MP_INITIAL_SCALE,
@@ -414,18 +415,20 @@ def _check_scaled_training(check, engines, spec, policy, scale, params, steps, p
         who = f" (worker {w})" if len(results) > 1 else ""
         if not check.returned(r, f"{loop}{who}", given={"poison": poison[:len(steps)], "workers": spec.workers}):
             continue  # a known deviation raised, as its signature predicts
-        for s, (got, exp, alt) in enumerate(zip(r.steps, want, replica0)):
+        local = spec.replicas // len(results)
+        for s, (got, exp, alt, mine) in enumerate(zip(r.steps, want, replica0, own)):
             check.equal(got.scale, exp["scale"], f"loss scale after step {s + 1}{who}",
-                        given={"alternative": alt["scale"]})
+                        given={"alternative": alt["scale"], "unsummed": mine["scale"]})
             finite = all(bool(np.isfinite(np.asarray(c)).all()) for copies in got.params for c in copies)
             check.equal(finite, exp["finite"], f"every replica's variables finite after step {s + 1}{who}",
-                        given={"alternative": alt["finite"]})
+                        given={"alternative": alt["finite"], "unsummed": mine["finite"]})
             if not finite:
                 break  # what follows a step that made the variables non-finite is not comparable
             for v, (copies, expected) in enumerate(zip(got.params, exp["params"])):
                 for c, copy in enumerate(copies):
                     check.close(copy, expected, f"variable {v} on local replica {c} after step {s + 1}{who}",
-                                override={"float32": (bounds[s], 2.0 ** -22)})
+                                override={"float32": (bounds[s], 2.0 ** -22)},
+                                given={"unsummed": mine["params"][w * local + c][v]})
         check.equal(r.variable_dtypes, ["float32", "float32"], f"the variables' dtypes{who}")
         check.equal(r.output_dtype, policy.split("_")[1], f"the layer's compute dtype{who}")
 
