@@ -111,7 +111,9 @@ def keras_loss_in_replica(per_example, reduction: str, keras_version: tuple, num
     count (``scale_loss_for_distribution``, keras-team/keras#20609), so that the SUM over
     replicas is the loss of the global batch, as the custom-training guide requires of a
     per-replica loss. Keras 3.0-3.7 return the unscaled local mean (a loss the guide's SUM
-    turns into replicas x the mean): known deviation keras3-loss-unscaled-before-3.8.
+    turns into replicas x the mean): known deviation keras3-loss-unscaled-before-3.8. A replica
+    with no rows contributes 0 (divide_no_nan since Keras 3.7); Keras 3.0-3.6 give 0 / 0 = NaN:
+    known deviation keras3-loss-nan-on-empty-replica-before-3.7.
     ``none`` returns the per-example losses in every generation.
     """
     values = _f64(per_example)

@@ -234,4 +234,5 @@ def test_keras_loss_reduction_inside_strategy_run(engines, spec, engine_versions
         return
     for r in results:
         check.returned(r, what)
-    check.per_replica(results, expected, what, n_terms=8)
+    # for the model of deviation keras3-loss-nan-on-empty-replica-before-3.7: 0 / 0 on a replica with no rows
+    check.per_replica(results, expected, what, n_terms=8, given=[{"empty": s == 0} for s in sizes])
