@@ -323,6 +323,8 @@ def test_a_result_equal_to_the_reference_where_a_model_predicts_otherwise_fails(
 
 # entry -> a test id it covers (the spec is the id's first parameter)
 COVERED = {
+    "keras3-muon-update-step-reads-keras-path":
+        "tests/properties/test_training.py::test_optimizer_variables_created_lazily_in_a_distributed_step[mirrored:2-Muon]",
     "keras3-gradients-not-summed-before-3.5":
         "tests/properties/test_training.py::test_training_steps_match_reference_on_the_global_batch"
         "[mirrored:2-linear_l2-sgd-float64]",
