@@ -279,8 +279,12 @@ class Check:
             for r, (a, e, g) in enumerate(zip(got, mine, inputs)):
                 self.close(a, e, f"{where} replica {w * len(mine) + r}", given=g, **tol)
 
-    def on_workers(self, results: list, attr: str, expected, what: str, **tol):
-        """A cross-replica value (a reduce, a metric result) equals the reference on every worker."""
+    def on_workers(self, results: list, attr: str, expected, what: str, given_per_worker: list | None = None,
+                   **tol):
+        """A cross-replica value (a reduce, a metric result) equals the reference on every worker
+        (``given_per_worker``: each worker's inputs of deviation models, instead of ``given``)."""
         __tracebackhide__ = True
         for w, result in enumerate(results):
+            if given_per_worker is not None:
+                tol["given"] = given_per_worker[w]
             self.close(getattr(result, attr), expected, f"{what} (worker {w})" if len(results) > 1 else what, **tol)

@@ -79,12 +79,13 @@ def local_mean_not_scaled_by_replicas(seen: Seen):
     return np.asarray(seen.expected, np.float64) * seen.spec.replicas
 
 
-def _assigned_by_every_replica(start, increments, under) -> list:
-    """Each update under CentralStorage (``under``: the spec of each update) makes every state
-    variable ``replicas * old + increment``; under other strategies it adds the increment."""
+def _assigned_by_every_replica(start, increments, under, strategies=("central_storage",)) -> list:
+    """Each update under one of ``strategies`` (``under``: the spec of each update; None: every
+    strategy) makes every state variable ``replicas * old + increment``; under other strategies
+    it adds the increment."""
     state = list(start)
     for step, spec in zip(increments, under):
-        r = spec.replicas if spec.strategy == "central_storage" else 1
+        r = spec.replicas if strategies is None or spec.strategy in strategies else 1
         state = [r * old + inc for old, inc in zip(state, step)]
     return state
 
@@ -109,6 +110,70 @@ def metric_variables_assigned_by_every_replica(seen: Seen):
     increment); a checkpoint carries the state across. ``given``: ``{"start": the initial state,
     "increments": [per update, each variable's increment], "under": [per update, its spec]}``."""
     return _assigned_by_every_replica(seen.given["start"], seen.given["increments"], seen.given["under"])
+
+
+def mirrored_metric_variables(seen: Seen):
+    """Keras 3.0-3.9 create metric state with ``synchronization`` left AUTO (the TensorFlow
+    backend's Variable passes none to tf.Variable before keras-team/keras#21072), which
+    MirroredStrategy and MultiWorkerMirroredStrategy make ON_WRITE: a MirroredVariable."""
+    return ["MirroredVariable"]
+
+
+def metric_state_of_the_first_local_replica(seen: Seen):
+    """Keras 3.0-3.6 metric state under a mirrored strategy: MirroredVariables with aggregation
+    NONE (the TensorFlow backend passed no aggregation to tf.Variable before keras-team/keras#20541),
+    whose update in replica context writes the replica's own copy only
+    (values._on_write_update_replica); read in cross-replica context a MirroredVariable returns
+    the copy on the current device, the worker's first replica's (values._get_on_device_or_primary).
+    So ``result()`` is the metric of that replica's data alone. ``given``: ``{"kind": metric,
+    "replica_states": [(total, count) of each replica's own updates], "replica": the worker's
+    first replica}``; no prediction without it."""
+    g = seen.given if isinstance(seen.given, dict) else {}
+    if "replica_states" not in g or "replica" not in g:
+        return NOTHING
+    return ref_metrics.result(g["kind"], *g["replica_states"][g["replica"]])
+
+
+def metric_variables_per_replica_copy(seen: Seen):
+    """The same Keras 3.0-3.6 copies on the state variables across a checkpoint: each replica
+    adds its own increments to its copy; a checkpoint saves the primary copy (replica 0's: the
+    chief's checkpoint is the one restored) and a restore gives every copy of the new variable
+    that value; a worker reads its first replica's copy. ``given``: ``{"start": the initial
+    state, "replica_increments": [per update, each replica's increment of each variable],
+    "restored_after": the updates before the restore (None: no restore), "replica": the read
+    copy}``; no prediction without it."""
+    g = seen.given if isinstance(seen.given, dict) else {}
+    if "replica_increments" not in g:
+        return NOTHING
+    copies = [list(g["start"])]
+    for step, incs in enumerate(g["replica_increments"]):
+        if step == g["restored_after"] or len(copies) != len(incs):
+            copies = [copies[0]] * len(incs)  # a restore, or the first update: every copy alike
+        copies = [[old + inc for old, inc in zip(copy, inc_r)] for copy, inc_r in zip(copies, incs)]
+    if g["restored_after"] == len(g["replica_increments"]):
+        return copies[0]  # read right after the restore: the saved primary copy on every copy
+    return copies[g["replica"]]
+
+
+def metric_state_summed_on_write(seen: Seen):
+    """Keras 3.7-3.9 metric state under a mirrored strategy: MirroredVariables with aggregation
+    SUM (keras-team/keras#20541) but ON_WRITE, and Keras' ``assign_add(v)`` is ``assign(self +
+    v)``: in replica context each replica assigns old + its increment and the merge_call sums
+    them into every copy, ``new = replicas * old + sum of the increments`` for total and count
+    alike; every replica then reads that (global) value. ``given``: ``{"kind": metric,
+    "increments": [(total, count) summed over replicas, per batch]}``."""
+    if not isinstance(seen.given, dict) or "increments" not in seen.given:
+        return NOTHING
+    increments = seen.given["increments"]
+    total, count = _assigned_by_every_replica([0.0, 0.0], increments, [seen.spec] * len(increments), None)
+    return ref_metrics.result(seen.given["kind"], total, count)
+
+
+def metric_variables_summed_on_write(seen: Seen):
+    """The Keras 3.7-3.9 mechanism on the state variables across a checkpoint: each update under
+    a spec of R replicas makes every variable ``R * old + increment`` (R = 1 with no strategy);
+    a restore gives every copy the saved value. ``given``: as metric_variables_assigned_by_every_replica."""
+    return _assigned_by_every_replica(seen.given["start"], seen.given["increments"], seen.given["under"], None)
 
 
 def partial_last_step_dropped(seen: Seen):
@@ -393,7 +458,8 @@ DEADLOCK = re.compile(r"timed out|DeadlineExceeded|Collective ops is aborted", r
 
 MODELS: dict[str, Callable[[Seen], Any]] = {f.__name__: f for f in (
     replica_scale_rounded_to_float32, local_mean_not_scaled_by_replicas, metric_state_assigned_by_every_replica,
-    metric_variables_assigned_by_every_replica,
+    metric_variables_assigned_by_every_replica, mirrored_metric_variables, metric_state_of_the_first_local_replica,
+    metric_variables_per_replica_copy, metric_state_summed_on_write, metric_variables_summed_on_write,
     partial_last_step_dropped,
     partial_last_step_missing,
     integer_sum_restored_by_division, momentum_set_on_the_building_replica_only, increments_lost_between_workers,

@@ -135,6 +135,25 @@ MODEL_CASES = {
     "empty_replica_skipped_bounds": ("mirrored:2", 2.25, {"skipped": (-1e-12, 1e-12)}, (-1e-12, 1e-12)),
     # repros/compute_average_loss_empty_replica.py under XLA on TF 2.12: 0 / 0 on the empty replica
     "nan_on_an_empty_replica": ("mirrored:2", 0.0, {"empty": True}, float("nan")),
+    # repros/keras3_gradients_not_summed_before_3_5.py: w on a replica moved by its own gradient only
+    # repros/keras3_metric_state_not_sync_on_read.py: the state's type before Keras 3.10
+    "mirrored_metric_variables": ("mirrored:2", ["SyncOnReadVariable"], None, ["MirroredVariable"]),
+    # the repro on Keras 3.0-3.6 after [1, 3]: replica 0's copy, 1.0, where the sum gives 2.0
+    "metric_state_of_the_first_local_replica": (
+        "mirrored:2", 2.0, {"kind": "mean", "replica_states": [(1.0, 1.0), (3.0, 1.0)], "replica": 0}, 1.0),
+    # [1, 3], [10, 30], a checkpoint restored under mirrored:2, [100, 300] (Keras 3.6.0): replica 0's
+    # copy 1 + 10 + 100 over 3, where the sync-on-read state is 444 over 6
+    "metric_variables_per_replica_copy": ("mirrored:2", [444.0, 6.0], {
+        "start": [0.0, 0.0], "replica_increments": [[[1.0, 1], [3.0, 1]], [[10.0, 1], [30.0, 1]],
+                                                    [[100.0, 1], [300.0, 1]]],
+        "restored_after": 2, "replica": 0}, [111.0, 3.0]),
+    # the repro on Keras 3.7-3.9 after [1, 3] and [10, 30]: (2 * 4 + 40) / (2 * 2 + 2), not 44 / 4
+    "metric_state_summed_on_write": ("mirrored:2", 11.0, {"kind": "mean", "increments": [(4.0, 2.0), (40.0, 2.0)]},
+                                     8.0),
+    # the same with [100, 300] after a restore under mirrored:2 (Keras 3.7.0): 2 * 48 + 400 over 2 * 6 + 2
+    "metric_variables_summed_on_write": ("mirrored:2", [444.0, 6.0], {
+        "start": [0.0, 0.0], "increments": [[4.0, 2.0], [40.0, 2.0], [400.0, 2.0]],
+        "under": [parse_spec("mirrored:2")] * 3}, [496.0, 14.0]),
 }
 
 
@@ -162,6 +181,8 @@ def _foreign(value):
     """A wrong value of the same shape that no deviation describes (the foreign_result mutant's)."""
     if isinstance(value, list):
         return [_foreign(v) for v in value]
+    if isinstance(value, str):
+        return value + "Foreign"
     return value + 1 if isinstance(value, int) else value * 1.001 + 0.001
 
 
@@ -394,6 +415,10 @@ COVERED = {
     "mwms-uneven-retrace-collective-timeout-2.13":
         "tests/properties/test_training.py::test_short_last_batch_training_matches_the_reference_split"
         "[multi_worker:2x1-constant]",
+    "keras3-metric-state-per-replica-before-3.7":
+        "tests/properties/test_losses.py::test_documented_loss_tracking_pitfall_example[mirrored:2]",
+    "keras3-metric-state-mirrored-sum-before-3.10":
+        "tests/properties/test_metrics.py::test_metric_result_is_the_metric_of_the_global_data[mirrored:2-mean]",
 }
 
 

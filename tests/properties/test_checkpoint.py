@@ -14,6 +14,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from reference import distribute as ref
 from reference import model as ref_model
 from suite.common.catalog import ADAPTIVE
 from suite.common.specs import parse_spec
@@ -41,11 +42,21 @@ def _increments(history) -> list[tuple[float, int]]:
     return [(float(v.sum()), int(v.shape[0])) for v in losses]
 
 
-def _check_state(got, history, under, check, what, counted=False):
+def _replica_increments(history, steps) -> list[list[tuple[float, int]]]:
+    """The same per replica: each step's (total, count) of each replica's slice (``steps``: the
+    ``(x, y, sizes)`` of every step of ``history``)."""
+    return [[(float(part.sum()), int(part.shape[0]))
+             for part in ref.split(np.asarray(step["trace"].per_example_loss, np.float64), sizes)]
+            for step, (_, _, sizes) in zip(history, steps)]
+
+
+def _check_state(got, history, under, check, what, counted=False, steps=(), restored_after=None, replica=0):
     """``got`` against the reference state after ``history``, whose steps ran under the specs
     ``under`` (one per step: deviation models read where each metric update happened). The
     int64 Sum is compared where ``counted`` (the saved state; its restore is the property of
-    test_integer_metric_state_survives_restore)."""
+    test_integer_metric_state_survives_restore). Deviation models also read each replica's
+    increments (``steps``: the ``(x, y, sizes)`` of every step), the steps before a restore
+    (``restored_after``) and the replica whose copy the worker reads (``replica``)."""
     __tracebackhide__ = True
     last = history[-1]
     for v, (copies, expected) in enumerate(zip(got.params, last["params"])):
@@ -60,11 +71,15 @@ def _check_state(got, history, under, check, what, counted=False):
                    f"{what}: optimizer variables", [p.shape for p in pool], f"one equal to reference slot {i} {slot}")
     increments = _increments(history)
     total, count = sum(t for t, _ in increments), sum(n for _, n in increments)
+    per_replica = _replica_increments(history, steps)
+    copies = {"restored_after": restored_after, "replica": replica}
     check.close(got.metrics["loss"], [total, count], f"{what}: loss Mean state (total, count)", kind="trained",
-                n_terms=16, given={"start": [0.0, 0.0], "increments": [[t, n] for t, n in increments], "under": under})
+                n_terms=16, given={"start": [0.0, 0.0], "increments": [[t, n] for t, n in increments], "under": under,
+                                   "replica_increments": [[[t, n] for t, n in step] for step in per_replica], **copies})
     if counted:
         check.equal([int(v) for v in got.metrics["examples"]], [count], f"{what}: int64 Sum of the examples seen",
-                    given={"start": [0], "increments": [[n] for _, n in increments], "under": under})
+                    given={"start": [0], "increments": [[n] for _, n in increments], "under": under,
+                           "replica_increments": [[[n] for _, n in step] for step in per_replica], **copies})
 
 
 @COSTLY
@@ -86,7 +101,7 @@ def test_checkpoint_restores_under_another_strategy(engines, spec, restore_specs
         case = {"arch": arch_name, "optimizer": optimizer, "restored under": target.text}
         for w, state in enumerate(saved):
             _check_state(state, before, [spec] * len(steps), Check(spec, dtype, case), f"saved state (worker {w})",
-                         counted=True)
+                         counted=True, steps=steps, replica=w * spec.replicas // len(saved))
         out = engines.call(target, "checkpoint.restore", arch=arch_dict(arch), optimizer=optimizer, dtype=dtype,
                            path=saved[0].path, steps=more)
     finally:
@@ -94,9 +109,12 @@ def test_checkpoint_restores_under_another_strategy(engines, spec, restore_specs
     where = f"saved under {spec}, restored under {target}"
     check = Check(target, dtype, case)
     for w, r in enumerate(out):
-        _check_state(r.restored, before, [spec] * len(steps), check, f"{where}: restored (worker {w})")
+        first = w * target.replicas // len(out)  # the worker's first replica
+        _check_state(r.restored, before, [spec] * len(steps), check, f"{where}: restored (worker {w})",
+                     steps=steps, restored_after=len(steps), replica=first)
         _check_state(r.after, uninterrupted, [spec] * len(steps) + [target] * len(more), check,
-                     f"{where}: one step after restore vs uninterrupted run (worker {w})")
+                     f"{where}: one step after restore vs uninterrupted run (worker {w})",
+                     steps=steps + more, restored_after=len(steps), replica=first)
 
 
 def test_integer_metric_state_survives_restore(engines, spec):

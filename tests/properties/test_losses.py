@@ -126,7 +126,7 @@ def test_mean_metric_of_scaled_losses_reports_loss_over_replicas(engines, spec, 
     check = Check(spec, dtype, {"sizes": sizes, "losses": losses})
     check.on_workers(results, "total", loss, "summed scaled loss", n_terms=gbs)
     check.on_workers(results, "tracked_mean", loss / spec.replicas, "Mean metric of the scaled losses (loss / replicas)",
-                     n_terms=gbs)
+                     n_terms=gbs, given_per_worker=_tracker_inputs(losses, sizes, gbs, len(results)))
 
 
 @pytest.mark.specs(lambda s: s.replicas == 2)
@@ -137,7 +137,16 @@ def test_documented_loss_tracking_pitfall_example(engines, spec):
                            sizes=[2, 2], global_batch_size=4)
     check = Check(spec, "float64", {"sizes": [2, 2], "losses": [2.0, 3, 4, 5], "global_batch_size": 4})
     check.on_workers(results, "total", 3.5, "summed scaled loss")
-    check.on_workers(results, "tracked_mean", 1.75, "Mean of scaled losses")
+    check.on_workers(results, "tracked_mean", 1.75, "Mean of scaled losses",
+                     given_per_worker=_tracker_inputs(np.array([2.0, 3, 4, 5]), [2, 2], 4, len(results)))
+
+
+def _tracker_inputs(losses, sizes, global_batch_size, workers) -> list:
+    """What deviation models of the Mean tracker read, per worker: each replica's own state
+    (its scaled loss, one update) and the worker's first replica."""
+    states = [(ref.compute_average_loss(part, global_batch_size=global_batch_size), 1.0)
+              for part in ref.split(losses, sizes)]
+    return [{"kind": "mean", "replica_states": states, "replica": w * len(sizes) // workers} for w in range(workers)]
 
 
 @DTYPES

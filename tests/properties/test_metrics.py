@@ -96,15 +96,17 @@ def _check_metric(engines, spec, engine_versions, kind, data, jit="none"):
                   snippet)
     if not all(check.returned(r, f"the metric compiled with XLA ({jit}, worker {w})") for w, r in enumerate(results)):
         return
-    # deviation models may read each batch's increments of (total, count), summed over replicas
+    # deviation models may read each batch's increments of (total, count), summed over replicas,
+    # each replica's own state, and the first replica of the worker that reads
     check.on_workers(results, "result", ref_metrics.cross_replica_result(kind, states),
                      f"{kind}.result() in cross-replica context", n_terms=n + 1,
-                     given={"kind": kind, "increments": increments})
+                     given_per_worker=[{"kind": kind, "increments": increments, "replica_states": states,
+                                        "replica": w * spec.replicas // len(results)} for w in range(len(results))])
     for w, r in enumerate(results):
         if spec.kind in ("default", "one_device", "central_storage"):
             break  # plain variables, or CentralStorage's single aggregating copy
-        check.that(len(set(r.variables)) == 1 and "SyncOnRead" in r.variables[0],
-                   f"{kind} state variables on worker {w}", r.variables, "sync-on-read (SyncOnReadVariable)")
+        check.equal(sorted(set(r.variables)), ["SyncOnReadVariable"], f"{kind} state variables on worker {w}",
+                    "metric state must be sync-on-read (SUM): each replica accumulates its own copy")
     check = dataclasses.replace(check, rule=ref_metrics.replica_context_result)
     for step, expected in enumerate(in_replica_expected):
         check.per_replica([r.in_replica[step] for r in results], expected,
