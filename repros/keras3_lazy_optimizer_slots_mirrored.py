@@ -2,8 +2,9 @@
 keras3-central-storage-replica-context-updates (see known_deviations.toml).
 
 The custom-training guide's loop: model and optimizer created under the strategy scope, the
-first apply_gradients inside strategy.run inside a tf.function. With Keras 3 and a
-MirroredStrategy of 2 replicas, Adam (any optimizer with slots) fails there; with
+first apply_gradients inside strategy.run inside a tf.function. With Keras 3.5 or later and a
+MirroredStrategy of 2 replicas, Adam (any optimizer with slots) fails there (Keras 3.0-3.4 print
+"ok": they never all-reduce the gradients, keras3-gradients-not-summed-before-3.5); with
 STRATEGY=central_storage OPTIMIZER=Nadam it fails differently. Run: python this_file.py
 """
 
