@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from reference import model as ref_model
-from reference.rules import documented
+from reference.rules import documented, helper
 
 UNIT = {"mixed_float16": 2.0 ** -11, "mixed_bfloat16": 2.0 ** -8}  # unit roundoff of the compute dtype
 
@@ -58,6 +58,7 @@ def scaled_training(arch, params, steps, poison, lr: float, scale: str, initial_
     return out
 
 
+@helper
 def scaled_training_unsummed(arch, params, steps, poison, lr: float, scale: str, initial_scale: float,
                              growth_steps: int) -> list[dict]:
     """``scaled_training`` where nothing sums the replicas' gradients (the known deviation

@@ -44,8 +44,8 @@ def _row(text: str, start: str) -> list[str]:
     return [c.strip() for c in line.strip("|").split("|")]
 
 
-def _entry(id_, tf, keras):
-    return deviations.Deviation(id_, ("tests/properties/x.py::f",), tf, keras, "s", (), "now")
+def _entry(id_, tf, keras, tests=("tests/properties/x.py::f",)):
+    return deviations.Deviation(id_, tests, tf, keras, "s", (), "now")
 
 
 def test_report_shows_the_grid_what_changed_and_each_deviations_range(tmp_path):
@@ -61,7 +61,7 @@ def test_report_shows_the_grid_what_changed_and_each_deviations_range(tmp_path):
                                       same: PASS, gap: _dev("gap-dev")}, profile="quick")
     _point(runs, "2.15.1", "2.15.0", {loss: PASS, loss_mw: PASS, bn: _dev("bn-one-pass"), same: PASS})
     entries = [_entry("gap-dev", ">=2.12,!=2.15.*", ">=2"), _entry("bn-one-pass", ">=2.12", ">=2"),
-               _entry("empty-replica", ">=2.12,<2.13", ">=2"), _entry("bn-f64", ">=2.12,<2.16", ">=2,<3"),
+               _entry("empty-replica", ">=2.12,<2.13", ">=2"), _entry("bn-f64", ">=2.12,<2.16", ">=2,<3", ("tests/properties/test_blocks.py::test_bn[*]",)),
                _entry("never-seen", ">=2.16", ">=3")]
     text = matrix_report.write(runs, tmp_path / "out", entries=entries).read_text()
     check = Check("suite.report")
@@ -86,11 +86,12 @@ def test_report_shows_the_grid_what_changed_and_each_deviations_range(tmp_path):
                    "what changed")
     check.that("2.15.1 / 2.15.0 → 2.21.0" not in changed, "what changed from 2.15 to 2.21", changed, "nothing")
     check.equal(_row(text, "| `bn-one-pass`"), ["`bn-one-pass`", "TF >=2.12; Keras >=2", "2.12.1 / 2.12.0 (quick)",
-                                                "2.21.0 / 3.15.1", "3 of 3", "–"],
-                "the one-pass deviation's declared range, first and last version")
+                                                "2.21.0 / 3.15.1", "3 of 3", "–", "2.12.0 – 3.15.1", "–"],
+                "the one-pass deviation's declared range, first and last version and Keras seen")
     check.equal(_row(text, "| `empty-replica`")[2:5], ["2.12.1 / 2.12.0 (quick)", "2.12.1 / 2.12.0 (quick)", "1 of 1"],
                 "a deviation seen in one version only")
-    check.equal(_row(text, "| `bn-f64`")[4], "1 of 2", "a deviation declared for two runs and seen in one")
+    check.equal(_row(text, "| `bn-f64`")[4:], ["1 of 2", "–", "2.12.0", "2.15.0, 3.15.1"],
+                "a deviation declared for two runs and seen in one; the Keras versions that ran its test without it")
     check.equal(_row(text, "| `never-seen`")[2:5], ["not observed", "–", "0 of 1"], "an entry no run observed")
     check.equal(_row(text, "| `gap-dev`")[4:6], ["2 of 2", "–"], "a run between first and last outside the range")
 
@@ -203,3 +204,11 @@ def test_results_dir_writes_the_runs_folder_named_by_its_versions(tmp_path, requ
     point = matrix.load(tmp_path)[0]
     check.that(sum(o.counts["pass"] for o in matrix_report.load_outcomes(point.conformance).values()) > 0,
                "passes in the folder's conformance.xml", point.conformance.read_text()[:300], "some")
+
+
+def test_a_column_of_a_tensorflow_with_the_keras_it_shipped_with_says_so():
+    check = Check("suite.report column heads")
+    for tf, keras, want in [("2.17.1", "3.4.1", True), ("2.21.0", "3.13.2", True), ("2.17.1", "3.15.1", False),
+                            ("2.15.1", "2.15.0", False), ("2.16.2", "2.16.0", False)]:
+        label = matrix_report._label(matrix.Point(tf, keras, Path("x"), "ci"))
+        check.equal("as shipped" in label, want, f"the head of TF {tf} / Keras {keras} ({label})")
