@@ -61,7 +61,8 @@ def test_report_shows_the_grid_what_changed_and_each_deviations_range(tmp_path):
                                       same: PASS, gap: _dev("gap-dev")}, profile="quick")
     _point(runs, "2.15.1", "2.15.0", {loss: PASS, loss_mw: PASS, bn: _dev("bn-one-pass"), same: PASS})
     entries = [_entry("gap-dev", ">=2.12,!=2.15.*", ">=2"), _entry("bn-one-pass", ">=2.12", ">=2"),
-               _entry("empty-replica", ">=2.12,<2.13", ">=2"), _entry("bn-f64", ">=2.12,<2.16", ">=2,<3", ("tests/properties/test_blocks.py::test_bn[*]",)),
+               _entry("empty-replica", ">=2.12,<2.13", ">=2"), _entry("bn-f64", ">=2.12,<2.16", ">=2,<3",
+                                                                   ("tests/properties/test_blocks.py::test_bn[*]",)),
                _entry("never-seen", ">=2.16", ">=3")]
     text = matrix_report.write(runs, tmp_path / "out", entries=entries).read_text()
     check = Check("suite.report")
