@@ -329,6 +329,7 @@ class TutorialRun:
 class Evaluation:
     test_accuracy: float
     restored: str | None
+    correct: list | None = None  # per test example, in order: whether the restored model's prediction is its label
 
 
 # -- users' workloads (python -m suite.check) ---------------------------------------------------

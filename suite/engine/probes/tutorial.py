@@ -105,6 +105,9 @@ def restore_and_evaluate(ctx, directory, n_train=2048, n_test=512):
     if not mutants.on("tutorial_restore_skipped"):
         checkpoint.restore(latest).expect_partial()
     accuracy = keras.metrics.SparseCategoricalAccuracy()
+    correct = []
     for images, labels in tf.data.Dataset.from_tensor_slices((x_test, y_test)).batch(64):
-        accuracy.update_state(labels, model(images, training=False))
-    return Evaluation(float(accuracy.result()), latest)
+        predictions = model(images, training=False)
+        accuracy.update_state(labels, predictions)
+        correct.extend((np.argmax(predictions.numpy(), axis=-1) == labels.numpy()).tolist())
+    return Evaluation(float(accuracy.result()), latest, correct)
