@@ -513,7 +513,9 @@ class Signature:
     def predicts(self, seen: Seen):
         """The deviant value this signature predicts for a value comparison, or NOTHING (a band
         or a race predicts no particular value; a raises signature is consulted by
-        ``Check.returned`` instead)."""
+        ``Check.returned`` instead); NOTHING too where its condition does not hold."""
+        if self.condition is not None and not CONDITIONS[self.condition](seen):
+            return NOTHING
         if self.kind == "model":
             return MODELS[self.model](seen)
         return NOTHING

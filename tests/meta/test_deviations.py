@@ -630,3 +630,20 @@ def test_a_raises_entry_goes_stale_where_its_condition_held_and_the_probe_return
                    "a probe that returned after the test confirmed the condition")
     check.equal(deviations.Ledger((entry,), given={"the loop": not_held}).stale_raises(), [],
                 "stale raises where the condition did not hold")
+
+
+def test_a_model_with_a_condition_predicts_nothing_where_the_condition_does_not_hold():
+    """A conditioned model signature (the loop check's control, a clipping optimizer) neither
+    explains nor goes stale where its condition does not hold: on TF 2.17 / Keras 3.4 the clipping
+    property hands its own per-replica alternative, which the not-summed entry's loop-check
+    signature would otherwise have predicted, and a reference value was called stale."""
+    entry = deviations.Deviation("conditioned", ("*",), ">=2", ">=2", "s", (), "now", (
+        Signature("variable * after step *", "model", model="alternative_rule",
+                  condition="replica_copies_differ_in_the_control"),))
+    held, not_held = CONDITION_CASES["replica_copies_differ_in_the_control"]
+    ledger = deviations.Ledger((entry,))
+    seen = lambda given: Seen("variable 0 after step 1", 1.0, 1.0, _close, parse_spec("mirrored:2"),  # noqa: E731
+                              {"alternative": 2.0, **given})
+    check = Check("conditioned model")
+    check.equal([d.id for d, _ in ledger.stale(seen(not_held))], [], "stale where the condition did not hold")
+    check.equal([d.id for d, _ in ledger.stale(seen(held))], ["conditioned"], "stale where it held")
