@@ -60,34 +60,39 @@ def scaled_training(arch, params, steps, poison, lr: float, scale: str, initial_
 
 @helper
 def scaled_training_unsummed(arch, params, steps, poison, lr: float, scale: str, initial_scale: float,
-                             growth_steps: int) -> list[dict]:
+                             growth_steps: int, workers: int = 1) -> list[dict]:
     """``scaled_training`` where nothing sums the replicas' gradients (the known deviation
-    keras3-gradients-not-summed-before-3.5, Keras 3.0-3.4): finiteness is judged on replica 0's
-    gradients (LossScaleOptimizer takes replica 0's flag), and an applied step moves each
-    replica's copy by its own gradient (its rows over the global batch, the regularization over
-    the replicas); a replica whose own gradients are not finite gets non-finite parameters (NaN
-    here). Returns, per step, ``{"params": [per replica, its parameters], "scale", "finite"}``."""
+    keras3-gradients-not-summed-before-3.5, Keras 3.0-3.4): each worker judges finiteness on its
+    first replica's gradients (LossScaleOptimizer takes the first local replica's flag) and keeps
+    its own scale; an applied step moves each replica's copy by its own gradient (its rows over
+    the global batch, the regularization over the replicas), and a replica whose own gradients
+    are not finite gets non-finite parameters (NaN here). Returns, per step, ``{"params": [per
+    replica, its parameters], "scale": [per worker, its scale], "finite"}``."""
     n = len(steps[0][2])
+    local = n // workers
     copies = [[np.asarray(p, np.float64) for p in params] for _ in range(n)]
-    s, good = float(initial_scale), 0
+    scales, good = [float(initial_scale)] * workers, [0] * workers
     out = []
     for (x, y, sizes), factors in zip(steps, poison):
-        if scale == "dynamic" and not np.isfinite(factors[0]):
-            s, good = s / 2, 0
-        else:
-            w, start = np.full(len(x), 1.0 / len(x)), 0
-            for r, m in enumerate(sizes):
-                part = slice(start, start + m)
-                start += m
-                if np.isfinite(factors[r]):
-                    grads = ref_model.loss_and_grads(arch, copies[r], x[part], y[part], w[part], reg_weight=1.0 / n).grads
-                    copies[r] = [p - lr * g for p, g in zip(copies[r], grads)]
+        w, start = np.full(len(x), 1.0 / len(x)), 0
+        for r, m in enumerate(sizes):
+            part = slice(start, start + m)
+            start += m
+            if scale == "dynamic" and not np.isfinite(factors[r - r % local]):
+                continue  # its worker skips the step
+            if np.isfinite(factors[r]):
+                grads = ref_model.loss_and_grads(arch, copies[r], x[part], y[part], w[part], reg_weight=1.0 / n).grads
+                copies[r] = [p - lr * g for p, g in zip(copies[r], grads)]
+            else:
+                copies[r] = [np.full(p.shape, np.nan) for p in copies[r]]
+        if scale == "dynamic":
+            for k in range(workers):
+                if not np.isfinite(factors[k * local]):
+                    scales[k], good[k] = scales[k] / 2, 0
                 else:
-                    copies[r] = [np.full(p.shape, np.nan) for p in copies[r]]
-            if scale == "dynamic":
-                good += 1
-                if good == growth_steps:
-                    s, good = s * 2, 0
-        out.append({"params": [list(c) for c in copies], "scale": s,
+                    good[k] += 1
+                    if good[k] == growth_steps:
+                        scales[k], good[k] = scales[k] * 2, 0
+        out.append({"params": [list(c) for c in copies], "scale": list(scales),
                     "finite": bool(all(np.isfinite(p).all() for c in copies for p in c))})
     return out

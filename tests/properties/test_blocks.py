@@ -406,7 +406,8 @@ def _check_scaled_training(check, engines, spec, policy, scale, params, steps, p
     want = ref_mp.scaled_training(MP_ARCH, params, steps, poison, MP_LR, scale, MP_INITIAL_SCALE, MP_GROWTH)
     replica0 = ref_mp.scaled_training(MP_ARCH, params, steps, poison, MP_LR, scale, MP_INITIAL_SCALE, MP_GROWTH,
                                       decided_by=[0])
-    own = ref_mp.scaled_training_unsummed(MP_ARCH, params, steps, poison, MP_LR, scale, MP_INITIAL_SCALE, MP_GROWTH)
+    own = ref_mp.scaled_training_unsummed(MP_ARCH, params, steps, poison, MP_LR, scale, MP_INITIAL_SCALE, MP_GROWTH,
+                                          spec.workers)
     bounds = _mixed_precision_bounds(params, steps, policy)
     results = engines.call(spec, "blocks.mixed_precision", policy=policy, scale=scale, arch=arch_dict(MP_ARCH),
                            params=params, steps=steps, poison=poison, initial_scale=MP_INITIAL_SCALE,
@@ -418,7 +419,7 @@ def _check_scaled_training(check, engines, spec, policy, scale, params, steps, p
         local = spec.replicas // len(results)
         for s, (got, exp, alt, mine) in enumerate(zip(r.steps, want, replica0, own)):
             check.equal(got.scale, exp["scale"], f"loss scale after step {s + 1}{who}",
-                        given={"alternative": alt["scale"], "unsummed": mine["scale"]})
+                        given={"alternative": alt["scale"], "unsummed": mine["scale"][w]})
             finite = all(bool(np.isfinite(np.asarray(c)).all()) for copies in got.params for c in copies)
             check.equal(finite, exp["finite"], f"every replica's variables finite after step {s + 1}{who}",
                         given={"alternative": alt["finite"], "unsummed": mine["finite"]})
