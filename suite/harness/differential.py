@@ -672,6 +672,10 @@ def control_of(loop_ref, canonical_ref, control_run: list, dist_runs: list, rtol
     if own:
         return Control(control, False, "no control: on one device the loop's step differs from the suite's canonical "
                        f"step ({own[0].line()})")
+    _, _, loops = compare(loop_ref, dist, rtol, atol)
+    if loops and all(m.quantity.startswith("metric ") for m in loops):
+        return Control(control, False, "the control (the suite's canonical step) does not update the workload's "
+                       "metrics, so it cannot tell whose this metric's difference is")
     agreed, _, found = compare(canonical_ref, control, rtol, atol, metrics=False)
     causes = tuple(d.cause for d in diagnose(canonical_ref, control, found, global_batch)) if found else ()
 

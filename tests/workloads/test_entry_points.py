@@ -108,8 +108,12 @@ def test_on_tf217_keras34_the_guides_loop_is_keras_and_a_wrong_loop_is_its_own()
     spec = data["specs"][0]
     check.equal(right.returncode, 4, "exit status of the guide's loop (4: known deviations only)",
                 right.stdout[-2000:] + right.stderr[-1000:])
-    check.equal((spec.get("status"), sorted({d["id"] for d in spec.get("known_deviations", [])})),
-                ("DEVIATION", ["keras3-gradients-not-summed-before-3.5"]), "the verdict of the guide's loop")
+    named = {d["id"] for d in spec.get("known_deviations", [])}
+    # its train_accuracy differs too: Keras 3.0-3.6 metric state is per replica, which no recorded model
+    # predicts in the loop check (the control does not update the workload's metrics); reported unrecorded
+    check.equal((spec.get("status"), "keras3-gradients-not-summed-before-3.5" in named, named <= {
+        "keras3-gradients-not-summed-before-3.5", "unrecorded"}), ("DEVIATION", True, True),
+        "the verdict of the guide's loop (DEVIATION, naming the recorded entry)")
     wrong, data = run("examples.mistakes:loss_averaged_per_replica")
     spec = data["specs"][0]
     check.equal(wrong.returncode, 1, "exit status of a loop that averages per replica",
