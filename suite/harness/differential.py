@@ -658,11 +658,14 @@ class Control:
 
 
 def control_of(loop_ref, canonical_ref, control_run: list, dist_runs: list, rtol: float = RTOL,
-               atol: float = ATOL, global_batch: int = 0) -> Control:
+               atol: float = ATOL, global_batch: int = 0, judge=None) -> Control:
     """Judge the control: the loop equals the canonical step on one device (else no control can
     speak for it), the control diverges from its own one-device run, and the loop's run under the
-    spec equals the control's. Whatever it finds, the causes the control's own divergence shows
-    (``causes``) are TensorFlow's/Keras' wherever the loop shows them too."""
+    spec equals the control's. Where a known deviation in scope (``judge``, as ``compare`` takes
+    it) explains every difference of the control's own divergence, the causes that divergence
+    shows (``causes``) are TensorFlow's/Keras', wherever the loop shows them too; a divergence of
+    the control that no entry explains may come from the workload's own model or data, which the
+    control shares, so it excuses no cause."""
     dist = stitch(dist_runs)
     control = stitch(control_run)
     if control.raised is not None or canonical_ref is None:
@@ -677,7 +680,13 @@ def control_of(loop_ref, canonical_ref, control_run: list, dist_runs: list, rtol
         return Control(control, False, "the control (the suite's canonical step) does not update the workload's "
                        "metrics, so it cannot tell whose this metric's difference is")
     agreed, _, found = compare(canonical_ref, control, rtol, atol, metrics=False)
-    causes = tuple(d.cause for d in diagnose(canonical_ref, control, found, global_batch)) if found else ()
+    causes = ()
+    if found and judge is not None:
+        recorded: list = []
+        _, _, unexplained = compare(canonical_ref, control, rtol, atol, metrics=False, judge=judge, explained=recorded,
+                                    control=control)
+        if recorded and not unexplained:
+            causes = tuple(d.cause for d in diagnose(canonical_ref, control, found, global_batch))
 
     def judged(same: bool, evidence: str) -> Control:
         return Control(control, same, evidence, causes)
@@ -721,6 +730,16 @@ def ledger(spec, versions: dict) -> deviations.Ledger:
         dataclasses.replace(d, signatures=tuple(s for s in d.signatures if s.quantity.startswith(QUANTITIES)))
         for d in deviations.load()
         if d.matches(scope) and d.applies_to(versions.get("tensorflow"), versions.get("keras"))))
+
+
+def judge_for(spec, versions: dict):
+    """``judge(quantity, got, expected, given, same)`` for ``compare``: the known deviation in
+    scope of the loop check under ``spec`` (``ledger``) that explains an observation, or None."""
+    led = ledger(spec, versions or {})
+
+    def judge(what, got, expected, given, same):
+        return led.judge(Seen(what, got, expected, same, spec, given))
+    return judge
 
 
 def verdict(spec: str, ref, runs: list, global_batch: int, rtol: float = RTOL, atol: float = ATOL,

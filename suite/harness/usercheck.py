@@ -238,7 +238,7 @@ class Checker:
         except EngineError:
             return None
         return differential.control_of(self.ref, self.canonical_ref, control, runs, self.rtol, self.atol,
-                                       self.global_batch)
+                                       self.global_batch, differential.judge_for(spec, self.versions))
 
 
 def run(target: str, specs: list, pool: EnginePool, steps: int = 3, global_batch: int = 48,
