@@ -58,8 +58,8 @@ def check_history(results, history, check, initial=None, alternative=None, itera
                         # elements it kept are ones its own steps do not visibly move; else no prediction
                         given = {"unsummed": True if visible[moved].all() else None if changed
                                  else not (~visible[kept]).all()}
-                    check.equal(changed, True, f"variable {v} on local replica {r} changed after {len(history)} "
-                                f"steps{who}", f"every element should have changed from the initial parameters where the "
+                    check.equal(changed, True, f"variable {v} on local replica {r} after {len(history)} steps{who}: "
+                                "changed", f"every element should have changed from the initial parameters where the "
                                 f"reference's steps change it by more than the tolerance ({int(moved.sum())} of "
                                 f"{moved.size} elements)",
                                 given=given if own is not None else None)
