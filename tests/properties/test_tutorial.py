@@ -52,6 +52,6 @@ def test_tutorial_flow_trains_checkpoints_and_restores_without_a_strategy(engine
                     float(sum(len(s[r]) for s in split))) for r in range(spec.replicas)]
     given = {"kind": "accuracy", "replica_states": per_replica, "replica": 0,
              "increments": [(float(sum(correct[p].sum() for p in s)), float(sum(len(p) for p in s))) for s in split]}
-    Check(spec, "float32", check.case).close(under, plain, "test accuracy under the strategy vs restored without one",
-                                             given=given)
+    Check(spec, "float32", check.case).close(
+        under, plain, "test accuracy under the strategy vs test accuracy restored without a strategy", given=given)
     check.that(under >= 0.5, "test accuracy after 4 epochs", under, "well above chance (0.1): at least 0.5")
