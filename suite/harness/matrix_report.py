@@ -92,8 +92,7 @@ def _ran(point: matrix.Point) -> set[str]:
     cases = _cases(point.conformance)
     for rerun in point.reruns:
         cases.update(_cases(rerun))
-    return {f"{classname.replace('.', '/')}.py::{name}" for (classname, name), case in cases.items()
-            if case_outcome(case)[0] != "skip"}
+    return {measured.node_id(case) for case in cases.values() if case_outcome(case)[0] != "skip"}
 
 
 def _label(point: matrix.Point, profile: bool = True) -> str:
