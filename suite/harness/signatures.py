@@ -155,6 +155,27 @@ def metric_variables_per_replica_copy(seen: Seen):
     return copies[g["replica"]]
 
 
+def metric_counts_each_update_as_one_example(seen: Seen):
+    """Keras 3.0-3.3 ``Accuracy`` and ``BinaryAccuracy`` on rank-1 labels: ``accuracy()`` and
+    ``binary_accuracy()`` took ``ops.mean(..., axis=-1)`` of the matches, which for rank-1
+    labels is the mean over the batch, a scalar; ``update_state`` then counts it as one example
+    (keras-team/keras#19847 removed the mean in 3.4.0). So each update adds its slice's accuracy
+    (NaN for a slice with no rows: the mean of nothing) to the total and 1 to the count: a
+    metric of the updates, not of the examples. Each replica keeps its own state, and a read
+    takes one replica's: its own inside ``strategy.run``; in cross-replica context the worker's
+    first replica's (Keras 3.0-3.6 keep metric state per replica under the mirrored strategies:
+    keras3-metric-state-per-replica-before-3.7, whose range holds this one's). ``given``:
+    ``{"kind": metric, "batch_states": [per update, each replica's (total, count) of its slice],
+    "replica": the replica read}``; no prediction without it, for other metrics, or under the
+    strategies whose metric state is one copy (CentralStorage, parameter servers)."""
+    g = seen.given if isinstance(seen.given, dict) else {}
+    if ("batch_states" not in g or "replica" not in g or g["kind"] not in ("accuracy", "binary_accuracy")
+            or seen.spec.kind not in ("default", "one_device", "mirrored", "multi_worker")):
+        return NOTHING
+    means = [t / c if c else float("nan") for t, c in (step[g["replica"]] for step in g["batch_states"])]
+    return ref_metrics.result(g["kind"], float(np.sum(means)), float(len(means)))
+
+
 def metric_state_summed_on_write(seen: Seen):
     """Keras 3.7-3.9 metric state under a mirrored strategy: MirroredVariables with aggregation
     SUM (keras-team/keras#20541) but ON_WRITE, and Keras' ``assign_add(v)`` is ``assign(self +
@@ -459,7 +480,8 @@ DEADLOCK = re.compile(r"timed out|DeadlineExceeded|Collective ops is aborted", r
 MODELS: dict[str, Callable[[Seen], Any]] = {f.__name__: f for f in (
     replica_scale_rounded_to_float32, local_mean_not_scaled_by_replicas, metric_state_assigned_by_every_replica,
     metric_variables_assigned_by_every_replica, mirrored_metric_variables, metric_state_of_the_first_local_replica,
-    metric_variables_per_replica_copy, metric_state_summed_on_write, metric_variables_summed_on_write,
+    metric_variables_per_replica_copy, metric_counts_each_update_as_one_example, metric_state_summed_on_write,
+    metric_variables_summed_on_write,
     partial_last_step_dropped,
     partial_last_step_missing,
     integer_sum_restored_by_division, momentum_set_on_the_building_replica_only, increments_lost_between_workers,

@@ -147,6 +147,10 @@ MODEL_CASES = {
         "start": [0.0, 0.0], "replica_increments": [[[1.0, 1], [3.0, 1]], [[10.0, 1], [30.0, 1]],
                                                     [[100.0, 1], [300.0, 1]]],
         "restored_after": 2, "replica": 0}, [111.0, 3.0]),
+    # repros/keras3_accuracy_counts_each_update_before_3_4.py: 1 of 3 right, then 1 of 1, on one replica;
+    # Keras 3.0-3.3 average the two batches' accuracies, (1/3 + 1) / 2, where the examples give 2/4
+    "metric_counts_each_update_as_one_example": (
+        "default", 0.5, {"kind": "accuracy", "batch_states": [[(1.0, 3.0)], [(1.0, 1.0)]], "replica": 0}, 2 / 3),
     # the repro on Keras 3.7-3.9 after [1, 3] and [10, 30]: (2 * 4 + 40) / (2 * 2 + 2), not 44 / 4
     "metric_state_summed_on_write": ("mirrored:2", 11.0, {"kind": "mean", "increments": [(4.0, 2.0), (40.0, 2.0)]},
                                      8.0),
@@ -427,6 +431,10 @@ COVERED = {
         "[multi_worker:2x1-dropout]",
     "keras3-adagrad-summed-sparse-gradient-fails-3.5-to-3.9":
         "tests/properties/test_blocks.py::test_embedding_sparse_updates_equal_the_dense_reference[mirrored:2-adagrad]",
+    "keras3-accuracy-counts-each-update-before-3.4":
+        "tests/properties/test_metrics.py::test_metric_result_is_the_metric_of_the_global_data[mirrored:2-accuracy]",
+    "keras3-central-storage-updates-raise-before-3.7":
+        "tests/properties/test_metrics.py::test_metric_result_is_the_metric_of_the_global_data[central_storage:2-mean]",
     "keras3-optimizer-not-trackable-3.0":
         "tests/properties/test_checkpoint.py::test_checkpoint_restores_under_another_strategy[mirrored:2]",
 }

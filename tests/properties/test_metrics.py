@@ -65,7 +65,7 @@ def _check_metric(engines, spec, engine_versions, kind, data, jit="none"):
     dtype = data.draw(cases.dtypes(), label="dtype")
     steps = data.draw(st.integers(1, 3), label="batches")
     batches, states = [], [(0.0, 0.0)] * spec.replicas
-    in_replica_expected, increments = [], []
+    in_replica_expected, increments, batch_states = [], [], []
     one_copy = spec.kind == "central_storage"  # one aggregating variable that every replica reads
     for _ in range(steps):
         # compiled, a batch has a row somewhere: XLA cannot compile an accuracy update on a slice
@@ -76,6 +76,7 @@ def _check_metric(engines, spec, engine_versions, kind, data, jit="none"):
         batches.append((y, p, sizes))
         step = [ref_metrics.state(kind, [(yy, pp)]) for yy, pp in zip(ref.split(y, sizes), ref.split(p, sizes))]
         states = [(t + s[0], c + s[1]) for (t, c), s in zip(states, step)]
+        batch_states.append(step)
         increments.append((sum(s[0] for s in step), sum(s[1] for s in step)))
         in_replica_expected.append([ref_metrics.replica_context_result(kind, states, r, engine_versions["keras"],
                                                                        one_copy) for r in range(spec.replicas)])
@@ -97,11 +98,12 @@ def _check_metric(engines, spec, engine_versions, kind, data, jit="none"):
     if not all(check.returned(r, f"the metric compiled with XLA ({jit}, worker {w})") for w, r in enumerate(results)):
         return
     # deviation models may read each batch's increments of (total, count), summed over replicas,
-    # each replica's own state, and the first replica of the worker that reads
+    # each replica's own state, each batch's state of each replica, and the replica read
     check.on_workers(results, "result", ref_metrics.cross_replica_result(kind, states),
                      f"{kind}.result() in cross-replica context", n_terms=n + 1,
                      given_per_worker=[{"kind": kind, "increments": increments, "replica_states": states,
-                                        "replica": w * spec.replicas // len(results)} for w in range(len(results))])
+                                        "batch_states": batch_states, "replica": w * spec.replicas // len(results)}
+                                       for w in range(len(results))])
     for w, r in enumerate(results):
         if spec.kind in ("default", "one_device", "central_storage"):
             break  # plain variables, or CentralStorage's single aggregating copy
@@ -111,4 +113,5 @@ def _check_metric(engines, spec, engine_versions, kind, data, jit="none"):
     for step, expected in enumerate(in_replica_expected):
         check.per_replica([r.in_replica[step] for r in results], expected,
                           f"{kind}.result() inside strategy.run after batch {step + 1}", attr=None, n_terms=n + 1,
-                          given=[{"kind": kind, "increments": increments[:step + 1]}] * spec.replicas)
+                          given=[{"kind": kind, "increments": increments[:step + 1],
+                                  "batch_states": batch_states[:step + 1], "replica": r} for r in range(spec.replicas)])
