@@ -188,38 +188,51 @@ def train(arch: Arch, params, optimizer: str, steps, denominator: str = "global"
 
 @helper
 def train_unsummed(arch: Arch, params, optimizer: str, steps, denominator: str = "global", clip: tuple | None = None,
-                   weight_decay: float | None = None, activity_normalised: bool = True) -> list[dict]:
+                   weight_decay: float | None = None, activity_normalised: bool = True,
+                   restored: dict | None = None) -> list[dict]:
     """``train``'s steps where nothing sums the replicas' gradients: each replica applies its own
     gradient (its examples weighed as in ``train``, plus the regularization / replicas, each on
     its own copy; clipped by itself where the optimizer clips) to its own copy of the parameters,
     with its own optimizer state. Not a rule of the guides: the model of the known deviation
     keras3-gradients-not-summed-before-3.5 (Keras 3.0-3.4 updated each replica's copy of a
-    mirrored variable with that replica's gradient). Returns, per step, ``{"params": [per replica,
-    its parameters after the step], "loss": the sum of the replicas' losses, each on its copy}``."""
+    mirrored variable with that replica's gradient). ``restored``: an entry of an earlier history
+    of this function whose replica 0 a checkpoint saved (the primary copy): every copy starts from
+    its parameters and optimizer state instead of ``params``. Returns, per step, ``{"params": [per
+    replica, its parameters after the step], "loss": the sum of the replicas' losses, each on its
+    copy, "slots": [per replica, its optimizer's slots], "opts": [per replica, its optimizer],
+    "replica_losses": [per replica, (the sum of its examples' losses on its copy, their count)]}``."""
+    import copy
+
     from reference import clipping, distribute
     from reference.optimizers import Optimizer
 
     n = len(steps[0][2])
-    copies = [[np.asarray(p, dtype=np.float64) for p in params] for _ in range(n)]
-    opts = [Optimizer(optimizer, copies[r], weight_decay) for r in range(n)]
+    if restored is None:
+        copies = [[np.asarray(p, dtype=np.float64) for p in params] for _ in range(n)]
+        opts = [Optimizer(optimizer, copies[r], weight_decay) for r in range(n)]
+    else:
+        copies = [list(restored["params"][0]) for _ in range(n)]
+        opts = [copy.deepcopy(restored["opts"][0]) for _ in range(n)]
     history = []
     for x, y, sizes in steps:
         gbs = len(x) if denominator == "global" else None if denominator == "default" else int(denominator)
         w = distribute.replica_weights(sizes, gbs)
         aw = activity_weights(sizes, activity_normalised) if arch.activity else None
-        loss, start = 0.0, 0
+        loss, start, replica_losses = 0.0, 0, []
         for r, m in enumerate(sizes):
             part = slice(start, start + m)
             start += m
             trace = loss_and_grads(arch, copies[r], x[part], y[part], w[part], reg_weight=1.0 / n,
                                    activity_w=aw[part] if aw is not None else None)
+            replica_losses.append((float(np.sum(trace.per_example_loss)), int(m)))
             loss += float(np.sum(w[part] * trace.per_example_loss)) + regularization(arch, copies[r]) / n
             if arch.activity:
                 loss += float(sum(np.sum(aw[part] * arch.activity * np.sum(h * h, axis=1))
                                   for h in trace.activations[1:]))
             grads = clipping.clip_gradients(trace.grads, *clip) if clip is not None else trace.grads
             copies[r] = opts[r].step(copies[r], grads)
-        history.append({"params": [list(c) for c in copies], "loss": loss})
+        history.append({"params": [list(c) for c in copies], "loss": loss, "slots": [o.used_slots() for o in opts],
+                        "opts": [copy.deepcopy(o) for o in opts], "replica_losses": replica_losses})
     return history
 
 

@@ -155,6 +155,20 @@ def metric_variables_per_replica_copy(seen: Seen):
     return copies[g["replica"]]
 
 
+def per_replica_metric_copies_of_unsummed_steps(seen: Seen):
+    """metric_variables_per_replica_copy where each replica's increments are the losses on its own
+    copy of the parameters: Keras 3.0-3.4 train each replica's copy with its own gradient
+    (keras3-gradients-not-summed-before-3.5), so the copies' losses part from step 2, and the
+    metric state is each replica's copy (keras3-metric-state-per-replica-before-3.7, whose range
+    holds 3.0-3.4). ``given``: as metric_variables_per_replica_copy, with
+    ``"unsummed_replica_increments"`` (reference/model.py train_unsummed's ``replica_losses``)."""
+    g = seen.given if isinstance(seen.given, dict) else {}
+    if "unsummed_replica_increments" not in g:
+        return NOTHING
+    return metric_variables_per_replica_copy(
+        dataclasses.replace(seen, given=dict(g, replica_increments=g["unsummed_replica_increments"])))
+
+
 def metric_counts_each_update_as_one_example(seen: Seen):
     """Keras 3.0-3.3 ``Accuracy`` and ``BinaryAccuracy`` on rank-1 labels: ``accuracy()`` and
     ``binary_accuracy()`` took ``ops.mean(..., axis=-1)`` of the matches, which for rank-1
@@ -480,7 +494,8 @@ DEADLOCK = re.compile(r"timed out|DeadlineExceeded|Collective ops is aborted", r
 MODELS: dict[str, Callable[[Seen], Any]] = {f.__name__: f for f in (
     replica_scale_rounded_to_float32, local_mean_not_scaled_by_replicas, metric_state_assigned_by_every_replica,
     metric_variables_assigned_by_every_replica, mirrored_metric_variables, metric_state_of_the_first_local_replica,
-    metric_variables_per_replica_copy, metric_counts_each_update_as_one_example, metric_state_summed_on_write,
+    metric_variables_per_replica_copy, per_replica_metric_copies_of_unsummed_steps,
+    metric_counts_each_update_as_one_example, metric_state_summed_on_write,
     metric_variables_summed_on_write,
     partial_last_step_dropped,
     partial_last_step_missing,

@@ -147,6 +147,12 @@ MODEL_CASES = {
         "start": [0.0, 0.0], "replica_increments": [[[1.0, 1], [3.0, 1]], [[10.0, 1], [30.0, 1]],
                                                     [[100.0, 1], [300.0, 1]]],
         "restored_after": 2, "replica": 0}, [111.0, 3.0]),
+    # two steps on mirrored:2 whose second step's losses differ between the copies (their parameters
+    # parted after step 1): replica 0's copy tracks its own losses, 1 + 10 over 2
+    "per_replica_metric_copies_of_unsummed_steps": ("mirrored:2", [45.0, 4.0], {
+        "start": [0.0, 0.0], "replica_increments": [[[1.0, 1], [3.0, 1]], [[10.0, 1], [30.0, 1]]],
+        "unsummed_replica_increments": [[[1.0, 1], [3.0, 1]], [[10.0, 1], [31.0, 1]]],
+        "restored_after": None, "replica": 0}, [11.0, 2.0]),
     # repros/keras3_accuracy_counts_each_update_before_3_4.py: 1 of 3 right, then 1 of 1, on one replica;
     # Keras 3.0-3.3 average the two batches' accuracies, (1/3 + 1) / 2, where the examples give 2/4
     "metric_counts_each_update_as_one_example": (

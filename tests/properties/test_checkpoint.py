@@ -21,7 +21,6 @@ from suite.common.specs import parse_spec
 from suite.harness import cases
 from suite.harness.cases import ARCHS, arch_dict, training_cases, training_steps
 from suite.harness.check import Check
-from suite.harness.tolerances import tolerance
 from tests.helpers import COSTLY
 
 OPTIMIZERS = ["sgd", "sgd_momentum", "adam", "rmsprop", "adagrad"]
@@ -50,32 +49,56 @@ def _replica_increments(history, steps) -> list[list[tuple[float, int]]]:
             for step, (_, _, sizes) in zip(history, steps)]
 
 
-def _check_state(got, history, under, check, what, counted=False, steps=(), restored_after=None, replica=0):
+def _unsummed(params: list, slots: list, replica_losses: list) -> dict:
+    """What the model of keras3-gradients-not-summed-before-3.5 (reference/model.py
+    train_unsummed) says a state holds: every replica's parameters (global replica order), the
+    read copy's optimizer slots, and each step's (loss total, count) on each replica's copy."""
+    return {"params": params, "slots": slots, "replica_losses": replica_losses}
+
+
+def _by_value(arrays: list) -> np.ndarray:
+    """The arrays (of one shape) stacked in the order of their values (flattened, compared
+    element by element)."""
+    return np.stack(sorted((np.asarray(a, np.float64) for a in arrays), key=lambda a: tuple(a.ravel())))
+
+
+def _check_state(got, history, under, check, what, counted=False, steps=(), restored_after=None, replica=0,
+                 unsummed=None):
     """``got`` against the reference state after ``history``, whose steps ran under the specs
     ``under`` (one per step: deviation models read where each metric update happened). The
     int64 Sum is compared where ``counted`` (the saved state; its restore is the property of
     test_integer_metric_state_survives_restore). Deviation models also read each replica's
     increments (``steps``: the ``(x, y, sizes)`` of every step), the steps before a restore
-    (``restored_after``) and the replica whose copy the worker reads (``replica``)."""
+    (``restored_after``), the replica whose copy the worker reads (``replica``) and the state
+    under the not-summed model (``unsummed``: _unsummed's)."""
     __tracebackhide__ = True
     last = history[-1]
     for v, (copies, expected) in enumerate(zip(got.params, last["params"])):
         for r, copy in enumerate(copies):
-            check.close(copy, expected, f"{what}: variable {v} on replica {r}", kind="trained", n_terms=4)
+            check.close(copy, expected, f"{what}: variable {v} on replica {r}", kind="trained", n_terms=4,
+                        given={"unsummed": unsummed["params"][replica + r][v]} if unsummed else None)
     check.equal(got.iterations, last["iterations"], f"{what}: optimizer iterations")
-    # slots matched by shape and value (optimizer variable names differ across Keras versions)
-    pool = [np.asarray(v) for v in got.optimizer if np.asarray(v).ndim > 0]
-    tol = tolerance(check.dtype, "trained", n_terms=4)
-    for i, slot in enumerate(last["slots"]):
-        check.that(any(p.shape == slot.shape and np.all(np.abs(p - slot) <= tol.bound(slot)) for p in pool),
-                   f"{what}: optimizer variables", [p.shape for p in pool], f"one equal to reference slot {i} {slot}")
+    # slots matched by shape and value (optimizer variable names and order differ across Keras
+    # versions): the optimizer's variables of each slot shape, in order of their values, against
+    # the reference's slots of that shape in the same order
+    pool = [np.asarray(v, np.float64) for v in got.optimizer if np.asarray(v).ndim > 0]
+    for shape in dict.fromkeys(slot.shape for slot in last["slots"]):
+        mine = _by_value([p for p in pool if p.shape == shape])
+        theirs = _by_value([slot for slot in last["slots"] if slot.shape == shape])
+        check.equal(len(mine), len(theirs), f"{what}: optimizer variables of shape {shape}")
+        check.close(mine, theirs, f"{what}: optimizer slots of shape {shape}, in order of their values",
+                    kind="trained", n_terms=4,
+                    given={"unsummed": _by_value([s for s in unsummed["slots"] if s.shape == shape])} if unsummed else None)
     increments = _increments(history)
     total, count = sum(t for t, _ in increments), sum(n for _, n in increments)
     per_replica = _replica_increments(history, steps)
     copies = {"restored_after": restored_after, "replica": replica}
+    own = {"unsummed_replica_increments": [[[t, n] for t, n in step] for step in unsummed["replica_losses"]]} \
+        if unsummed else {}
     check.close(got.metrics["loss"], [total, count], f"{what}: loss Mean state (total, count)", kind="trained",
                 n_terms=16, given={"start": [0.0, 0.0], "increments": [[t, n] for t, n in increments], "under": under,
-                                   "replica_increments": [[[t, n] for t, n in step] for step in per_replica], **copies})
+                                   "replica_increments": [[[t, n] for t, n in step] for step in per_replica],
+                                   **copies, **own})
     if counted:
         check.equal([int(v) for v in got.metrics["examples"]], [count], f"{what}: int64 Sum of the examples seen",
                     given={"start": [0], "increments": [[n] for _, n in increments], "under": under,
@@ -94,14 +117,21 @@ def test_checkpoint_restores_under_another_strategy(engines, spec, restore_specs
     before = ref_model.train(arch, params, optimizer, steps)
     uninterrupted = ref_model.train(arch, params, optimizer, steps + more)
     assume(cases.well_conditioned(uninterrupted, dtype, optimizer in ADAPTIVE))
+    # the model of keras3-gradients-not-summed-before-3.5: each replica trains its own copy, and the
+    # restore gives every copy the saved primary's (replica 0's) parameters and optimizer state
+    own = ref_model.train_unsummed(arch, params, optimizer, steps)
+    own_more = ref_model.train_unsummed(arch, params, optimizer, more, restored=own[-1])
+    losses = [e["replica_losses"] for e in own]
     directory = tempfile.mkdtemp(prefix="tfds-ckpt-")
     try:
         saved = engines.call(spec, "checkpoint.save", arch=arch_dict(arch), optimizer=optimizer, dtype=dtype,
                              params=params, steps=steps, directory=directory)
         case = {"arch": arch_name, "optimizer": optimizer, "restored under": target.text}
         for w, state in enumerate(saved):
+            first = w * spec.replicas // len(saved)
             _check_state(state, before, [spec] * len(steps), Check(spec, dtype, case), f"saved state (worker {w})",
-                         counted=True, steps=steps, replica=w * spec.replicas // len(saved))
+                         counted=True, steps=steps, replica=first,
+                         unsummed=_unsummed(own[-1]["params"], own[-1]["slots"][first], losses))
         out = engines.call(target, "checkpoint.restore", arch=arch_dict(arch), optimizer=optimizer, dtype=dtype,
                            path=saved[0].path, steps=more)
     finally:
@@ -111,10 +141,13 @@ def test_checkpoint_restores_under_another_strategy(engines, spec, restore_specs
     for w, r in enumerate(out):
         first = w * target.replicas // len(out)  # the worker's first replica
         _check_state(r.restored, before, [spec] * len(steps), check, f"{where}: restored (worker {w})",
-                     steps=steps, restored_after=len(steps), replica=first)
+                     steps=steps, restored_after=len(steps), replica=first,
+                     unsummed=_unsummed([own[-1]["params"][0]] * target.replicas, own[-1]["slots"][0], losses))
         _check_state(r.after, uninterrupted, [spec] * len(steps) + [target] * len(more), check,
                      f"{where}: one step after restore vs uninterrupted run (worker {w})",
-                     steps=steps + more, restored_after=len(steps), replica=first)
+                     steps=steps + more, restored_after=len(steps), replica=first,
+                     unsummed=_unsummed(own_more[-1]["params"], own_more[-1]["slots"][first],
+                                        losses + [e["replica_losses"] for e in own_more]))
 
 
 def test_integer_metric_state_survives_restore(engines, spec):
