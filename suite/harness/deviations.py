@@ -102,14 +102,22 @@ class Ledger:
 
     def stale(self, seen: Seen) -> list[tuple[Deviation, Any]]:
         """For an observation that equals the reference: each entry in scope whose model
-        predicts another value for it (the entry is out of date), with that prediction."""
+        predicts another value for it (the entry is out of date), with that prediction. None
+        where another entry's model predicts the reference's value here too: two deviations at
+        once (a model that composes them) can land on the reference in a case, and the entry
+        that says so speaks for the observation."""
         out = []
         for entry, sig in self.covering(seen.what):
             if sig.kind == "raises":
                 continue
             predicted = sig.predicts(seen)
-            if predicted is not NOTHING and not seen.same(predicted, seen.expected):
-                out.append((entry, predicted))
+            if predicted is NOTHING:
+                continue
+            if seen.same(predicted, seen.expected):
+                if sig.kind == "model":
+                    return []  # an entry's model predicts the reference's value here: it speaks for it
+                continue
+            out.append((entry, predicted))
         return out
 
     def explains_error(self, exc: BaseException) -> bool:

@@ -96,7 +96,7 @@ def metric_state_assigned_by_every_replica(seen: Seen):
     ``new = replicas * old + sum of the increments``, for total and count alike.
     ``given``: ``{"kind": metric, "increments": [(total, count) summed over replicas, per batch]}``."""
     if seen.spec.strategy != "central_storage":
-        return seen.expected
+        return NOTHING  # no deviation of this entry's outside CentralStorage
     if not isinstance(seen.given, dict) or "increments" not in seen.given:
         return NOTHING  # a metric whose state is not (total, count): no prediction
     increments = seen.given["increments"]
@@ -174,6 +174,7 @@ def metric_counts_each_update_as_one_example(seen: Seen):
     ``binary_accuracy()`` took ``ops.mean(..., axis=-1)`` of the matches, which for rank-1
     labels is the mean over the batch, a scalar; ``update_state`` then counts it as one example
     (keras-team/keras#19847 removed the mean in 3.4.0). So each update adds its slice's accuracy
+    (a float32 mean: floatx)
     (NaN for a slice with no rows: the mean of nothing) to the total and 1 to the count: a
     metric of the updates, not of the examples. Each replica keeps its own state, and a read
     takes one replica's: its own inside ``strategy.run``; in cross-replica context the worker's
@@ -186,7 +187,9 @@ def metric_counts_each_update_as_one_example(seen: Seen):
     if ("batch_states" not in g or "replica" not in g or g["kind"] not in ("accuracy", "binary_accuracy")
             or seen.spec.kind not in ("default", "one_device", "mirrored", "multi_worker")):
         return NOTHING
-    means = [t / c if c else float("nan") for t, c in (step[g["replica"]] for step in g["batch_states"])]
+    # the mean in Keras' floatx (float32), as ops.mean of the float32 matches computes it
+    means = [float(np.float32(t) / np.float32(c)) if c else float("nan")
+             for t, c in (step[g["replica"]] for step in g["batch_states"])]
     return ref_metrics.result(g["kind"], float(np.sum(means)), float(len(means)))
 
 

@@ -154,9 +154,11 @@ MODEL_CASES = {
         "unsummed_replica_increments": [[[1.0, 1], [3.0, 1]], [[10.0, 1], [31.0, 1]]],
         "restored_after": None, "replica": 0}, [11.0, 2.0]),
     # repros/keras3_accuracy_counts_each_update_before_3_4.py: 1 of 3 right, then 1 of 1, on one replica;
-    # Keras 3.0-3.3 average the two batches' accuracies, (1/3 + 1) / 2, where the examples give 2/4
+    # Keras 3.0-3.3 average the two batches' accuracies, (1/3 + 1) / 2 (1/3 a float32 mean), where
+    # the examples give 2/4
     "metric_counts_each_update_as_one_example": (
-        "default", 0.5, {"kind": "accuracy", "batch_states": [[(1.0, 3.0)], [(1.0, 1.0)]], "replica": 0}, 2 / 3),
+        "default", 0.5, {"kind": "accuracy", "batch_states": [[(1.0, 3.0)], [(1.0, 1.0)]], "replica": 0},
+        (float(np.float32(1 / 3)) + 1) / 2),
     # the repro on Keras 3.7-3.9 after [1, 3] and [10, 30]: (2 * 4 + 40) / (2 * 2 + 2), not 44 / 4
     "metric_state_summed_on_write": ("mirrored:2", 11.0, {"kind": "mean", "increments": [(4.0, 2.0), (40.0, 2.0)]},
                                      8.0),
@@ -441,6 +443,8 @@ COVERED = {
         "tests/properties/test_metrics.py::test_metric_result_is_the_metric_of_the_global_data[mirrored:2-accuracy]",
     "keras3-central-storage-updates-raise-before-3.7":
         "tests/properties/test_metrics.py::test_metric_result_is_the_metric_of_the_global_data[central_storage:2-mean]",
+    "keras3-gradient-accumulation-counts-every-call-before-3.5":
+        "tests/properties/test_blocks.py::test_gradient_accumulation_applies_the_mean_every_n_steps[default]",
     "keras3-optimizer-not-trackable-3.0":
         "tests/properties/test_checkpoint.py::test_checkpoint_restores_under_another_strategy[mirrored:2]",
 }
@@ -661,3 +665,22 @@ def test_a_model_with_a_condition_predicts_nothing_where_the_condition_does_not_
     check = Check("conditioned model")
     check.equal([d.id for d, _ in ledger.stale(seen(not_held))], [], "stale where the condition did not hold")
     check.equal([d.id for d, _ in ledger.stale(seen(held))], ["conditioned"], "stale where it held")
+
+
+def test_an_entry_whose_model_lands_on_the_reference_speaks_for_it():
+    """Two deviations at once can land on the reference's value in a case (TF 2.17 / Keras 3.4: the
+    activity regularizer's unnormalised penalty on a replica's own unsummed gradient, with
+    symmetric data): the entry whose model composes them predicts the reference there, so the
+    other entry, which alone predicts another value, is not called stale; without it, it is."""
+    alone = deviations.Deviation("alone", ("*",), ">=2", ">=2", "s", (), "now", (
+        Signature("variable * after step *", "model", model="alternative_rule"),))
+    composed = deviations.Deviation("composed", ("*",), ">=2", ">=2", "s", (), "now", (
+        Signature("variable * after step *", "model", model="replicas_apply_their_own_gradients"),))
+    seen = Seen("variable 0 after step 1", 1.0, 1.0, _close, parse_spec("mirrored:2"),
+                {"alternative": 2.0, "unsummed": 1.0})
+    check = Check("stale")
+    check.equal([d.id for d, _ in deviations.Ledger((alone,)).stale(seen)], ["alone"], "the entry alone")
+    check.equal([d.id for d, _ in deviations.Ledger((alone, composed)).stale(seen)], [], "beside the composed model")
+    check.equal([d.id for d, _ in deviations.Ledger((alone, composed)).stale(
+        dataclasses.replace(seen, given={"alternative": 2.0, "unsummed": 3.0}))], ["alone", "composed"],
+        "beside a model that predicts another value too")

@@ -20,7 +20,7 @@ from tests.helpers import COSTLY
 
 
 def check_history(results, history, check, initial=None, alternative=None, iterations=None, nan_losses=(),
-                  unsummed=None, first=0):
+                  unsummed=None, first=0, calls=None):
     """Every step's loss and every replica's copy of every variable against the reference; with
     ``initial`` (the parameters before the steps), first that trained variables changed: every
     element the reference's steps move by more than the tolerance differs from its initial value
@@ -33,7 +33,8 @@ def check_history(results, history, check, initial=None, alternative=None, itera
     reference/model.py train_unsummed takes them, each replica applying its own gradient (the
     model of keras3-gradients-not-summed-before-3.5), handed to each comparison as
     ``given={"unsummed": ...}`` (``first``: the global index of the first result's first replica,
-    where ``results`` holds one worker's)."""
+    where ``results`` holds one worker's). ``calls``: the apply_gradients calls made, the count
+    a deviation's model may predict for ``iterations`` (``given={"alternative": calls}``)."""
     __tracebackhide__ = True
     own = None
     if unsummed is not None:
@@ -80,7 +81,8 @@ def check_history(results, history, check, initial=None, alternative=None, itera
                     check.close(copy, expected, f"variable {v} on local replica {r} after step {s + 1}{who}",
                                 kind="trained", n_terms=4, given=given or None)
         check.equal(result.iterations, len(history) if iterations is None else iterations,
-                    f"optimizer.iterations{who} (one increment per applied step)")
+                    f"optimizer.iterations{who} (one increment per applied step)",
+                    given={"alternative": calls} if calls is not None else None)
 
 
 @pytest.mark.parametrize("dtype", cases.DTYPES)

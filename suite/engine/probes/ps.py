@@ -95,16 +95,30 @@ def _recorded_increments(opt):
     """Make a Keras 3 optimizer's ``iterations.assign_add`` also record, per traced call, the tensor
     it returns: ``assign(self + value)`` returns ``self + value``, the value read plus 1, which is
     exactly what the step wrote. The wrapper calls Keras' own method and returns its result, so
-    the ops are Keras' own. Returns the list the traced calls append to, or None for a Keras 2
-    ``tf.Variable`` (an atomic ``AssignAddVariableOp``, whose result is a second read)."""
+    the ops are Keras' own. Keras 3.0-3.4 keep the counter in ``iterations`` (not ``_iterations``)
+    and their ``assign_add`` returns nothing: there the value is the one it hands ``assign``.
+    Returns the list the traced calls append to, or None for a Keras 2 ``tf.Variable`` (an atomic
+    ``AssignAddVariableOp``, whose result is a second read)."""
     var = getattr(opt, "_iterations", None)
+    var = getattr(opt, "iterations", None) if var is None else var
     if var is None or isinstance(var, tf.Variable) or not hasattr(var, "assign_add"):
         return None
     original, written = var.assign_add, []
 
     def assign_add(value):
-        out = original(value)
-        written.append(out)
+        handed = []
+        keras_assign = var.assign
+
+        def assign(new, *args, **kwargs):
+            handed.append(new)
+            return keras_assign(new, *args, **kwargs)
+
+        var.assign = assign
+        try:
+            out = original(value)
+        finally:
+            del var.assign  # Keras' own method again
+        written.append(out if out is not None else handed[0])
         return out
 
     var.assign_add = assign_add
