@@ -2,8 +2,8 @@
 in examples/zoo.py (Sequential, functional and subclassed models; tuple, dict and weighted
 inputs; both distribute modes; SGD and Adam), each with the cause it must be diagnosed with, or
 none for a right loop. A wrong verdict or a wrong cause fails; "no catalogued cause" is the
-right answer only for a mistake the catalogue lacks. Runs with --deep (.ci/run's deep steps, on
-Keras 3 and Keras 2); ``python -m tests.workloads.test_zoo`` prints the confusion table per spec
+right answer only for a mistake the catalogue lacks. Runs with --deep (.ci/run's deep step on
+Keras 3; ``tox -e tf215`` on Keras 2); ``python -m tests.workloads.test_zoo`` prints the confusion table per spec
 kind."""
 
 from __future__ import annotations
