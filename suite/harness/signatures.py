@@ -174,8 +174,8 @@ def metric_counts_each_update_as_one_example(seen: Seen):
     ``binary_accuracy()`` took ``ops.mean(..., axis=-1)`` of the matches, which for rank-1
     labels is the mean over the batch, a scalar; ``update_state`` then counts it as one example
     (keras-team/keras#19847 removed the mean in 3.4.0). So each update adds its slice's accuracy
-    (a float32 mean: floatx)
-    (NaN for a slice with no rows: the mean of nothing) to the total and 1 to the count: a
+    (a float32 mean, Keras' floatx; NaN for a slice with no rows: the mean of nothing) to the
+    total and 1 to the count: a
     metric of the updates, not of the examples. Each replica keeps its own state, and a read
     takes one replica's: its own inside ``strategy.run``; in cross-replica context the worker's
     first replica's (Keras 3.0-3.6 keep metric state per replica under the mirrored strategies:

@@ -83,12 +83,14 @@ def _check_state(got, history, under, check, what, counted=False, steps=(), rest
     # the reference's slots of that shape in the same order
     pool = [np.asarray(v, np.float64) for v in got.optimizer if np.asarray(v).ndim > 0]
     for shape in dict.fromkeys(slot.shape for slot in last["slots"]):
-        mine = _by_value([p for p in pool if p.shape == shape])
-        theirs = _by_value([slot for slot in last["slots"] if slot.shape == shape])
+        mine = [p for p in pool if p.shape == shape]
+        theirs = [slot for slot in last["slots"] if slot.shape == shape]
         check.equal(len(mine), len(theirs), f"{what}: optimizer variables of shape {shape}")
-        check.close(mine, theirs, f"{what}: optimizer slots of shape {shape}, in order of their values",
+        check.close(_by_value(mine), _by_value(theirs),
+                    f"{what}: optimizer slots of shape {shape}, in order of their values",
                     kind="trained", n_terms=4,
-                    given={"unsummed": _by_value([s for s in unsummed["slots"] if s.shape == shape])} if unsummed else None)
+                    given={"unsummed": _by_value([s for s in unsummed["slots"] if s.shape == shape])}
+                    if unsummed else None)
     increments = _increments(history)
     total, count = sum(t for t, _ in increments), sum(n for _, n in increments)
     per_replica = _replica_increments(history, steps)
