@@ -4,7 +4,7 @@ In file order (pytest keeps it): the harness floor per spec (an empty engine cal
 ``tf.function`` step with no strategy on each global batch the specs use, the first call of
 the step (its trace) per workload and spec, the step itself, then the step with each Keras
 building block switched on (``bench.BLOCKS``). Step times are a round's
-time over its K steps; see ``suite/harness/bench.py`` for the method and benchmarks/README.md for the
+time over its K steps; see ``suite/harness/tools/bench.py`` for the method and benchmarks/README.md for the
 fields of ``extra_info``."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from suite.harness import bench
+from suite.harness.tools import bench
 
 
 def _common(spec, workload, info: dict, versions: dict) -> dict:

@@ -7,7 +7,9 @@ import os
 
 import pytest
 
-from suite.harness import bench, machine
+from suite.harness.engines import machine
+from suite.harness.plugin import state
+from suite.harness.tools import bench
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -76,7 +78,7 @@ def pytest_generate_tests(metafunc):
         workloads = _workloads(config)
         for i, w in enumerate(workloads):
             for scaling in _scalings(config):
-                for spec in config._tfds_specs:
+                for spec in state.of(config).specs:
                     got = w.batches_or_none(spec.replicas, scaling)
                     if got:
                         needed.add((i, got[0]))  # the same global batch: the overhead ratio
@@ -95,15 +97,16 @@ def bencher(engines, request):
 
 @pytest.fixture(scope="session")
 def versions_info(request):
-    v = request.config._tfds_versions
+    v = state.of(request.config).versions
     return {"tensorflow": v["tensorflow"], "keras": v["keras"]}
 
 
 def pytest_benchmark_update_machine_info(config, machine_info):
-    v = getattr(config, "_tfds_versions", {}) or {}
+    s = config.stash.get(state.SUITE, None)
+    v = s.versions if s else {}
     machine_info["tensorflow"] = v.get("tensorflow")
     machine_info["keras"] = v.get("keras")
     machine_info["cpu_cores"] = os.cpu_count()
     machine_info["cpu_cores_usable"] = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
     machine_info["gpus"] = machine.gpu_names()
-    machine_info["strategy_specs"] = [s.text for s in getattr(config, "_tfds_specs", [])]
+    machine_info["strategy_specs"] = [spec.text for spec in (s.specs if s else [])]

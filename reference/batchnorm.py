@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from reference.rules import documented, observed
+from .rules import documented, observed
 
 
 @documented("keras.layers.BatchNormalization docstring: mean(batch) and var(batch) of the current batch "

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from reference.rules import documented
+from .rules import documented
 
 OPTIONS = ("clipnorm", "clipvalue", "global_clipnorm")
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from reference.optimizers import Optimizer
-from reference.rules import documented
+from .optimizers import Optimizer
+from .rules import documented
 
 
 def _row_gradients(table, indices, targets, weights):

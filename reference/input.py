@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from reference.rules import Rule, documented, observed
+from .rules import Rule, documented, observed
 
 POLICIES = ("AUTO", "DATA", "OFF")  # for a Dataset.range source (FILE needs files)
 FILE_POLICIES = ("AUTO", "DATA", "FILE", "OFF")  # for a source of text files

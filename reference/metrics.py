@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from reference.rules import documented, helper, observed
+from .rules import documented, helper, observed
 
 METRICS = ("mean", "sum", "accuracy", "binary_accuracy", "sparse_categorical_accuracy",
            "categorical_accuracy")

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from reference import model as ref_model
-from reference.rules import documented, helper
+from . import model as ref_model
+from .rules import documented, helper
 
 UNIT = {"mixed_float16": 2.0 ** -11, "mixed_bfloat16": 2.0 ** -8}  # unit roundoff of the compute dtype
 

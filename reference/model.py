@@ -12,8 +12,8 @@ import dataclasses
 
 import numpy as np
 
-from reference import losses
-from reference.rules import documented, helper
+from . import losses
+from .rules import documented, helper
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,7 +79,7 @@ def activity_weights(sizes, normalised: bool = True) -> np.ndarray:
     (``divide_no_nan``). On an even split that is one device's ``1 / global batch``.
     ``normalised=False``: the penalty not divided by the batch (Keras 3.0-3.13, the deviation
     keras3-activity-regularizer-not-normalised-before-3.14): every example weighs ``1 / replicas``."""
-    from reference import distribute
+    from . import distribute
 
     if not normalised:
         return np.full(int(sum(sizes)), 1.0 / len(sizes))
@@ -152,11 +152,11 @@ def train(arch: Arch, params, optimizer: str, steps, denominator: str = "global"
     the optimizer applies, every N-th step, the mean of the last N steps' gradients (nothing in
     between). Returns, per step, the parameters after it, the summed
     loss, the applied gradients and the trace (for conditioning checks)."""
-    from reference import distribute
-    from reference.optimizers import Optimizer
+    from . import distribute
+    from .optimizers import Optimizer
 
     params = [np.asarray(p, dtype=np.float64) for p in params]
-    from reference import clipping
+    from . import clipping
 
     params = [np.asarray(p, dtype=np.float64) for p in params]
     opt = Optimizer(optimizer, params, weight_decay)
@@ -203,8 +203,8 @@ def train_unsummed(arch: Arch, params, optimizer: str, steps, denominator: str =
     "replica_losses": [per replica, (the sum of its examples' losses on its copy, their count)]}``."""
     import copy
 
-    from reference import clipping, distribute
-    from reference.optimizers import Optimizer
+    from . import clipping, distribute
+    from .optimizers import Optimizer
 
     n = len(steps[0][2])
     if restored is None:
@@ -241,7 +241,7 @@ def replica_grads(arch: Arch, params, x, y, sizes, gbs) -> list[list[np.ndarray]
     """Each replica's gradient of its scaled loss (its examples weighed as in ``train``, plus
     ``scale_regularization_loss``: the regularization / replicas), in replica order; their sum
     is the gradient of the global batch."""
-    from reference import distribute
+    from . import distribute
 
     w = distribute.replica_weights(sizes, gbs)
     out, start = [], 0

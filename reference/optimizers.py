@@ -22,7 +22,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from suite.common.catalog import OPTIMIZERS
+try:  # installed: tf_distribute_suite.reference beside tf_distribute_suite.common (suite/layout.py)
+    from ..common.catalog import OPTIMIZERS
+except ImportError:  # the repository: reference/ beside suite/
+    from suite.common.catalog import OPTIMIZERS
 
 
 class Optimizer:

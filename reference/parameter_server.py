@@ -25,7 +25,7 @@ import math
 
 import numpy as np
 
-from reference.rules import documented, helper, observed
+from .rules import documented, helper, observed
 
 NUM_REPLICAS_IN_SYNC_CPU = 1
 

@@ -8,7 +8,7 @@ properties compare the draws with each other, not with values.
 
 from __future__ import annotations
 
-from reference.rules import documented
+from .rules import documented
 
 RULES = {
     "dropout": (True, "the custom-training contract (a strategy's step equals one device's on the global batch): "

@@ -12,10 +12,9 @@ Run: python this_file.py (prints each replica's w; exit 1 where the copies diffe
 
 import sys
 
+import keras
 import numpy as np
 import tensorflow as tf
-
-import keras
 
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)

@@ -11,9 +11,8 @@ Run: python this_file.py (prints what one step did; exit 1 where it raised)
 
 import sys
 
-import tensorflow as tf
-
 import keras
+import tensorflow as tf
 
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)

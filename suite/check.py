@@ -1,10 +1,10 @@
 """``python -m suite.check package.module:factory [--strategies ...] [--steps K]``: check a
 training loop under each strategy spec against itself with no strategy (pytest side, no
-TensorFlow; the work is in suite/harness/usercheck.py)."""
+TensorFlow; the work is in suite/harness/loopcheck/usercheck.py)."""
 
 import sys
 
-from suite.harness.usercheck import main
+from .harness.loopcheck.usercheck import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -68,7 +68,7 @@ def run_pytest(args: list[str], timeout: float, **env) -> subprocess.CompletedPr
 
 
 # Properties where every drawn case traces (or compiles) a new step: a few per spec by default,
-# the profile's number with --deep (suite/harness/profiles.py)
+# the profile's number with --deep (suite/harness/drawing/profiles.py)
 RETRACES = pytest.mark.budget(4)
 # one trace per spec, three engine steps per case: more cases for the same time
 CHEAP = pytest.mark.budget(8)

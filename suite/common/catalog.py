@@ -45,7 +45,7 @@ XLA_UNSUPPORTED = (r"Collectives are not yet implemented for CPU devices when co
                    r"|xla/known_issues#tfvariable_on_a_different_device"
                    r"|Fail to proof the equality of two dimensions at compile time")
 
-# The Keras building blocks the benchmarks switch on in a train step (suite/harness/bench.py,
+# The Keras building blocks the benchmarks switch on in a train step (suite/harness/tools/bench.py,
 # suite/engine/probes/bench.py): name -> what is switched on.
 BENCH_BLOCKS = {
     "clipping": "global_clipnorm=1.0 on the optimizer (clipping the summed gradient in apply_gradients)",

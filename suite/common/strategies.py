@@ -3,13 +3,13 @@
 ``strategy_source(spec)`` is the code that configures the devices and binds ``strategy`` (and,
 for parameter servers, ``coordinator``) given ``tf`` and an exception class ``Unavailable`` (the
 spec's hardware is missing). An engine executes it (suite/engine/context.py) and a failure's
-repro snippet prints it (suite/harness/repro.py), so the snippet builds exactly what the engine
+repro snippet prints it (suite/harness/verdict/repro.py), so the snippet builds exactly what the engine
 ran.
 """
 
 from __future__ import annotations
 
-from suite.common.specs import Spec, parse_spec
+from .specs import Spec, parse_spec
 
 _CPUS = """\
 cpu = tf.config.list_physical_devices("CPU")[0]
@@ -80,7 +80,7 @@ def strategy_source(spec: Spec, collective_timeout: float | None = None) -> str:
     if spec.kind == "multi_worker":
         impl = f"tf.distribute.experimental.CommunicationImplementation.{spec.communication.upper()}"
         timeout = f", timeout_seconds={collective_timeout!r}" if collective_timeout else ""
-        return ("# run one copy per worker, each with its TF_CONFIG (see suite/harness/topology.py)\n"
+        return ("# run one copy per worker, each with its TF_CONFIG (see suite/harness/engines/topology.py)\n"
                 + (cpus + _WORKER_CPUS.format(n=spec.devices) if spec.devices > 1 else "")
                 + f"options = tf.distribute.experimental.CommunicationOptions(implementation={impl}{timeout})\n"
                 "strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)\n")

@@ -12,7 +12,7 @@ import os
 
 import tensorflow as tf
 
-from suite.common.catalog import LOSS_CLASSES, METRIC_CLASSES
+from ..common.catalog import LOSS_CLASSES, METRIC_CLASSES
 
 if os.environ.get("TF_USE_LEGACY_KERAS") == "1":
     import tf_keras as keras  # Keras 2 on TF >= 2.16

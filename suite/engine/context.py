@@ -10,10 +10,10 @@ import tempfile
 
 import tensorflow as tf
 
-from suite.common.results import EngineInfo, ServerInfo
-from suite.common.specs import Spec
-from suite.common.strategies import strategy_source
-from suite.engine import compat
+from ..common.results import EngineInfo, ServerInfo
+from ..common.specs import Spec
+from ..common.strategies import strategy_source
+from . import compat
 
 
 class EngineUnavailableHere(RuntimeError):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-from suite.common.catalog import MUTANTS
+from ..common.catalog import MUTANTS
 
 
 def _valid(name: str | None) -> str | None:

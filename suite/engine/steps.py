@@ -14,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from suite.common.catalog import OPTIMIZERS
-from suite.engine import compat, mutants
+from ..common.catalog import OPTIMIZERS
+from . import compat, mutants
 
 SUM = tf.distribute.ReduceOp.SUM
 

@@ -1,7 +1,7 @@
 """Engine process main: build one strategy, then answer probe calls until told to exit.
 
 Run as ``python -m suite.engine.worker --spec S --fd-in A --fd-out B [--worker-index I]``
-by the pool (suite/harness/pool.py). TensorFlow is imported here and only here (and in the
+by the pool (suite/harness/engines/pool.py). TensorFlow is imported here and only here (and in the
 probe modules this imports), never in the pytest process.
 """
 
@@ -12,9 +12,9 @@ import os
 import sys
 import traceback
 
-from suite.common import protocol
-from suite.common.results import Raised
-from suite.common.specs import parse_spec
+from ..common import protocol
+from ..common.results import Raised
+from ..common.specs import parse_spec
 
 
 def _parse_args(argv):
@@ -41,12 +41,12 @@ def main(argv=None) -> int:
                                        "install the project with its TensorFlow extra (see README)"))
         return 3
     try:
-        from suite.engine.context import EngineUnavailableHere, build_context
-        from suite.engine.probes import registry
+        from .context import EngineUnavailableHere, build_context
+        from .probes import registry
     except Exception as exc:  # a suite/TF incompatibility: fail once, clearly
         conn_out.send((protocol.FATAL, f"engine set-up failed: {type(exc).__name__}: {exc}"))
         return 4
-    from suite.engine.compat import keep_whole_tracebacks
+    from .compat import keep_whole_tracebacks
 
     keep_whole_tracebacks()  # errors carry every frame they came through (deviations' origins)
     if args.serve:
@@ -80,7 +80,7 @@ def main(argv=None) -> int:
 def _serve(conn_in, conn_out) -> int:
     """A parameter-server cluster's worker or ps task: start its server, report ready, then
     wait for the parent to say exit (or go away); probes are not answered here."""
-    from suite.engine.context import start_server
+    from .context import start_server
 
     try:
         info = start_server()

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from suite.common.specs import parse_spec
-from suite.harness import topology
-from suite.harness.check import Check
-from suite.harness.pool import EngineDied, EngineError, EnginePool, ProbeError
+from suite.harness.engines import topology
+from suite.harness.engines.pool import EngineDied, EngineError, EnginePool, ProbeError
+from suite.harness.verdict.judgment import Check
 from tests.helpers import alive, check_replaced, descendants
 
 # the bound the hung-collective test configures (what --engine-timeout sets for a session)

@@ -1,8 +1,10 @@
 """The process line, enforced from the tree: every module on the pytest side (suite/harness,
-suite/common, suite/check.py, reference/, tests/, benchmarks/, conftest.py) imports neither
-TensorFlow nor Keras nor the engine package; every module on the engine side (suite/engine,
-suite/common, and the workloads in examples/) imports neither the reference nor the harness.
-Modules are found by walking the folders, so a new module is covered the day it is added."""
+suite/common, suite/check.py, suite/report.py, suite/layout.py, reference/, tests/, benchmarks/,
+conftest.py) imports neither TensorFlow nor Keras nor the engine package; every module on the
+engine side (suite/engine, suite/common, suite/layout.py and the workloads in examples/) imports
+neither the reference nor the harness, by an import statement (relative ones resolved) or by
+``layout.reference``. Modules are found by walking the folders, so a new module is covered the
+day it is added."""
 
 from __future__ import annotations
 
@@ -14,13 +16,13 @@ import textwrap
 
 import pytest
 
-from suite.harness.check import Check
+from suite.harness.verdict.judgment import Check
 from tests.helpers import ROOT
 
-PYTEST_SIDE = ("suite/harness", "suite/common", "suite/check.py", "pytest_tf_distribute_suite.py", "reference", "tests",
-               "benchmarks", "conftest.py")
+PYTEST_SIDE = ("suite/harness", "suite/common", "suite/check.py", "suite/report.py", "suite/layout.py", "reference",
+               "tests", "benchmarks", "conftest.py")
 # examples/ holds workloads of users' kind: they run in engines (suite/engine/workload.py), never judge
-ENGINE_SIDE = ("suite/engine", "suite/common", "examples")
+ENGINE_SIDE = ("suite/engine", "suite/common", "suite/layout.py", "examples")
 # what each side must not import (top-level package, or a package prefix)
 NOT_ON_PYTEST_SIDE = ("tensorflow", "keras", "tf_keras", "suite.engine")
 NOT_ON_ENGINE_SIDE = ("reference", "suite.harness")
@@ -37,16 +39,25 @@ def modules(roots) -> dict[str, str]:
 
 
 @functools.cache
-def imports(source: str) -> frozenset[str]:
-    """Every module an import statement in ``source`` names (absolute imports only); cached, so
-    the injection test parses only the module it changed."""
+def imports(path: str, source: str) -> frozenset[str]:
+    """Every module an import statement in ``source`` (the file ``path``) names, relative imports
+    resolved against the file's package as the repository lays it out, and ``reference.NAME`` for
+    each ``layout.reference("NAME")``; cached, so the injection test parses only the module it
+    changed."""
+    parts = path.removesuffix(".py").split("/")
+    package = parts[:-1]  # a module's package; a package's __init__ is in its own
     names = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             names |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
-            names |= {f"{node.module}.{a.name}" for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = ".".join(package[:len(package) - node.level + 1] if node.level else [])
+            module = ".".join(p for p in (base, node.module or "") if p)
+            names.add(module)
+            names |= {f"{module}.{a.name}" for a in node.names}
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "reference"
+              and isinstance(node.func.value, ast.Name) and node.func.value.id == "layout"):
+            names.add("reference." + (node.args[0].value if node.args and isinstance(node.args[0], ast.Constant) else "?"))
     return frozenset(names)
 
 
@@ -54,7 +65,7 @@ def violations(sources: dict[str, str], forbidden: tuple[str, ...]) -> list[str]
     """``path: imports NAME`` for each import of a forbidden package in ``sources``."""
     out = []
     for path, source in sorted(sources.items()):
-        for name in sorted(imports(source)):
+        for name in sorted(imports(path, source)):
             if any(name == f or name.startswith(f + ".") for f in forbidden):
                 out.append(f"{path}: imports {name}")
     return out
@@ -75,16 +86,23 @@ def test_engine_side_imports_no_reference_and_no_harness_module():
     (PYTEST_SIDE, NOT_ON_PYTEST_SIDE, "from keras import layers"),
     (ENGINE_SIDE, NOT_ON_ENGINE_SIDE, "from reference import distribute"),
     (ENGINE_SIDE, NOT_ON_ENGINE_SIDE, "import reference.model as ref_model"),
+    (ENGINE_SIDE, NOT_ON_ENGINE_SIDE, "ref = layout.reference('model')"),
+    (ENGINE_SIDE, NOT_ON_ENGINE_SIDE, "from {to_suite}harness.verdict import judgment"),
+    (PYTEST_SIDE, NOT_ON_PYTEST_SIDE, "from {to_suite}engine import steps"),
 ], ids=["tensorflow-on-pytest-side", "keras-on-pytest-side", "reference-on-engine-side",
-        "reference-module-on-engine-side"])
+        "reference-module-on-engine-side", "reference-by-layout-on-engine-side", "harness-relative-on-engine-side",
+        "engine-relative-on-pytest-side"])
 def test_boundary_check_catches_an_import_added_to_any_module(side, forbidden, added):
     """The check is not vacuous: the forbidden import, added inside a function of any one
-    module of the side (a lazy import counts too), is reported for that module and no other."""
+    module of the side (a lazy import counts too), is reported for that module and no other.
+    ``{to_suite}`` is the relative way up to ``suite`` in modules of suite/, ``suite.`` elsewhere."""
     sources = modules(side)
     check = Check(" + ".join(side), case={"added": added})
     check.that(len(sources) > 5, "modules found on the side", len(sources), "more than 5")
     for path, source in sources.items():
-        mutated = dict(sources, **{path: source + f"\n\ndef _late():\n    {added}\n"})
+        to_suite = "." * path.count("/") if path.startswith("suite/") else "suite."
+        line = added.replace("{to_suite}", to_suite)
+        mutated = dict(sources, **{path: source + f"\n\ndef _late():\n    {line}\n"})
         found = violations(mutated, forbidden)
         check.that(bool(found) and all(line.startswith(f"{path}:") for line in found),
                    f"violations reported with the import added to {path}", found, f"lines naming {path} only")
@@ -94,7 +112,8 @@ def test_pytest_side_modules_import_no_tensorflow_when_imported():
     """Importing every pytest-side package module (walked from the tree) in a fresh interpreter
     loads no TensorFlow, not even through a dependency."""
     names = sorted(path[:-3].replace("/", ".").removesuffix(".__init__")
-                   for path in modules(("suite/harness", "suite/common", "reference"))) + ["conftest"]
+                   for path in modules(("suite/harness", "suite/common", "suite/report.py", "suite/layout.py",
+                                        "reference"))) + ["conftest"]
     code = textwrap.dedent(f"""
         import importlib, sys
         for name in {names!r}:

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from suite.common.results import Raised, ReplicaValues
-from suite.harness.check import Check, PropertyFailure, diagnose, ratio
-from suite.harness.tolerances import tolerance
+from suite.harness.verdict.judgment import Check, PropertyFailure, diagnose, ratio
+from suite.harness.verdict.tolerances import tolerance
 from tests.helpers import ROOT
 
 

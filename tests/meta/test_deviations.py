@@ -13,9 +13,10 @@ import pytest
 
 from suite.common.results import Raised
 from suite.common.specs import parse_spec
-from suite.harness import deviations, versions
-from suite.harness.check import Check, PropertyFailure
-from suite.harness.signatures import MODELS, Seen, Signature
+from suite.harness.engines import versions
+from suite.harness.verdict import deviations
+from suite.harness.verdict.judgment import Check, PropertyFailure
+from suite.harness.verdict.signatures import MODELS, Seen, Signature
 from tests.helpers import run_pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,12 +49,12 @@ def test_patterns_name_existing_test_functions():
 
 
 def test_readme_shows_the_table_generated_from_the_file():
-    """The README's table is ``python -m suite.harness.deviations`` (every entry, as the file says it)."""
+    """The README's table is ``python -m suite.harness.verdict.deviations`` (every entry, as the file says it)."""
     readme = (ROOT / "README.md").read_text()
     rows = deviations.table(ENTRIES)
     Check("README.md").that("\n".join(rows) in readme, "the known-deviations table",
                             [r.split(" | ")[0] for r in rows[2:] if r not in readme] or "(header or order differs)",
-                            "python -m suite.harness.deviations's table, row for row")
+                            "python -m suite.harness.verdict.deviations's table, row for row")
 
 
 def test_patterns_match_only_what_they_say():
@@ -276,8 +277,7 @@ def test_the_float32_one_pass_model_excuses_the_one_pass_value_and_nothing_else(
     cases = [("moving_variance on replica 0 after step 1", "moving_variance", want["moving_variance"][0],
               bound["moving_variance"][0], off),
              ("output of replica 0 at step 1", "outputs", want["outputs"][0], bound["output"][0], off_out)]
-    deviations.current = ledger = deviations.Ledger((entry,))
-    try:
+    with deviations.in_force(deviations.Ledger((entry,))) as ledger:
         for what, name, expected, tol, foreign in cases:
             given = {"float32_one_pass": dict(base, replica=0, name=name)}
             predicted = MODELS["one_pass_variance_in_float32"](Seen(what, None, expected, None, None, given))
@@ -290,8 +290,6 @@ def test_the_float32_one_pass_model_excuses_the_one_pass_value_and_nothing_else(
                 with pytest.raises(PropertyFailure) as info:
                     check.close(value, expected, what, override={"float32": (tol, 1e-15)}, given=given)
                 Check("ledger", case={"quantity": what}).contains(str(info.value), [phrase], f"the failure of {label}")
-    finally:
-        deviations.current = None
     Check("ledger").equal(dict(ledger.explained), {entry.id: 2}, "mismatches the model explained")
 
 
@@ -299,14 +297,11 @@ def test_a_mismatch_outside_every_signature_fails_and_names_the_entry():
     entry = deviations.Deviation("d", ("*",), ">=2", ">=2", "s", (), "now", (
         Signature("q", "band", rtol=1e-6),))
     check = Check("mirrored:2", "float64")
-    deviations.current = ledger = deviations.Ledger((entry,))
-    try:
+    with deviations.in_force(deviations.Ledger((entry,))) as ledger:
         check.close(1.0 + 1e-7, 1.0, "q")  # within the band: tolerated and counted
         with pytest.raises(PropertyFailure) as info:
             check.close(1.1, 1.0, "q")
         check.close(1.1, 1.1, "other")  # another quantity: not covered
-    finally:
-        deviations.current = None
     Check("ledger").equal(dict(ledger.explained), {"d": 1}, "mismatches the band explained")
     Check("ledger").contains(str(info.value), ["got 1.1", "known deviation d in scope does not explain it"],
                              "the failure of a foreign error")
@@ -316,7 +311,7 @@ def test_a_probe_that_raised_is_excused_only_by_a_raises_signature_of_its_probe(
     """A probe exception (pool.ProbeError) that a ``raises`` signature for ``probe <name>`` in
     scope describes makes the test an expected failure; another type, message or probe, or a
     failure that is no probe exception, stays a failure."""
-    from suite.harness.pool import ProbeError
+    from suite.harness.engines.pool import ProbeError
 
     entry = deviations.Deviation("d", ("*",), ">=2", ">=2", "s", (), "now", (
         Signature("probe losses.compute_average_loss", "raises", type="InvalidArgumentError",
@@ -342,12 +337,9 @@ def test_a_probe_that_raised_is_excused_only_by_a_raises_signature_of_its_probe(
 def test_a_result_equal_to_the_reference_where_a_model_predicts_otherwise_fails():
     entry = deviations.Deviation("d", ("*",), ">=2", ">=2", "s", (), "now", (
         Signature("int64*", "model", model="integer_sum_restored_by_division"),))
-    deviations.current = deviations.Ledger((entry,))
-    try:
+    with deviations.in_force(deviations.Ledger((entry,))):
         with pytest.raises(PropertyFailure) as info:
             Check(parse_spec("mirrored:2")).equal([1, 2, 3], [1, 2, 3], "int64 Sum metrics after a restore")
-    finally:
-        deviations.current = None
     Check("ledger").contains(str(info.value), ["known deviation d predicts [0, 2, 2]", "update or retire the entry"],
                              "the failure of a fixed deviation")
 
@@ -607,13 +599,10 @@ def test_a_bounds_signature_goes_stale_like_a_band():
     entry = deviations.Deviation("one-pass", ("*",), ">=2", ">=2", "s", (), "now", (
         Signature("moving_variance *", "bounds", model="one_pass_variance_bounds"),))
     totals: dict = {}
-    deviations.current = ledger = deviations.Ledger((entry,))
-    try:
+    with deviations.in_force(deviations.Ledger((entry,))) as ledger:
         for _ in range(deviations.BAND_JUDGED_AFTER):
             Check(parse_spec("mirrored:2"), "float32").close(0.5, 0.5, "moving_variance after step 1",
                                                              given={"one_pass": (0.49, 0.51)})
-    finally:
-        deviations.current = None
     deviations.merge_bands(totals, ledger.band_counts())
     stale = deviations.stale_bands(totals)
     Check("deviations.stale_bands").contains(stale[0] if stale else "", [
@@ -631,8 +620,7 @@ def test_a_raises_entry_goes_stale_where_its_condition_held_and_the_probe_return
                   condition="non_finite_off_replica_0_on_another_worker"),))
     held, not_held = CONDITION_CASES["non_finite_off_replica_0_on_another_worker"]
     check = Check("stale raises")
-    deviations.current = ledger = deviations.Ledger((entry,))
-    try:
+    with deviations.in_force(deviations.Ledger((entry,))) as ledger:
         Check(parse_spec("multi_worker:2x1")).returned(1.0, "the loop", given=not_held)  # condition not held: fine
         try:
             Check(parse_spec("multi_worker:2x1")).returned(1.0, "the loop", given=held)
@@ -642,8 +630,6 @@ def test_a_raises_entry_goes_stale_where_its_condition_held_and_the_probe_return
         check.contains(failed, ["returned a value, but known deviation deadlock predicts", "update or retire"],
                        "a value returned where the condition held")
         Check(parse_spec("multi_worker:2x1")).given_for("the loop, as a whole", held)
-    finally:
-        deviations.current = None
     check.contains(" ".join(ledger.stale_raises()), ["the loop, as a whole", "deadlock", "update or retire"],
                    "a probe that returned after the test confirmed the condition")
     check.equal(deviations.Ledger((entry,), given={"the loop": not_held}).stale_raises(), [],

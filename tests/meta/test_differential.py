@@ -1,4 +1,4 @@
-"""The comparison and diagnoses of the check of a user's loop (suite/harness/differential.py) on
+"""The comparison and diagnoses of the check of a user's loop (suite/harness/loopcheck/differential.py) on
 runs made up here: the norm-wise tolerance passes rounding and fails a whole-update mistake far
 smaller than any catalogued one, the reference's repeatability names the variable that moved,
 and the CentralStorage metric deviation is predicted from its documented formula."""
@@ -11,8 +11,9 @@ import numpy as np
 
 from suite.common.results import Raised, WorkloadRun, WorkloadStep
 from suite.common.specs import parse_spec
-from suite.harness import deviations, differential
-from suite.harness.check import Check, PropertyFailure
+from suite.harness.loopcheck import differential
+from suite.harness.verdict import deviations
+from suite.harness.verdict.judgment import Check, PropertyFailure
 
 INITIAL = [np.linspace(-1.0, 1.0, 64).reshape(8, 8), np.zeros(8)]
 UPDATE = [np.full((8, 8), 0.01), np.full(8, -0.02)]
@@ -176,15 +177,12 @@ def test_the_loop_check_and_a_property_name_the_same_entry_for_the_same_observat
     check = Check("one judgment")
     for frames, want in [(SEED_GENERATOR, "keras3-central-storage-replica-context-updates"), (USERS_ASSIGN_ADD, None)]:
         raised = _raised(AGGREGATION, frames)
-        deviations.current = ledger = deviations.Ledger(entries)
-        try:
+        with deviations.in_force(deviations.Ledger(entries)) as ledger:
             try:
                 Check(parse_spec("central_storage:2")).returned(raised, "the random draws of dropout")
                 by_property = sorted(ledger.explained)[0]
             except PropertyFailure:
                 by_property = None
-        finally:
-            deviations.current = None
         v = _step_raised("central_storage:2", None, facts={"masks_raised": [raised.type, raised.message,
                                                                              list(raised.frames)]})
         check.equal((by_property, v.deviation[0] if v.deviation else None), (want, want),

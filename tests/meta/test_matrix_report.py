@@ -1,5 +1,5 @@
-"""The version matrix's results folder and ``python -m suite.report`` (suite/harness/matrix.py,
-matrix_report.py) on synthetic runs (no engines): the conformance grid across versions, what
+"""The version matrix's results folder and ``python -m suite.report`` (suite/harness/reporting/results_dir.py,
+across_versions.py) on synthetic runs (no engines): the conformance grid across versions, what
 changed, each deviation's first and last version, step time across versions, and one-line errors;
 and a real ``pytest --results-dir`` writing its folder."""
 
@@ -10,8 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from suite.harness import deviations, matrix, matrix_report
-from suite.harness.check import Check
+from suite.harness.reporting import across_versions, results_dir
+from suite.harness.verdict import deviations
+from suite.harness.verdict.judgment import Check
 from tests.helpers import run_pytest
 from tests.meta.test_report import _results, _write
 
@@ -27,15 +28,15 @@ def _dev(*ids):
 
 def _point(root: Path, tf: str, keras: str, cases: dict, profile="ci", bench=None) -> Path:
     """A run's folder: versions.json and a JUnit file of ``{test id: outcome element}``."""
-    folder = root / matrix.folder_name({"tensorflow": tf, "keras": keras})
+    folder = root / results_dir.folder_name({"tensorflow": tf, "keras": keras})
     folder.mkdir(parents=True)
-    (folder / matrix.VERSIONS).write_text(json.dumps({"tensorflow": tf, "keras": keras,
+    (folder / results_dir.VERSIONS).write_text(json.dumps({"tensorflow": tf, "keras": keras,
                                                       "conformance": {"profile": profile, "command": "pytest tests"}}))
     body = "".join(f'<testcase classname="tests.properties.{m}" name="{n}" time="0.1">{o}</testcase>'
                    for (m, n), o in cases.items())
-    (folder / matrix.CONFORMANCE).write_text(f'<testsuites><testsuite name="pytest">{body}</testsuite></testsuites>')
+    (folder / results_dir.CONFORMANCE).write_text(f'<testsuites><testsuite name="pytest">{body}</testsuite></testsuites>')
     if bench is not None:
-        (folder / matrix.BENCH).write_text(bench.read_text())
+        (folder / results_dir.BENCH).write_text(bench.read_text())
     return folder
 
 
@@ -64,7 +65,7 @@ def test_report_shows_the_grid_what_changed_and_each_deviations_range(tmp_path):
                _entry("empty-replica", ">=2.12,<2.13", ">=2"), _entry("bn-f64", ">=2.12,<2.16", ">=2,<3",
                                                                    ("tests/properties/test_blocks.py::test_bn[*]",)),
                _entry("never-seen", ">=2.16", ">=3")]
-    text = matrix_report.write(runs, tmp_path / "out", entries=entries).read_text()
+    text = across_versions.write(runs, tmp_path / "out", entries=entries).read_text()
     check = Check("suite.report")
     header = _row(text, "| property |")
     check.equal(header, ["property", "`2.12.1 / 2.12.0 (quick)`", "`2.15.1 / 2.15.0`", "`2.21.0 / 3.15.1`"],
@@ -107,7 +108,7 @@ def test_what_changed_follows_each_keras_generation_and_groups_the_switch(tmp_pa
     _point(runs, "2.16.2", "3.15.1", {clip: _dev("clip-per-replica"), loss: PASS})
     _point(runs, "2.17.1", "2.17.0", {clip: PASS, loss: FAIL})
     _point(runs, "2.17.1", "3.15.1", {clip: _dev("clip-per-replica"), loss: PASS})
-    text = matrix_report.write(runs, tmp_path / "out", entries=[]).read_text()
+    text = across_versions.write(runs, tmp_path / "out", entries=[]).read_text()
     changed = text.split("## What changed", 1)[1].split("\n## ", 1)[0]
     check = Check("suite.report")
     check.contains(changed, ["- `test_blocks::test_clip`: Keras 2 → 3 on TF 2.16.2, 2.17.1: ✓ → dev "
@@ -128,7 +129,7 @@ def test_a_rerun_replaces_the_outcomes_of_the_tests_it_ran(tmp_path):
     folder = _point(runs, "2.16.2", "2.16.0", {bn: FAIL, bn3: FAIL, loss: FAIL})
     body = f'<testcase classname="tests.properties.{bn[0]}" name="{bn[1]}" time="0.1">{_dev("bn-empty")}</testcase>'
     (folder / "conformance.rerun.xml").write_text(f"<testsuites><testsuite>{body}</testsuite></testsuites>")
-    text = matrix_report.write(runs, tmp_path / "out", entries=[]).read_text()
+    text = across_versions.write(runs, tmp_path / "out", entries=[]).read_text()
     check = Check("suite.report")
     check.equal(_row(text, "| property |")[1], "`2.16.2 / 2.16.0 (+ rerun)`", "the column of a run with a rerun")
     check.equal(_row(text, "| `test_blocks::test_bn`")[1], "**FAIL** 1/2",
@@ -136,7 +137,7 @@ def test_a_rerun_replaces_the_outcomes_of_the_tests_it_ran(tmp_path):
     check.equal(_row(text, "| `test_losses::test_loss`")[1], "**FAIL** 1/1", "a test the rerun did not run")
     (folder / "conformance.rerun.2.xml").write_text(f"<testsuites><testsuite>{body.replace('mirrored:2', 'mirrored:3')}"
                                                    "</testsuite></testsuites>")
-    again = matrix_report.write(runs, tmp_path / "out2", entries=[]).read_text()
+    again = across_versions.write(runs, tmp_path / "out2", entries=[]).read_text()
     check.equal(_row(again, "| `test_blocks::test_bn`")[1], "dev [1]", "test_bn after a second rerun")
 
 
@@ -146,13 +147,13 @@ def test_step_time_across_versions_with_the_ratio_to_the_newest(tmp_path):
     new = _write(tmp_path, "new.json", _results(iqr=0.02))
     _point(runs, "2.15.1", "2.15.0", {}, bench=old)
     _point(runs, "2.21.0", "3.15.1", {}, bench=new)
-    text = matrix_report.write(runs, tmp_path / "out").read_text()
+    text = across_versions.write(runs, tmp_path / "out").read_text()
     check = Check("suite.report")
     # 1.0 s per round of 100 steps on 2.21: 10 ms; twice that on 2.15
     check.equal(_row(text, "| `mirrored:2`"), ["`mirrored:2`", "20 (x2.00)", "10"], "mirrored:2's step time row")
     check.that((tmp_path / "out" / "versions-cnn-weak.png").exists(), "the plot across versions",
                sorted(p.name for p in (tmp_path / "out").iterdir()), "versions-cnn-weak.png")
-    base = matrix_report.write(runs, tmp_path / "out2", baseline="2.15.1").read_text()
+    base = across_versions.write(runs, tmp_path / "out2", baseline="2.15.1").read_text()
     check.equal(_row(base, "| `mirrored:2`"), ["`mirrored:2`", "20", "10 (x0.50)"], "the ratio to --baseline 2.15.1")
 
 
@@ -168,7 +169,7 @@ def test_repeated_benchmark_runs_give_the_median_and_the_run_to_run_noise(tmp_pa
     # agree: of the 8 differences 3 are 20%, the 90th percentile
     _write(new, "bench.2.json", _results(round_scale=1.2, iqr=0.001))
     _write(old, "bench.2.json", _results(round_scale=1.3, iqr=0.001), tf="2.15.1", keras="2.15.0")
-    text = matrix_report.write(runs, tmp_path / "out", entries=[]).read_text()
+    text = across_versions.write(runs, tmp_path / "out", entries=[]).read_text()
     check = Check("suite.report")
     # mirrored:2: 10 and 12 ms on 2.21 (median 11), 13 ms on 2.15: x1.18, within the 20% the runs differ by
     check.equal(_row(text, "| `mirrored:2`"), ["`mirrored:2`", "13 (x1.18 ≈)", "11"], "mirrored:2 over two runs each")
@@ -177,7 +178,7 @@ def test_repeated_benchmark_runs_give_the_median_and_the_run_to_run_noise(tmp_pa
     check.contains(text, ["differ by at most 20%", "of 8 step benchmarks"], "the measured run-to-run variation")
     (new / "bench.2.json").unlink()
     (old / "bench.2.json").unlink()
-    once = matrix_report.write(runs, tmp_path / "out2", entries=[]).read_text()
+    once = across_versions.write(runs, tmp_path / "out2", entries=[]).read_text()
     check.equal(_row(once, "| `mirrored:2`"), ["`mirrored:2`", "13 (x1.30)", "10"], "one run each: no allowance")
     check.contains(once, ["no version was run twice"], "the section says the variation is not measured")
 
@@ -192,9 +193,9 @@ def test_an_empty_results_folder_is_a_one_line_error(tmp_path):
     check.equal(proc.stderr.strip().count("\n"), 0, "line breaks in the error")
 
 
-def test_results_dir_writes_the_runs_folder_named_by_its_versions(tmp_path, request):
+def test_results_dir_writes_the_runs_folder_named_by_its_versions(tmp_path, suite_state):
     proc = run_pytest(["tests/meta/test_specs.py", "--results-dir", str(tmp_path)], 300, HYPOTHESIS_PROFILE="quick")
-    v = request.config._tfds_versions
+    v = suite_state.versions
     folder = tmp_path / f"tf{v['tensorflow']}-keras{v['keras']}"
     check = Check("--results-dir")
     check.equal(proc.returncode, 0, "the child pytest's exit code", proc.stdout[-2000:])
@@ -202,8 +203,8 @@ def test_results_dir_writes_the_runs_folder_named_by_its_versions(tmp_path, requ
     written = json.loads((folder / "versions.json").read_text())
     check.equal((written["tensorflow"], written["keras"], written["conformance"]["profile"]),
                 (v["tensorflow"], v["keras"], "quick"), "versions.json")
-    point = matrix.load(tmp_path)[0]
-    check.that(sum(o.counts["pass"] for o in matrix_report.load_outcomes(point.conformance).values()) > 0,
+    point = results_dir.load(tmp_path)[0]
+    check.that(sum(o.counts["pass"] for o in across_versions.load_outcomes(point.conformance).values()) > 0,
                "passes in the folder's conformance.xml", point.conformance.read_text()[:300], "some")
 
 
@@ -211,5 +212,5 @@ def test_a_column_of_a_tensorflow_with_the_keras_it_shipped_with_says_so():
     check = Check("suite.report column heads")
     for tf, keras, want in [("2.17.1", "3.4.1", True), ("2.21.0", "3.13.2", True), ("2.17.1", "3.15.1", False),
                             ("2.15.1", "2.15.0", False), ("2.16.2", "2.16.0", False)]:
-        label = matrix_report._label(matrix.Point(tf, keras, Path("x"), "ci"))
+        label = across_versions._label(results_dir.Point(tf, keras, Path("x"), "ci"))
         check.equal("as shipped" in label, want, f"the head of TF {tf} / Keras {keras} ({label})")

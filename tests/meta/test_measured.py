@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import configparser
 
-from suite.harness import deviations, measured
-from suite.harness.check import Check
-from suite.harness.versions import AS_SHIPPED, as_shipped
+from suite.harness.engines.versions import AS_SHIPPED, as_shipped
+from suite.harness.reporting import measured
+from suite.harness.verdict import deviations
+from suite.harness.verdict.judgment import Check
 from tests.helpers import ROOT
 
 ENTRIES = deviations.load()

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from suite.common.catalog import MUTANTS
-from suite.harness import versions
-from suite.harness.check import Check
+from suite.harness.engines import versions
+from suite.harness.verdict.judgment import Check
 from tests.helpers import run_pytest
 
 TRAINING = "tests/properties/test_training.py::test_training_steps_match_reference_on_the_global_batch"
@@ -239,14 +239,14 @@ def _first_error(text: str) -> str:
 @pytest.mark.deep  # about 5 minutes of CPU on 2 cores: the deep step of .ci/run (README, "Run")
 @pytest.mark.parametrize("kind_spec", KINDS)
 def test_every_mutant_is_caught_under(kind_spec, engine_versions, tmp_path):
-    """One pytest session per spec runs every case of that spec (suite/harness/mutation.py: the
+    """One pytest session per spec runs every case of that spec (suite/harness/tools/mutation.py: the
     engines start once and switch mutants between cases); each must fail naming its problem."""
     if "@" in kind_spec and not Path(versions.interpreter(OTHER_ENV)[0]).exists():
         pytest.skip(f"{kind_spec}: no tox env {OTHER_ENV} to compare with (tox -e {OTHER_ENV} --notest; .ci/run builds it)")
     entries = plan(kind_spec, engine_versions["keras"][0])
     (tmp_path / "plan.json").write_text(json.dumps([[test, mutant] for test, mutant, _ in entries]))
     tests = list(dict.fromkeys(test for test, _, _ in entries))
-    proc = run_pytest([*tests, "--strategies", kind_spec, "-p", "suite.harness.mutation",
+    proc = run_pytest([*tests, "--strategies", kind_spec, "-p", "suite.harness.tools.mutation",
                        "--mutation-plan", str(tmp_path / "plan.json"), "--mutation-out", str(tmp_path / "out.json"),
                        "--no-header"], 1500, HYPOTHESIS_PROFILE="ci")
     check = Check(kind_spec, case={"cases": len(entries)})

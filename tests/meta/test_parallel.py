@@ -1,4 +1,4 @@
-"""Specs in parallel (suite/harness/parallel.py): under pytest-xdist every test of a spec runs
+"""Specs in parallel (suite/harness/plugin/scheduling.py): under pytest-xdist every test of a spec runs
 in the one worker that has that spec's engine, and the terminal summary gathers the workers'
 draws and engine counts."""
 
@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import re
 
-from suite.harness.check import Check
-from suite.harness.parallel import CROSS_SPEC, scope_of
-from suite.harness.profiles import PROFILES
+from suite.harness.drawing.profiles import PROFILES
+from suite.harness.plugin.scheduling import CROSS_SPEC, scope_of
+from suite.harness.verdict.judgment import Check
 from tests.helpers import ROOT, run_pytest
 
 SPECS = frozenset({"default", "mirrored:2", "parameter_server:2w1ps"})
@@ -75,8 +75,8 @@ def test_the_summary_ends_with_each_failure_cause_from_every_worker():
 
 
 def test_failure_causes_unpack_exception_groups():
-    from conftest import _causes
+    from suite.harness.plugin.suite_plugin import root_causes
 
     flaky = ExceptionGroup("unreliable", [ValueError("first\n  call"), ExceptionGroup("g", [KeyError("k")])])
-    Check("causes").equal(_causes(flaky), ["ValueError: first call", "KeyError: 'k'"], "one line per root cause")
-    Check("causes").equal(_causes(RuntimeError("x" * 400))[0][-3:], "...", "a long cause is cut")
+    Check("causes").equal(root_causes(flaky), ["ValueError: first call", "KeyError: 'k'"], "one line per root cause")
+    Check("causes").equal(root_causes(RuntimeError("x" * 400))[0][-3:], "...", "a long cause is cut")

@@ -4,24 +4,19 @@ replica count see different cases, and a rerun of one test id sees the same ones
 
 from __future__ import annotations
 
-import types
-
 import hypothesis
 from hypothesis import strategies as st
 
-import conftest
-from suite.harness.check import Check
+from suite.harness.drawing import profiles, tally
+from suite.harness.plugin.suite_plugin import running
+from suite.harness.verdict.judgment import Check
 
 
 def _draws(nodeid: str, prop, drawn: list) -> list:
+    """What ``prop`` draws when the plugin runs it as the test ``nodeid``."""
     drawn.clear()
-    config = types.SimpleNamespace(_tfds_draws={})
-    hook = conftest.pytest_runtest_call(types.SimpleNamespace(obj=prop, nodeid=nodeid, config=config))
-    next(hook)
-    try:
+    with running(prop, nodeid, (), tally.Tally()):
         prop()
-    finally:
-        hook.close()
     return list(drawn)
 
 
@@ -39,14 +34,14 @@ def test_derandomized_draws_are_seeded_by_the_test_id():
         b = _draws("tests/properties/test_x.py::test_p[multi_worker:2x1]", prop, drawn)
         again = _draws("tests/properties/test_x.py::test_p[mirrored:2]", prop, drawn)
     finally:
-        hypothesis.settings.load_profile(conftest.PROFILE)
+        profiles.load()  # the session's profile again
     check = Check("ci profile")
     check.that(a != b, "cases drawn for two specs of one test", (a, b), "different streams")
     check.equal(again, a, "cases drawn when the same test id runs again")
 
 
 def test_draws_count_accepted_and_rejected_examples():
-    from suite.harness import draws
+    from suite.harness.drawing import tally
 
     @hypothesis.settings(max_examples=20, database=None, derandomize=True,
                          suppress_health_check=list(hypothesis.HealthCheck))
@@ -54,24 +49,24 @@ def test_draws_count_accepted_and_rejected_examples():
     def prop(x):
         hypothesis.assume(x % 2 == 0)
 
-    tally = draws.Tally()
-    with draws.counting(prop, tally):
+    counted = tally.Tally()
+    with tally.counting(prop, counted):
         prop()
     check = Check("draws")
-    check.that(tally.rejected > 0 and tally.accepted >= 1, "examples counted", tally, "both accepted and rejected")
-    lines = draws.table({"tests/properties/t.py::test_p[mirrored:2-float32]": tally})
-    check.contains("\n".join(lines), [f"test_p: {tally.accepted} accepted, {tally.rejected} rejected",
-                                      f"mirrored:2 {tally.accepted}/{tally.rejected}", "REJECTS MORE THAN 10%"],
+    check.that(counted.rejected > 0 and counted.accepted >= 1, "examples counted", counted, "both accepted and rejected")
+    lines = tally.table({"tests/properties/t.py::test_p[mirrored:2-float32]": counted})
+    check.contains("\n".join(lines), [f"test_p: {counted.accepted} accepted, {counted.rejected} rejected",
+                                      f"mirrored:2 {counted.accepted}/{counted.rejected}", "REJECTS MORE THAN 10%"],
                    "the draws table")
 
 
 def test_draws_table_marks_a_spec_below_the_examples_per_spec():
-    from suite.harness import draws
+    from suite.harness.drawing import tally
 
-    tallies = {"tests/properties/t.py::test_p[mirrored:2-float32]": draws.Tally(12, 0),
-               "tests/properties/t.py::test_p[mirrored:2-float64]": draws.Tally(13, 0),
-               "tests/properties/t.py::test_p[default-float32]": draws.Tally(12, 0)}
-    text = "\n".join(draws.table(tallies, per_spec=25))
+    tallies = {"tests/properties/t.py::test_p[mirrored:2-float32]": tally.Tally(12, 0),
+               "tests/properties/t.py::test_p[mirrored:2-float64]": tally.Tally(13, 0),
+               "tests/properties/t.py::test_p[default-float32]": tally.Tally(12, 0)}
+    text = "\n".join(tally.table(tallies, per_spec=25))
     Check("draws").contains(text, ["test_p: 37 accepted, 0 rejected (0%)  FEWER THAN 25 UNDER default (",
                                    "default 12/0, mirrored:2 25/0"], "the draws table")
 
@@ -79,7 +74,7 @@ def test_draws_table_marks_a_spec_below_the_examples_per_spec():
 def test_draws_count_the_examples_with_an_uneven_split_and_an_empty_replica():
     """An example counts as uneven (empty) when any split it drew is; a forced even split is not
     counted. Expected counts come from the sizes the test saw."""
-    from suite.harness import cases, draws
+    from suite.harness.drawing import cases, tally
 
     seen = []
 
@@ -92,27 +87,27 @@ def test_draws_count_the_examples_with_an_uneven_split_and_an_empty_replica():
         data.draw(cases.splits(3, even=True))  # forced even: not a drawn shape
         seen.append([first, second, third])
 
-    tally = draws.Tally()
-    with draws.counting(prop, tally):
+    counted = tally.Tally()
+    with tally.counting(prop, counted):
         prop()
     check = Check("draws")
-    check.equal(tally.split, len(seen), "examples that drew a split")
-    check.equal(tally.uneven, sum(any(len(set(s)) > 1 for s in ex) for ex in seen), "examples with an uneven split")
-    check.equal(tally.empty, sum(any(0 in s for s in ex) for ex in seen), "examples with an empty replica")
-    check.that(0 < tally.empty < tally.split, "examples with an empty replica", tally.empty, "some, not all")
-    lines = "\n".join(draws.table({"tests/properties/t.py::test_p[mirrored:3]": tally}))
-    check.contains(lines, [f"mirrored:3 {tally.accepted}/0 ({tally.uneven} uneven, {tally.empty} empty)"],
+    check.equal(counted.split, len(seen), "examples that drew a split")
+    check.equal(counted.uneven, sum(any(len(set(s)) > 1 for s in ex) for ex in seen), "examples with an uneven split")
+    check.equal(counted.empty, sum(any(0 in s for s in ex) for ex in seen), "examples with an empty replica")
+    check.that(0 < counted.empty < counted.split, "examples with an empty replica", counted.empty, "some, not all")
+    lines = "\n".join(tally.table({"tests/properties/t.py::test_p[mirrored:3]": counted}))
+    check.contains(lines, [f"mirrored:3 {counted.accepted}/0 ({counted.uneven} uneven, {counted.empty} empty)"],
                    "the draws table")
     check.that("NO UNEVEN" not in lines and "NO EMPTY" not in lines, "the draws table", lines, "no mark")
 
 
 def test_draws_table_marks_a_spec_whose_splits_were_never_uneven_or_never_empty():
-    from suite.harness import draws
+    from suite.harness.drawing import tally
 
-    tallies = {"tests/properties/t.py::test_p[mirrored:2]": draws.Tally(25, 0, 25, 0, 0),
-               "tests/properties/t.py::test_p[mirrored:3]": draws.Tally(25, 0, 25, 10, 0),
-               "tests/properties/t.py::test_p[default]": draws.Tally(25, 0)}
-    text = "\n".join(draws.table(tallies, per_spec=25))
+    tallies = {"tests/properties/t.py::test_p[mirrored:2]": tally.Tally(25, 0, 25, 0, 0),
+               "tests/properties/t.py::test_p[mirrored:3]": tally.Tally(25, 0, 25, 10, 0),
+               "tests/properties/t.py::test_p[default]": tally.Tally(25, 0)}
+    text = "\n".join(tally.table(tallies, per_spec=25))
     Check("draws").contains(text, ["NO UNEVEN SPLIT UNDER mirrored:2  NO EMPTY SPLIT UNDER mirrored:2, mirrored:3",
                                    "default 25/0, mirrored:2 25/0 (0 uneven, 0 empty)"], "the draws table")
 
@@ -120,7 +115,7 @@ def test_draws_table_marks_a_spec_whose_splits_were_never_uneven_or_never_empty(
 def test_each_property_draws_the_profiles_examples_per_spec_over_its_items():
     """profiles.allot: K items of a property under a spec share the profile's number (at least
     MIN_PER_ITEM each); a test with settings of its own keeps them."""
-    from suite.harness import profiles
+    from suite.harness.drawing import profiles
 
     check = Check("profiles.per_item")
     for items, want in [(1, 25), (2, 13), (6, 5), (12, 3), (13, 2), (72, 2)]:

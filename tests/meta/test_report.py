@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from suite.harness import report
+from suite.harness.reporting import run_report
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -52,7 +52,7 @@ def _results(round_scale=1.0, iqr=None):
 
 def test_single_file_gives_tables_floor_and_plots(tmp_path):
     path = _write(tmp_path, "a.json", _results())
-    md = report.write_report([path], tmp_path / "out")
+    md = run_report.write_report([path], tmp_path / "out")
     text = md.read_text()
     assert "## cnn, weak scaling" in text
     row = next(line for line in text.splitlines() if line.startswith("| `mirrored:2`"))
@@ -71,26 +71,26 @@ def test_comparison_columns_ratio_and_noise_mark(tmp_path):
     a = _write(tmp_path, "a.json", _results(iqr=0.02))
     b = _write(tmp_path, "b.json", _results(round_scale=1.5, iqr=0.02), tf="2.15.1", keras="2.15.0")
     c = _write(tmp_path, "c.json", _results(round_scale=1.01, iqr=0.04), tf="2.15.1", keras="2.15.0")
-    text = report.write_report([a, b, c], tmp_path / "out").read_text()
+    text = run_report.write_report([a, b, c], tmp_path / "out").read_text()
     header = next(line for line in text.splitlines() if line.startswith("| spec | TF 2.21.0"))
     assert "TF 2.15.1 / Keras 2.15.0 (b) step ms" in header and "(c) step ms" in header  # same versions: file names
     row = next(line for line in text.splitlines() if line.startswith("| `mirrored:2` | 10.00 |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[2] == "15.00 (x1.50)"  # 50% slower, far outside the 2% IQRs: no mark
-    assert cells[3] == f"10.10 (x1.01 {report.NOISE_MARK})"  # 1% slower, IQRs overlap
+    assert cells[3] == f"10.10 (x1.01 {run_report.NOISE_MARK})"  # 1% slower, IQRs overlap
     assert (tmp_path / "out" / "cnn-weak-comparison.png").exists()
 
 
 def test_within_noise_is_overlap_of_interquartile_ranges():
-    e = lambda q1, q3: report.Entry("x", {}, (q1 + q3) / 2, q1, q3, 5)  # noqa: E731
-    assert report.within_noise(e(1.0, 2.0), e(1.9, 3.0))
-    assert report.within_noise(e(1.0, 2.0), e(1.2, 1.5))
-    assert not report.within_noise(e(1.0, 2.0), e(2.1, 3.0))
-    assert not report.within_noise(e(2.1, 3.0), e(1.0, 2.0))
+    e = lambda q1, q3: run_report.Entry("x", {}, (q1 + q3) / 2, q1, q3, 5)  # noqa: E731
+    assert run_report.within_noise(e(1.0, 2.0), e(1.9, 3.0))
+    assert run_report.within_noise(e(1.0, 2.0), e(1.2, 1.5))
+    assert not run_report.within_noise(e(1.0, 2.0), e(2.1, 3.0))
+    assert not run_report.within_noise(e(2.1, 3.0), e(1.0, 2.0))
     # 10% apart with tight IQRs: outside the rounds' noise, inside a 15% run-to-run allowance
-    assert not report.within_noise(e(0.99, 1.01), e(1.09, 1.11))
-    assert report.within_noise(e(0.99, 1.01), e(1.09, 1.11), noise=0.15)
-    assert not report.within_noise(e(0.99, 1.01), e(1.09, 1.11), noise=0.05)
+    assert not run_report.within_noise(e(0.99, 1.01), e(1.09, 1.11))
+    assert run_report.within_noise(e(0.99, 1.01), e(1.09, 1.11), noise=0.15)
+    assert not run_report.within_noise(e(0.99, 1.01), e(1.09, 1.11), noise=0.05)
 
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?>
@@ -112,13 +112,13 @@ JUNIT = """<?xml version="1.0" encoding="utf-8"?>
 def test_conformance_grid_shows_the_worst_outcome_per_property_and_spec(tmp_path):
     xml = tmp_path / "results.xml"
     xml.write_text(JUNIT)
-    grid = report.load_conformance(xml)
-    assert report.cell(grid[("test_losses::test_average", "mirrored:2")]) == "fail"  # one pass, one fail
-    assert report.cell(grid[("test_losses::test_average", "default")]) == "pass"
-    assert report.cell(grid[("test_metrics::test_mean", "central_storage:2")]) == "deviation"
-    assert report.cell(grid[("test_metrics::test_mean", "tpu")]) == "skip"
-    assert report.cell(grid[("test_specs::test_grammar", "-")]) == "pass"
-    text = report.write_report([xml], tmp_path / "out").read_text()
+    grid = run_report.load_conformance(xml)
+    assert run_report.cell(grid[("test_losses::test_average", "mirrored:2")]) == "fail"  # one pass, one fail
+    assert run_report.cell(grid[("test_losses::test_average", "default")]) == "pass"
+    assert run_report.cell(grid[("test_metrics::test_mean", "central_storage:2")]) == "deviation"
+    assert run_report.cell(grid[("test_metrics::test_mean", "tpu")]) == "skip"
+    assert run_report.cell(grid[("test_specs::test_grammar", "-")]) == "pass"
+    text = run_report.write_report([xml], tmp_path / "out").read_text()
     assert "7 test items: 1 fail, 1 deviation, 4 pass, 1 skip" in text
     row = next(line for line in text.splitlines() if line.startswith("| `test_metrics::test_mean`"))
     header = next(line for line in text.splitlines() if line.startswith("| property"))
@@ -139,7 +139,7 @@ def test_conformance_grid_shows_the_worst_outcome_per_property_and_spec(tmp_path
 def test_bad_result_files_give_one_line_errors(tmp_path, content, message):
     path = tmp_path / "bad.json"
     path.write_text(content)
-    out = subprocess.run([sys.executable, "-m", "suite.harness.report", str(path), "-o", str(tmp_path / "out")],
+    out = subprocess.run([sys.executable, "-m", "suite.report", str(path), "-o", str(tmp_path / "out")],
                          capture_output=True, text=True, cwd=REPO, timeout=120)
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
@@ -147,7 +147,7 @@ def test_bad_result_files_give_one_line_errors(tmp_path, content, message):
 
 
 def test_missing_file_is_a_usage_error(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "suite.harness.report", str(tmp_path / "nope.json"), "-o", str(tmp_path)],
+    out = subprocess.run([sys.executable, "-m", "suite.report", str(tmp_path / "nope.json"), "-o", str(tmp_path)],
                          capture_output=True, text=True, cwd=REPO, timeout=120)
     assert out.returncode == 2 and "no such file" in out.stderr
 
@@ -158,14 +158,14 @@ def test_run_to_run_noise_is_measured_from_files_of_the_same_versions(tmp_path):
     a = _write(tmp_path, "a.json", _results(iqr=0.001))
     a2 = _write(tmp_path, "a2.json", _results(round_scale=1.10, iqr=0.001))  # this machine drifts by 10%
     b = _write(tmp_path, "b.json", _results(round_scale=1.08, iqr=0.001), tf="2.15.1", keras="2.15.0")
-    noise, pairs = report.run_to_run_noise([report.load_benchmarks(p) for p in (a, a2, b)])
+    noise, pairs = run_report.run_to_run_noise([run_report.load_benchmarks(p) for p in (a, a2, b)])
     assert noise == pytest.approx(0.10) and pairs == 4  # 3 train steps and 1 plain step in both runs
-    assert report.run_to_run_noise([report.load_benchmarks(p) for p in (a, b)]) is None  # no A/A pair
-    text = report.write_report([a, b, a2], tmp_path / "out").read_text()
+    assert run_report.run_to_run_noise([run_report.load_benchmarks(p) for p in (a, b)]) is None  # no A/A pair
+    text = run_report.write_report([a, b, a2], tmp_path / "out").read_text()
     assert "differ by up to 10% in step time (90th percentile of 4 pairs)" in text
     row = next(line for line in text.splitlines() if line.startswith("| `mirrored:2` | 10.00 |"))
-    assert f"10.80 (x1.08 {report.NOISE_MARK})" in row  # 8% is inside the measured 10%
-    text = report.write_report([a, b, a2], tmp_path / "out2", noise=0.0).read_text()
+    assert f"10.80 (x1.08 {run_report.NOISE_MARK})" in row  # 8% is inside the measured 10%
+    text = run_report.write_report([a, b, a2], tmp_path / "out2", noise=0.0).read_text()
     row = next(line for line in text.splitlines() if line.startswith("| `mirrored:2` | 10.00 |"))
     assert "10.80 (x1.08) " in row + " "  # with no allowance the tight IQRs do not overlap
 
@@ -176,7 +176,7 @@ def test_block_steps_get_a_table_with_overhead_and_block_cost(tmp_path):
                  step_without_block_s=0.008, block_cost_ratio=0.625)
     path = _write(tmp_path, "a.json", _results() + [_bench("test_block_step[mlp-xla-mirrored:2]", "block_step", 0.5,
                                                            **block)])
-    text = report.write_report([path], tmp_path / "out").read_text()
+    text = run_report.write_report([path], tmp_path / "out").read_text()
     assert "## Building blocks" in text and "- `xla`: the replica's pass compiled" in text
     row = next(line for line in text.splitlines() if line.startswith("| `xla` | `mirrored:2`"))
     cells = [c.strip() for c in row.strip("|").split("|")]

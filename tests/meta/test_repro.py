@@ -12,8 +12,8 @@ import pytest
 from reference import distribute as ref
 from suite.common.catalog import OPTIMIZERS
 from suite.common.specs import parse_spec
-from suite.harness import repro
-from suite.harness.check import Check
+from suite.harness.verdict import repro
+from suite.harness.verdict.judgment import Check
 
 
 def _run(code: str) -> str:

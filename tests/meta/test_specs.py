@@ -7,8 +7,8 @@ import re
 import pytest
 
 from suite.common.specs import DEFAULT_SPECS, SpecError, id_parts, parse_spec, parse_specs
-from suite.harness import machine
-from suite.harness.check import Check
+from suite.harness.engines import machine
+from suite.harness.verdict.judgment import Check
 from tests.helpers import run_pytest
 
 

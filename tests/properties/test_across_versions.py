@@ -19,15 +19,17 @@ from hypothesis import strategies as st
 
 from reference import model as ref_model
 from suite.common.catalog import ADAPTIVE, OPTIMIZERS
-from suite.harness import cases
-from suite.harness.cases import ARCHS, arch_dict, training_cases
-from suite.harness.check import Check
-from suite.harness.tolerances import between_engines
+from suite.harness.drawing import cases
+from suite.harness.drawing.cases import ARCHS, arch_dict, training_cases
+from suite.harness.plugin import state
+from suite.harness.verdict.judgment import Check
+from suite.harness.verdict.tolerances import between_engines
 
 
 def _versions(request, spec) -> dict:
     """Both sides' versions, for the case line of a failure."""
-    here, there = request.config._tfds_versions, request.config._tfds_other_versions[spec.text]
+    s = state.of(request.config)
+    here, there = s.versions, s.other_versions[spec.text]
     return {"here": f"TF {here['tensorflow']} / Keras {here['keras']}",
             "there": f"TF {there['tensorflow']} / Keras {there['keras']}"}
 

@@ -18,9 +18,10 @@ from reference import mixed_precision as ref_mp
 from reference import model as ref_model
 from reference import random_draws as ref_random
 from suite.common.catalog import ADAPTIVE, OPTIMIZERS
-from suite.harness import cases, repro, tolerances
-from suite.harness.cases import ARCHS, arch_dict, training_cases
-from suite.harness.check import Check
+from suite.harness.drawing import cases
+from suite.harness.drawing.cases import ARCHS, arch_dict, training_cases
+from suite.harness.verdict import repro, tolerances
+from suite.harness.verdict.judgment import Check
 from tests.helpers import CHEAP, RETRACES, skip_if_xla_unsupported
 from tests.properties.test_training import check_history
 

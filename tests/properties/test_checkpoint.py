@@ -18,18 +18,18 @@ from reference import distribute as ref
 from reference import model as ref_model
 from suite.common.catalog import ADAPTIVE
 from suite.common.specs import parse_spec
-from suite.harness import cases
-from suite.harness.cases import ARCHS, arch_dict, training_cases, training_steps
-from suite.harness.check import Check
+from suite.harness.drawing import cases
+from suite.harness.drawing.cases import ARCHS, arch_dict, training_cases, training_steps
+from suite.harness.verdict.judgment import Check
 from tests.helpers import COSTLY
 
 OPTIMIZERS = ["sgd", "sgd_momentum", "adam", "rmsprop", "adagrad"]
 
 
 @pytest.fixture(scope="session")
-def restore_specs(request):
+def restore_specs(suite_state):
     """Where a checkpoint may be restored: no strategy, and every selected spec."""
-    specs = {s.text: s for s in request.config._tfds_specs}
+    specs = {s.text: s for s in suite_state.specs}
     specs.setdefault("default", parse_spec("default"))
     return [specs[k] for k in sorted(specs)]
 

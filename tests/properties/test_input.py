@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from reference import distribute as ref
 from reference import input as ref_input
 from suite.common.results import Raised
-from suite.harness.check import Check
-from suite.harness.pool import ProbeError
+from suite.harness.engines.pool import ProbeError
+from suite.harness.verdict.judgment import Check
 from tests.helpers import COSTLY
 
 STYLES = ("for", "iter_next", "get_next_as_optional", "tf_function_for")

@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 from reference import distribute as ref
 from reference import losses as ref_losses
 from suite.common.catalog import LOSS_CLASSES
-from suite.harness import cases, repro
-from suite.harness.check import Check
+from suite.harness.drawing import cases
+from suite.harness.verdict import repro
+from suite.harness.verdict.judgment import Check
 from tests.helpers import RETRACES, skip_if_xla_unsupported
 
 DTYPES = pytest.mark.parametrize("dtype", cases.DTYPES)

@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 from reference import distribute as ref
 from reference import metrics as ref_metrics
 from suite.common.catalog import METRIC_CLASSES
-from suite.harness import cases, repro
-from suite.harness.check import Check
+from suite.harness.drawing import cases
+from suite.harness.verdict import repro
+from suite.harness.verdict.judgment import Check
 from tests.helpers import RETRACES, skip_if_xla_unsupported
 
 

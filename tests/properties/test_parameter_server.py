@@ -17,9 +17,9 @@ from reference import parameter_server as ref_ps
 from reference.losses import Raises
 from suite.common.catalog import ADAPTIVE
 from suite.common.specs import parse_spec
-from suite.harness import cases
-from suite.harness.cases import ARCHS, arch_dict, training_cases
-from suite.harness.check import Check
+from suite.harness.drawing import cases
+from suite.harness.drawing.cases import ARCHS, arch_dict, training_cases
+from suite.harness.verdict.judgment import Check
 
 
 def _modes(spec):

@@ -10,8 +10,9 @@ from hypothesis import strategies as st
 
 from reference import distribute as ref
 from reference.rules import Rule
-from suite.harness import cases, repro
-from suite.harness.check import Check
+from suite.harness.drawing import cases
+from suite.harness.verdict import repro
+from suite.harness.verdict.judgment import Check
 
 
 @pytest.mark.parametrize("dtype", cases.DTYPES)

@@ -12,10 +12,11 @@ from hypothesis import strategies as st
 from reference import distribute as ref
 from reference import model as ref_model
 from suite.common.catalog import ADAPTIVE, OPTIMIZERS
-from suite.harness import cases, repro
-from suite.harness.cases import ARCHS, arch_dict, training_cases
-from suite.harness.check import Check
-from suite.harness.tolerances import tolerance
+from suite.harness.drawing import cases
+from suite.harness.drawing.cases import ARCHS, arch_dict, training_cases
+from suite.harness.verdict import repro
+from suite.harness.verdict.judgment import Check
+from suite.harness.verdict.tolerances import tolerance
 from tests.helpers import COSTLY
 
 
@@ -26,7 +27,7 @@ def check_history(results, history, check, initial=None, alternative=None, itera
     element the reference's steps move by more than the tolerance differs from its initial value
     (a step that updates nothing fails by name, before the value comparisons). ``alternative``:
     the history under another rule, handed to each comparison as ``given={"alternative": ...}``
-    for a known deviation's model (suite/harness/signatures.py: alternative_rule). ``iterations``:
+    for a known deviation's model (suite/harness/verdict/signatures.py: alternative_rule). ``iterations``:
     the optimizer's expected count (default: one per step). ``nan_losses``: the steps (from 1)
     whose reported loss a deviation's model may predict NaN for (a replica with no rows divided
     by its batch: signatures.nan_on_an_empty_replica). ``unsummed``: the steps as

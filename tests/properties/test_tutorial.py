@@ -11,7 +11,7 @@ import numpy as np
 
 from reference import input as ref_input
 from suite.common.specs import parse_spec
-from suite.harness.check import Check
+from suite.harness.verdict.judgment import Check
 
 
 def test_synthetic_fashion_data_has_the_fashion_mnist_interface(engines):

@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-from suite.harness.check import Check
+from suite.harness.verdict.judgment import Check
 from tests.helpers import ROOT, run_pytest
 
 

@@ -1,4 +1,4 @@
-"""The check of a user's own loop (python -m suite.check; suite/harness/usercheck.py) on the
+"""The check of a user's own loop (python -m suite.check; suite/harness/loopcheck/usercheck.py) on the
 examples: the custom-training guide's loop trains under every selected spec what it trains with
 no strategy, and each loop with one catalogued mistake is diagnosed with that cause and only
 that cause (examples/mistakes.py has one factory per cause of differential.CAUSES)."""
@@ -8,8 +8,9 @@ from __future__ import annotations
 import pytest
 
 from suite.common.specs import DEFAULT_SPECS
-from suite.harness import deviations, differential, usercheck
-from suite.harness.check import Check
+from suite.harness.loopcheck import differential, usercheck
+from suite.harness.verdict import deviations
+from suite.harness.verdict.judgment import Check
 from tests.helpers import ROOT
 
 GUIDE = "examples.guide:workload"
@@ -112,10 +113,10 @@ IN_THE_ZOO_ONLY = ("gradients_aggregated_by_hand", "optimizer_scaled_by_replicas
 
 @pytest.mark.specs(lambda spec: spec.replicas > 1, without_deep=trimmed(ONE_PER_KIND))
 @pytest.mark.parametrize("mistake", sorted(set(differential.CAUSES) - set(IN_THE_ZOO_ONLY)))
-def test_each_catalogued_mistake_is_diagnosed_with_its_cause_only(spec, mistake, pool, request):
+def test_each_catalogued_mistake_is_diagnosed_with_its_cause_only(spec, mistake, pool, suite_state):
     """Under one spec of every synchronous kind with 2 replicas (every such selected spec with --deep)."""
     v = checker(pool, f"examples.mistakes:{mistake}").check(spec)
-    want, deviation = expected(mistake, spec, request.config._tfds_versions)
+    want, deviation = expected(mistake, spec, suite_state.versions)
     check = Check(spec)
     check.equal([d.cause for d in v.diagnoses], want, f"causes diagnosed for examples.mistakes:{mistake}",
                 differential.details(v))
@@ -140,13 +141,13 @@ def test_the_builtin_workloads_train_as_on_one_device(any_spec, name, pool):
 
 
 @pytest.mark.specs(lambda spec: spec.replicas > 1, without_deep=trimmed(ONE_PER_KIND))
-def test_keras_dropout_sharing_masks_is_reported_as_its_deviation(spec, pool, request):
+def test_keras_dropout_sharing_masks_is_reported_as_its_deviation(spec, pool, suite_state):
     """A right loop with Keras' own Dropout: where a known deviation in the loop check's scope
     (loop-check[SPEC]) makes Keras raise for its random layers, the loop is BLOCKED by it; where one
     makes Keras draw one mask for several replicas, the verdict is DEVIATION naming it; elsewhere
     each replica draws its own and it passes."""
     v = checker(pool, "examples.mistakes:right_with_dropout").check(spec)
-    led = differential.ledger(spec, request.config._tfds_versions)
+    led = differential.ledger(spec, suite_state.versions)
     raises = [d.id for d, s in led.covering(differential.RANDOM_LAYERS_RAISED) if s.kind == "raises"]
     draws = [d.id for d, s in led.covering(differential.SHARED_DRAWS)]
     want = ("BLOCKED", raises[0]) if raises else ("DEVIATION", draws[0]) if draws else ("PASS", None)
@@ -190,7 +191,7 @@ def test_a_users_deadlock_is_not_excused():
     collectives pair wrongly and their variables differ); FAIL or ERROR, never a known deviation,
     exit status not 0. Its own pool, so the collective timeout is short (38 s)."""
     from suite.common.specs import parse_spec
-    from suite.harness.pool import EnginePool
+    from suite.harness.engines.pool import EnginePool
 
     pool = EnginePool(call_timeout=45.0)
     try:

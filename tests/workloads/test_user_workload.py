@@ -1,5 +1,5 @@
 """``pytest tests --workload package.module:factory``: the user's workload trains under each
-selected spec what it trains with no strategy on the global batch (suite/harness/usercheck.py).
+selected spec what it trains with no strategy on the global batch (suite/harness/loopcheck/usercheck.py).
 Without --workload this test is skipped; with it, it is the only test collected (conftest)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from suite.harness import differential, usercheck
-from suite.harness.check import Check
+from suite.harness.loopcheck import differential, usercheck
+from suite.harness.verdict.judgment import Check
 
 _CHECKER: list = []
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from suite.harness import differential, usercheck
-from suite.harness.check import Check
+from suite.harness.loopcheck import differential, usercheck
+from suite.harness.verdict.judgment import Check
 from tests.helpers import ROOT
 from tests.workloads.test_examples import checker
 
@@ -71,7 +71,7 @@ def main() -> None:
     import collections
 
     from suite.common.specs import parse_spec
-    from suite.harness.pool import EnginePool
+    from suite.harness.engines.pool import EnginePool
 
     pool = EnginePool(call_timeout=300.0)
     table: dict = collections.defaultdict(collections.Counter)

@@ -22,14 +22,14 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from suite.common.catalog import BENCH_BLOCKS
-from suite.common.results import BenchRun, BenchState
-from suite.engine import compat
-from suite.engine import workload as user_workload
-from suite.engine.probes.common import failed
-from suite.engine.probes.registry import probe
-from suite.engine.steps import TrainStep, reported
-from suite.engine.workloads import builtin
+from ...common.catalog import BENCH_BLOCKS
+from ...common.results import BenchRun, BenchState
+from .. import compat
+from .. import workload as user_workload
+from ..steps import TrainStep, reported
+from ..workloads import builtin
+from .common import failed
+from .registry import probe
 
 keras = compat.keras
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from suite.common import results
-from suite.common.catalog import OPTIMIZERS
-from suite.engine import compat, mutants
-from suite.engine.probes.common import counted, failed, replica_slice
-from suite.engine.probes.registry import probe
-from suite.engine.steps import arch_key, load, optimizer_state
+from ...common import results
+from ...common.catalog import OPTIMIZERS
+from .. import compat, mutants
+from ..steps import arch_key, load, optimizer_state
+from .common import counted, failed, replica_slice
+from .registry import probe
 
 
 def _batch_norm_layer(ctx, synchronized, dtype, features, momentum, epsilon):

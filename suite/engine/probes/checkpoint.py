@@ -9,11 +9,11 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from suite.common.results import Counters, Prediction, Restored, TrainingState
-from suite.engine import compat, mutants
-from suite.engine.probes.registry import probe
-from suite.engine.probes.training import _trainer
-from suite.engine.steps import arch_key, load
+from ...common.results import Counters, Prediction, Restored, TrainingState
+from .. import compat, mutants
+from ..steps import arch_key, load
+from .registry import probe
+from .training import _trainer
 
 
 def _state(ctx, model, opt, metrics, path=None) -> TrainingState:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from suite.common.results import Raised
+from ...common.results import Raised
 
 
 def replica_slice(sizes, *tensors):

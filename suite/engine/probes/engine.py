@@ -9,9 +9,9 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from suite.common.results import Ping
-from suite.engine import mutants
-from suite.engine.probes.registry import probe
+from ...common.results import Ping
+from .. import mutants
+from .registry import probe
 
 
 @probe

@@ -10,10 +10,10 @@ import tempfile
 import numpy as np
 import tensorflow as tf
 
-from suite.common.results import Delivered, FromFunction, Raised, ReplicaValues
-from suite.engine import mutants
-from suite.engine.probes.common import local
-from suite.engine.probes.registry import probe
+from ...common.results import Delivered, FromFunction, Raised, ReplicaValues
+from .. import mutants
+from .common import local
+from .registry import probe
 
 STYLES = ("for", "iter_next", "get_next_as_optional", "tf_function_for")
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from suite.common.results import Raised, ReplicaValues
-from suite.engine import compat, mutants
-from suite.engine.probes.common import counted, failed, local, replica_slice, spec_of
-from suite.engine.probes.registry import probe
+from ...common.results import Raised, ReplicaValues
+from .. import compat, mutants
+from .common import counted, failed, local, replica_slice, spec_of
+from .registry import probe
 
 SUM = tf.distribute.ReduceOp.SUM
 

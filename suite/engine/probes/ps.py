@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from suite.common.results import ExactlyOnce, Partition, PsLossScaling, PsTraining, Raised
-from suite.engine import compat, mutants
-from suite.engine.probes.common import counted
-from suite.engine.probes.registry import probe
-from suite.engine.steps import TrainStep, arch_key, family_loss, family_model_and_optimizer, load, optimizer_state
+from ...common.results import ExactlyOnce, Partition, PsLossScaling, PsTraining, Raised
+from .. import compat, mutants
+from ..steps import TrainStep, arch_key, family_loss, family_model_and_optimizer, load, optimizer_state
+from .common import counted
+from .registry import probe
 
 
 def _coordinator(ctx):

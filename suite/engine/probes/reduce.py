@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from suite.common.results import Reductions
-from suite.engine import mutants
-from suite.engine.probes.common import counted, local, replica_slice, spec_of
-from suite.engine.probes.registry import probe
+from ...common.results import Reductions
+from .. import mutants
+from .common import counted, local, replica_slice, spec_of
+from .registry import probe
 
 SUM, MEAN = tf.distribute.ReduceOp.SUM, tf.distribute.ReduceOp.MEAN
 

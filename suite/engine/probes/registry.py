@@ -7,8 +7,8 @@ import importlib
 
 import numpy as np
 
-from suite.common.results import Raised
-from suite.engine import mutants
+from ...common.results import Raised
+from .. import mutants
 
 _PROBES: dict = {}
 
@@ -40,7 +40,7 @@ def run(ctx, name: str, kwargs: dict):
     if name not in _PROBES:
         area = name.split(".", 1)[0]
         try:
-            importlib.import_module(f"suite.engine.probes.{area}")
+            importlib.import_module(f".{area}", __package__)
         except ModuleNotFoundError as exc:
             raise KeyError(f"no probe area {area!r} (probe {name!r})") from exc
     if name not in _PROBES:

@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from suite.common.results import Epoch, EpochTraining, LazyOptimizer, Step, Training
-from suite.engine import compat, mutants
-from suite.engine import steps as train_steps
-from suite.engine.probes.common import counted, failed, local, replica_slice
-from suite.engine.probes.registry import probe
-from suite.engine.steps import TrainStep, arch_key, family_loss, family_model_and_optimizer, load, optimizer_state, reported
+from ...common.results import Epoch, EpochTraining, LazyOptimizer, Step, Training
+from .. import compat, mutants
+from .. import steps as train_steps
+from ..steps import TrainStep, arch_key, family_loss, family_model_and_optimizer, load, optimizer_state, reported
+from .common import counted, failed, local, replica_slice
+from .registry import probe
 
 
 def _trainer(ctx, arch, optimizer, dtype, default_denominator, metrics=None, options=None, jit="none"):

@@ -9,10 +9,10 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from suite.common.results import Evaluation, TutorialEpoch, TutorialRun
-from suite.engine import compat, mutants
-from suite.engine.probes.registry import probe
-from suite.engine.workloads import builtin, fashion
+from ...common.results import Evaluation, TutorialEpoch, TutorialRun
+from .. import compat, mutants
+from ..workloads import builtin, fashion
+from .registry import probe
 
 keras = compat.keras
 

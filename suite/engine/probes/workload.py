@@ -18,11 +18,11 @@ import threading
 import numpy as np
 import tensorflow as tf
 
-from suite.common.results import Raised, WorkloadRun, WorkloadStep
-from suite.engine import compat, mutants, workload
-from suite.engine.probes.common import failed
-from suite.engine.probes.registry import probe
-from suite.engine.steps import TrainStep
+from ...common.results import Raised, WorkloadRun, WorkloadStep
+from .. import compat, mutants, workload
+from ..steps import TrainStep
+from .common import failed
+from .registry import probe
 
 keras = compat.keras
 RANDOM_LAYERS = {"Dropout": "rate", "SpatialDropout1D": "rate", "SpatialDropout2D": "rate",

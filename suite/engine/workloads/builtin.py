@@ -8,10 +8,10 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from suite.engine import compat
-from suite.engine.steps import family_loss
-from suite.engine.workload import Workload
-from suite.engine.workloads import fashion
+from .. import compat
+from ..steps import family_loss
+from ..workload import Workload
+from . import fashion
 
 keras = compat.keras
 EXAMPLES = 4096  # the benchmarks' rows in memory (their pipeline repeats them)

@@ -4,7 +4,7 @@ On each host of the cluster, with that host's TF_CONFIG (chief, worker, ps or ev
 and a shared secret in ``TFDS_AGENT_KEY``::
 
     TF_CONFIG='{"cluster": {...}, "task": {"type": "worker", "index": 0}}' \\
-    TFDS_AGENT_KEY=... python -m suite.harness.agent --listen 0.0.0.0:7700
+    TFDS_AGENT_KEY=... python -m suite.harness.engines.agent --listen 0.0.0.0:7700
 
 then, from any machine that reaches the agents::
 
@@ -41,9 +41,9 @@ import time
 from multiprocessing.connection import AuthenticationError, Client, Listener
 from pathlib import Path
 
-from suite.harness import topology
+from ... import layout
+from . import topology
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 KEY_ENV = "TFDS_AGENT_KEY"
 
 
@@ -139,12 +139,12 @@ class Agent:
         env = dict(os.environ, TF_CONFIG=json.dumps(self.tf_config), CUDA_VISIBLE_DEVICES="")
         env.pop(KEY_ENV, None)
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        env["PYTHONPATH"] = layout.engine_pythonpath(env.get("PYTHONPATH"))
         log_path = self.log_dir / f"engine-{time.time_ns()}.log"
         with open(log_path, "wb") as log:
             popen = subprocess.Popen(
-                [self.python, "-m", "suite.engine.worker", "--fd-in", str(fd), "--fd-out", str(fd), *worker_args],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(REPO_ROOT),
+                [self.python, "-m", layout.ENGINE_MODULE, "--fd-in", str(fd), "--fd-out", str(fd), *worker_args],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(layout.engine_cwd()),
                 pass_fds=(fd,), start_new_session=True,
                 preexec_fn=_set_pdeathsig if sys.platform.startswith("linux") else None)
         self.children[popen.pid] = (popen, log_path)
@@ -223,7 +223,7 @@ def read_tf_config(text: str | None) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m suite.harness.agent", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m suite.harness.engines.agent", description=__doc__.split("\n\n")[0])
     p.add_argument("--listen", required=True, help="HOST:PORT to listen on (port 0: any free port)")
     p.add_argument("--python", default=sys.executable, help="interpreter with TensorFlow for the engines")
     p.add_argument("--virtual-cpus", type=int, default=1, help="logical CPUs per worker engine (R)")
@@ -234,7 +234,7 @@ def main(argv=None) -> int:
         key = agent_key()
         host, port = parse_address(args.listen)
     except AgentError as exc:
-        print(f"suite.harness.agent: {exc}", file=sys.stderr)
+        print(f"suite.harness.engines.agent: {exc}", file=sys.stderr)
         return 2
     log_dir = Path(args.log_dir or tempfile.mkdtemp(prefix="tfds-agent-"))
     log_dir.mkdir(parents=True, exist_ok=True)

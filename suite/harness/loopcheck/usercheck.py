@@ -5,7 +5,7 @@ The workload (suite/engine/workload.py) is run in the ``default`` engine twice w
 seeds (its module reloaded each time) (the reference must repeat itself bit for bit, or no divergence could be told from
 noise), once with the suite's canonical step (a note when the user's own step differs from it
 on one device), then under each spec from the reference's initial values; each spec's run is
-compared after every step and diagnosed (suite/harness/differential.py).
+compared after every step and diagnosed (suite/harness/loopcheck/differential.py).
 
 Exit status (EXIT): 0 every spec passes; 1 some spec FAILs (the loop is wrong, or differs where no
 known deviation explains it); 2 the input cannot be checked (an unknown spec, a workload that does
@@ -25,10 +25,11 @@ import os
 import sys
 import time
 
-from suite.common.specs import DEFAULT_SPECS, SpecError, parse_spec, parse_specs
-from suite.harness import agent, differential
-from suite.harness.pool import EngineError, EnginePool, EngineStartError, EngineUnavailable, ProbeError
-from suite.harness.versions import engine_versions
+from ...common.specs import DEFAULT_SPECS, SpecError, parse_spec, parse_specs
+from ..engines import agent
+from ..engines.pool import EngineError, EnginePool, EngineStartError, EngineUnavailable, ProbeError
+from ..engines.versions import engine_versions
+from . import differential
 
 EXIT = {"PASS": 0, "FAIL": 1, "USAGE": 2, "ERROR": 3, "KNOWN": 4}
 

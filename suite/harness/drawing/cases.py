@@ -7,8 +7,10 @@ import numpy as np
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from reference import model as ref_model
-from suite.harness import draws
+from ... import layout
+from . import tally
+
+ref_model = layout.reference("model")
 
 DTYPES = ("float32", "float64")
 
@@ -21,13 +23,13 @@ def dtypes():
 def splits(draw, replicas: int, max_per_replica: int = 5, min_total: int = 0, even: bool | None = None):
     """Per-replica batch sizes (replica-id order). Uneven and empty replicas are drawn unless
     ``even``; ``even=True`` gives equal sizes; ``min_total`` bounds the global batch below."""
-    drawn = even is None  # the draws table counts the drawn shapes (draws.saw_split), not forced ones
+    drawn = even is None  # the draws table counts the drawn shapes (tally.saw_split), not forced ones
     if drawn:
         even = draw(st.booleans(), label="even split")
     if even:
         b = draw(st.integers(max(1, -(-min_total // replicas)), max_per_replica), label="per-replica batch")
         if drawn:
-            draws.saw_split([b] * replicas)
+            tally.saw_split([b] * replicas)
         return [b] * replicas
     drawn_sizes = draw(st.lists(st.integers(0, max_per_replica), min_size=replicas, max_size=replicas),
                        label="sizes")
@@ -39,7 +41,7 @@ def splits(draw, replicas: int, max_per_replica: int = 5, min_total: int = 0, ev
     if short > 0:  # top up one drawn replica (no rejection): the others stay as drawn, empty or not
         r = draw(st.integers(0, replicas - 1), label="replica topped up")
         sizes[r] += short
-    draws.saw_split(sizes)  # drawn: not even
+    tally.saw_split(sizes)  # drawn: not even
     return sizes
 
 
@@ -66,7 +68,7 @@ def magnitudes(dtype: str, shape, lo: float, hi: float):
 # update ill-conditioned (its sensitivity to the gradient is ~eps/|g|^2): cases closer
 # than this are discarded, not compared with a wider tolerance. With inputs and parameters
 # drawn away from zero (magnitudes) the float32 margins were lowered from 1e-4 and 1e-3 and
-# measured: python -m suite.harness.measure_error leaves out 0% of SGD cases and 9-10% of
+# measured: python -m suite.harness.tools.measure_error leaves out 0% of SGD cases and 9-10% of
 # adaptive ones, and the largest error is 8.9 u against a bound of 67 u (docs/reference.md).
 RELU_MARGIN = {"float32": 1e-5, "float64": 1e-9}
 ADAPTIVE_GRAD_FLOOR = {"float32": 1e-5, "float64": 1e-6}

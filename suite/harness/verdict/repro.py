@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from suite.common.specs import Spec
-from suite.common.strategies import strategy_source
+from ...common.specs import Spec
+from ...common.strategies import strategy_source
 
 
 def strategy_lines(spec: Spec) -> str:

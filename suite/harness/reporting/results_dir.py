@@ -10,7 +10,7 @@ import json
 import os
 from pathlib import Path
 
-from suite.harness.versions import as_tuple
+from ..engines.versions import as_tuple
 
 CONFORMANCE = "conformance.xml"  # JUnit XML of pytest tests
 RERUNS = "conformance.rerun*.xml"  # JUnit XML of reruns of some of its tests (pytest --junitxml, by hand)
@@ -23,12 +23,12 @@ def folder_name(versions: dict) -> str:
     return f"tf{versions['tensorflow']}-keras{versions['keras']}"
 
 
-def configure(config, root: str | None) -> None:
+def configure(config, root: str | None, v: dict) -> None:
     """With ``--results-dir ROOT``: point pytest's JUnit XML (tests) or pytest-benchmark's JSON
-    (benchmarks) into this run's folder unless given explicitly, and record the versions."""
+    (benchmarks) into this run's folder unless given explicitly, and record the versions ``v``
+    (the engines')."""
     if not root or hasattr(config, "workerinput"):  # the controller of pytest-xdist writes them
         return
-    v = config._tfds_versions
     if not v.get("tensorflow"):
         return  # no TensorFlow: nothing will run; the engines say so
     folder = Path(root) / folder_name(v)

@@ -10,7 +10,7 @@ import numpy as np
 # |actual - expected| <= atol * n_terms + rtol * |expected|
 VALUE = {"float32": (2e-6, 2e-6), "float64": (1e-13, 1e-13)}  # (atol, rtol)
 # Parameters after optimizer steps: forward, backward and update each round once per step.
-# float32 from measured error (python -m suite.harness.measure_error; docs/reference.md): the
+# float32 from measured error (python -m suite.harness.tools.measure_error; docs/reference.md): the
 # largest of 80,000 elements was 6.2 u (u = 2^-24) in the tolerance's unit, the bound is 67 u.
 TRAINED = {"float32": (4e-6, 4e-6), "float64": (1e-11, 1e-11)}
 

@@ -1,5 +1,5 @@
 """``python -m suite.report RESULTS -o report/``: the report across TensorFlow versions (#14), from
-a results folder that ``--results-dir`` runs filled (suite/harness/matrix.py), one sub-folder per
+a results folder that ``--results-dir`` runs filled (suite/harness/reporting/results_dir.py), one sub-folder per
 TensorFlow and Keras version:
 
 - a conformance grid, property x version: the worst outcome of the property's items in that
@@ -14,7 +14,7 @@ TensorFlow and Keras version:
   properties over ``SPEC@ENV`` specs, .ci/run's quick selection);
 - step time across versions per workload and spec (from each folder's bench.json and its repeats
   bench.*.json: the median of their medians), with the ratio to a baseline version (default the
-  newest), marked within noise as the benchmark report does (suite/harness/report.py: overlapping
+  newest), marked within noise as the benchmark report does (suite/harness/reporting/run_report.py: overlapping
   inter-quartile ranges, or a difference within the run-to-run variation that the repeats
   measure), and a plot of step time against version per workload.
 
@@ -29,10 +29,11 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from suite.common.specs import id_parts
-from suite.harness import deviations, matrix, measured, report
-from suite.harness.report import NOISE_MARK, OUTCOME_MARK, OUTCOME_ORDER, ReportError, _table, case_outcome
-from suite.harness.versions import as_shipped, as_tuple
+from ...common.specs import id_parts
+from ..engines.versions import as_shipped, as_tuple
+from ..verdict import deviations
+from . import measured, results_dir, run_report
+from .run_report import NOISE_MARK, OUTCOME_MARK, OUTCOME_ORDER, ReportError, _table, case_outcome
 
 
 class Outcomes:
@@ -48,7 +49,7 @@ class Outcomes:
 
     @property
     def worst(self) -> str:
-        return report.cell(self.counts)
+        return run_report.cell(self.counts)
 
     def key(self) -> tuple:
         """What "changed" compares: the worst outcome and, for a deviation, which ones."""
@@ -87,7 +88,7 @@ def load_outcomes(path: Path, reruns: list[Path] = ()) -> dict[str, Outcomes]:
     return dict(out)
 
 
-def _ran(point: matrix.Point) -> set[str]:
+def _ran(point: results_dir.Point) -> set[str]:
     """The node ids of the test items a run ran (not skipped), its reruns included."""
     cases = _cases(point.conformance)
     for rerun in point.reruns:
@@ -95,7 +96,7 @@ def _ran(point: matrix.Point) -> set[str]:
     return {measured.node_id(case) for case in cases.values() if case_outcome(case)[0] != "skip"}
 
 
-def _label(point: matrix.Point, profile: bool = True) -> str:
+def _label(point: results_dir.Point, profile: bool = True) -> str:
     """A column head: ``TF / Keras`` (a legacy env's Keras is tf-keras, 2.x), and (``profile``)
     the conformance run's profile where it is not ci (``quick``: the matrix's quick selection), and
     ``+ rerun`` where some of its outcomes come from a rerun (``conformance.rerun*.xml``)."""
@@ -105,7 +106,7 @@ def _label(point: matrix.Point, profile: bool = True) -> str:
             + (f" ({point.profile})" if shown else "") + (" (+ rerun)" if rerun else ""))
 
 
-def conformance_sections(points: list[matrix.Point], entries=()) -> tuple[list[str], list[str]]:
+def conformance_sections(points: list[results_dir.Point], entries=()) -> tuple[list[str], list[str]]:
     """The grid of the notable properties, what changed and the deviations by version; and the
     full grid (the report's last section). ``entries``: the deviations file's."""
     runs = [(p, load_outcomes(p.conformance, p.reruns)) for p in points if p.conformance]
@@ -143,7 +144,7 @@ def conformance_sections(points: list[matrix.Point], entries=()) -> tuple[list[s
     changed = [f"- `{prop}`: " + "; ".join(steps) for prop in props if (steps := _changes(prop, runs))]
     lines += (changed or ["Nothing: every property has the same outcome in every run."]) + [""]
 
-    seen: dict[str, list[matrix.Point]] = collections.defaultdict(list)
+    seen: dict[str, list[results_dir.Point]] = collections.defaultdict(list)
     for p, grid in runs:
         for o in grid.values():
             for d in o.deviations:
@@ -191,7 +192,7 @@ def _transition(prop: str, before: tuple, now: tuple) -> str | None:
                     f"; gone: {', '.join(sorted(gone))}" if gone else ""])
 
 
-def _generation(point: matrix.Point) -> int:
+def _generation(point: results_dir.Point) -> int:
     return as_tuple(point.keras)[0]
 
 
@@ -241,22 +242,22 @@ def across_section(path: Path) -> list[str]:
     return lines + _table(["property"] + [f"`{e}`" for e in envs], rows) + [""]
 
 
-def _combined(entries: list) -> report.Entry:
+def _combined(entries: list) -> run_report.Entry:
     """One version's result of a benchmark over its runs: the median of their medians, and the
     span of their rounds' inter-quartile ranges (so that within noise errs towards "no change")."""
     if len(entries) == 1:
         return entries[0]
     e = entries[0]
-    return report.Entry(e.name, e.info, statistics.median(x.median for x in entries), min(x.q1 for x in entries),
+    return run_report.Entry(e.name, e.info, statistics.median(x.median for x in entries), min(x.q1 for x in entries),
                         max(x.q3 for x in entries), sum(x.rounds for x in entries))
 
 
-def benchmark_sections(points: list[matrix.Point], baseline: str | None, out: Path) -> list[str]:
-    runs = [(p, [report.load_benchmarks(f) for f in p.benches]) for p in points if p.benches]
+def benchmark_sections(points: list[results_dir.Point], baseline: str | None, out: Path) -> list[str]:
+    runs = [(p, [run_report.load_benchmarks(f) for f in p.benches]) for p in points if p.benches]
     if not runs:
         return []
     base = next((r for r in runs if baseline and (r[0].tensorflow == baseline or _label(r[0], False) == baseline)), runs[-1])
-    measured = report.run_to_run_noise([res for _, results in runs for res in results])
+    measured = run_report.run_to_run_noise([res for _, results in runs for res in results])
     noise = measured[0] if measured else 0.0
     if measured:
         rule = (f"the rounds' inter-quartile ranges overlap or the medians differ by at most {noise:.0%}, the machine's "
@@ -291,7 +292,7 @@ def benchmark_sections(points: list[matrix.Point], baseline: str | None, out: Pa
                 elif ref is None or p is base[0]:
                     row.append(f"{e.median * 1e3:.3g}")
                 else:
-                    mark = f" {NOISE_MARK}" if report.within_noise(ref, e, noise) else ""
+                    mark = f" {NOISE_MARK}" if run_report.within_noise(ref, e, noise) else ""
                     row.append(f"{e.median * 1e3:.3g} (x{e.median / ref.median:.2f}{mark})")
             rows.append(row)
         heads = [f"`{_label(p, False)}`" + (f" ({len(results)} runs)" if len(results) > 1 else "") for p, results in runs]
@@ -321,7 +322,7 @@ def _plot(workload, scaling, specs, runs, out: Path) -> str | None:
     ax.set_title(f"{workload}, {scaling} scaling: step time per TensorFlow / Keras version")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    name = f"versions-{report._slug(workload)}-{scaling}.png"
+    name = f"versions-{run_report._slug(workload)}-{scaling}.png"
     fig.savefig(out / name, dpi=110)
     plt.close(fig)
     return name
@@ -329,12 +330,12 @@ def _plot(workload, scaling, specs, runs, out: Path) -> str | None:
 
 def write(results: Path, out: Path, baseline: str | None = None, entries=None) -> Path:
     """report.md (and the plots) in ``out``; ``entries``: the deviations to range (default the file's)."""
-    points = matrix.load(results)
+    points = results_dir.load(results)
     across = Path(results) / ACROSS
     if not points and not across.exists():
         raise ReportError(f"{results}: no results of a run in it (run pytest with --results-dir {results}, or tox)")
     out.mkdir(parents=True, exist_ok=True)
-    def files(p: matrix.Point) -> str:
+    def files(p: results_dir.Point) -> str:
         bench = f"benchmarks ×{len(p.benches)}" if len(p.benches) > 1 else "benchmarks"
         return ", ".join(name for name, path in (("conformance", p.conformance), (bench, p.benches)) if path)
 

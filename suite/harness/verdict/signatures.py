@@ -44,8 +44,10 @@ from typing import Any
 
 import numpy as np
 
-from reference import metrics as ref_metrics
-from suite.common.results import Raised
+from ... import layout
+from ...common.results import Raised
+
+ref_metrics = layout.reference("metrics")
 
 KINDS = ("model", "band", "raises", "bounds")
 
@@ -339,7 +341,7 @@ def same_on_every_worker(seen: Seen):
 
 def one_pass_variance_bounds(seen: Seen):
     """The value within the rounding bounds of a variance computed as ``E[x^2] - E[x]^2``
-    (suite/harness/tolerances.py batch_norm_bounds, one_pass). ``given``: ``{"one_pass": (low,
+    (suite/harness/verdict/tolerances.py batch_norm_bounds, one_pass). ``given``: ``{"one_pass": (low,
     high)}``, the reference's value with those bounds (nothing is excused without it: the
     float32 property hands one_pass_variance_in_float32 its inputs instead)."""
     if not isinstance(seen.given, dict) or "one_pass" not in seen.given:

@@ -1,6 +1,6 @@
 """Properties against mutants, many in one pytest session (tests/meta/test_mutants.py):
 
-    pytest -p suite.harness.mutation --mutation-plan PLAN.json --mutation-out OUT.json TEST_IDS
+    pytest -p suite.harness.tools.mutation --mutation-plan PLAN.json --mutation-out OUT.json TEST_IDS
 
 PLAN is a JSON list of ``[test id, mutant]``. Each entry runs its test item once with every
 engine of the session switched to the mutant (``EnginePool.set_mutant``; the engines start
@@ -17,7 +17,9 @@ import time
 from pathlib import Path
 
 import pytest
-from _pytest.runner import runtestprotocol
+
+from ..plugin import state
+from ..plugin.internals import run_again
 
 
 def pytest_addoption(parser):
@@ -29,7 +31,7 @@ def pytest_addoption(parser):
 @pytest.fixture(autouse=True)
 def _tfds_mutant(request):
     """Every engine computes with the entry's mutant (none outside a plan)."""
-    name = getattr(request.config, "_tfds_mutant", None)
+    name = state.of(request.config).mutant
     if name is not None:
         request.getfixturevalue("pool").set_mutant(name)
 
@@ -77,15 +79,13 @@ def pytest_runtestloop(session):
     try:
         for i, (test, mutant) in enumerate(plan):
             item = items[test]
-            config._tfds_mutant = mutant
-            item._initrequest()  # a fresh fixture request: the item runs once per entry
-            began = time.monotonic()
-            reports = runtestprotocol(item, nextitem=_Next(item, items[plan[i + 1][0]]) if i + 1 < len(plan)
-                                      else None, log=False)
+            state.of(config).mutant = mutant
+            began = time.monotonic()  # a fresh fixture request: the item runs once per entry
+            reports = run_again(item, _Next(item, items[plan[i + 1][0]]) if i + 1 < len(plan) else None)
             outcome, text = _outcome(reports)
             records.append({"test": test, "mutant": mutant, "outcome": outcome, "text": text,
                             "seconds": round(time.monotonic() - began, 1)})
     finally:
-        config._tfds_mutant = None
+        state.of(config).mutant = None
         Path(out_path).write_text(json.dumps(records, indent=1))
     return True

@@ -17,9 +17,9 @@ import re
 import statistics
 import time
 
-from suite.common.catalog import BENCH_BLOCKS, XLA_UNSUPPORTED
-from suite.common.results import BenchRun, Raised
-from suite.harness.check import Check
+from ...common.catalog import BENCH_BLOCKS, XLA_UNSUPPORTED
+from ...common.results import BenchRun, Raised
+from ..verdict.judgment import Check
 
 ROUND_SECONDS = 0.5  # a round lasts at least this long...
 FLOOR_SHARE = 0.01  # ...and the harness floor is at most this share of it
@@ -137,7 +137,7 @@ def fidelity(round_seconds: list[float], engine_seconds: list[float], floor_seco
 
 
 def check_fidelity(result: dict, check) -> None:
-    """Fail ``check`` (a suite.harness.check.Check) naming the figure that is out of bounds."""
+    """Fail ``check`` (a suite.harness.verdict.judgment.Check) naming the figure that is out of bounds."""
     __tracebackhide__ = True
     outer, inner = result["harness_round_s"] * 1e3, result["engine_round_s"] * 1e3
     check.that(abs(result["error"]) <= FIDELITY, "the harness's round vs the engine's timer",
@@ -198,14 +198,14 @@ def devices_label(spec, cores: int | None) -> str:
 
 
 class Bencher:
-    """Runs the benchmark method on the engines (an ``suite.harness.Engines``): prepared states,
+    """Runs the benchmark method on the engines (an ``EngineHandle``, suite/harness/engines/handle.py): prepared states,
     calibrated rounds, the floor per spec and the plain-step controls, shared by the benchmark
     tests of one session."""
 
     PLAIN_SPEC_TEXT = "default"
 
     def __init__(self, engines, *, rounds: int, trace_rounds: int, smoke: bool):
-        from suite.common.specs import parse_spec
+        from ...common.specs import parse_spec
 
         self.engines = engines
         self.rounds = rounds

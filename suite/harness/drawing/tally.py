@@ -19,7 +19,7 @@ import functools
 
 from hypothesis.errors import StopTest, UnsatisfiedAssumption
 
-from suite.common.specs import id_parts
+from ...common.specs import id_parts
 
 LIMIT = 0.10
 

@@ -15,7 +15,7 @@ import dataclasses
 import json
 import socket
 
-from suite.common.specs import Spec
+from ...common.specs import Spec
 
 ROLES = ("chief", "worker", "ps", "evaluator")
 

@@ -1,6 +1,6 @@
 """Turn benchmark results (and conformance results) into a Markdown report with PNG plots.
 
-    python -m suite.harness.report out.json [more.json ...] [results.xml ...] -o DIR
+    python -m suite.report out.json [more.json ...] [results.xml ...] -o DIR
 
 ``*.json`` files are pytest-benchmark output of ``pytest benchmarks --benchmark-json``; the
 first is the baseline and every later one gets a column with its ratio to the first, marked
@@ -23,7 +23,7 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from suite.common.specs import SpecError, id_parts, parse_spec
+from ...common.specs import SpecError, id_parts, parse_spec
 
 NOISE_MARK = "≈"
 
@@ -516,7 +516,8 @@ def write_report(paths: list[Path], out: Path, noise: float | None = None) -> Pa
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m suite.harness.report", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m suite.report",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("files", nargs="+", type=Path,
                         help="pytest-benchmark JSON (the first is the baseline) and/or JUnit XML files")
     parser.add_argument("-o", "--output", type=Path, required=True, help="folder for report.md and the plots")
@@ -533,7 +534,7 @@ def main(argv=None) -> int:
     try:
         report = write_report(args.files, args.output, args.noise)
     except ReportError as exc:
-        print(f"suite.harness.report: {exc}", file=sys.stderr)
+        print(f"suite.report: {exc}", file=sys.stderr)
         return 2
     print(report)
     return 0

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from suite.common.specs import Spec
-from suite.harness.pool import EnginePool, EngineUnavailable
+from ...common.specs import Spec
+from .pool import EnginePool, EngineUnavailable
 
 
-class Engines:
-    """Session-wide access to engines by spec (wraps an EnginePool)."""
+class EngineHandle:
+    """Session-wide access to engines by spec (wraps an EnginePool): the ``engines`` fixture."""
 
     def __init__(self, pool: EnginePool):
         self.pool = pool

@@ -7,7 +7,8 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
+
+from ... import layout
 
 _SCRIPT = r"""
 import importlib.metadata as m, json, os
@@ -27,8 +28,6 @@ print(json.dumps({"tensorflow": tf, "keras": keras}))
 """
 
 
-ROOT = Path(__file__).resolve().parents[2]
-
 # Each TensorFlow 2.16+ minor with the Keras minor that was current when it was released (tox.ini's
 # as-shipped envs say where the dates come from; tests/meta/test_measured.py keeps the two in step)
 AS_SHIPPED = {"2.16": "3.0", "2.17": "3.4", "2.18": "3.6", "2.19": "3.9", "2.20": "3.11", "2.21": "3.13"}
@@ -42,11 +41,13 @@ def as_shipped(tensorflow: str | None, keras: str | None) -> bool:
 
 def interpreter(env: str) -> tuple[str, dict]:
     """The interpreter a ``SPEC@ENV`` names and what its engines' environment changes: a tox env
-    name is ``.tox/ENV/bin/python`` of this checkout, with ``TF_USE_LEGACY_KERAS=1`` where the env
-    has the ``legacy`` factor (and without it elsewhere); a path is that Python, environment as is."""
+    name is ``.tox/ENV/bin/python`` of this checkout (installed: of the current directory), with
+    ``TF_USE_LEGACY_KERAS=1`` where the env has the ``legacy`` factor (and without it elsewhere);
+    a path is that Python, environment as is."""
     if os.sep in env:
         return env, {}
-    return str(ROOT / ".tox" / env / "bin" / "python"), {"TF_USE_LEGACY_KERAS": "1" if "legacy" in env.split("-") else ""}
+    legacy = "1" if "legacy" in env.split("-") else ""
+    return str(layout.project_dir() / ".tox" / env / "bin" / "python"), {"TF_USE_LEGACY_KERAS": legacy}
 
 
 def environment(changes: dict) -> dict:

@@ -1,17 +1,16 @@
 """The pytest plugin a user's own test suite gets by installing tf-distribute-suite (entry point
-``pytest11``; pytest side, no TensorFlow): the fixture ``distribution_check``.
+``pytest11``, as ``tf_distribute_suite.harness.plugin.user_plugin``; pytest side, no TensorFlow):
+the fixture ``distribution_check``.
 
     def test_my_loop_is_distribution_correct(distribution_check):
         distribution_check("mypackage.training:workload", strategies="mirrored:2,multi_worker:2x1")
 
-It runs ``python -m suite.check``'s comparison (suite/harness/usercheck.py) under the given specs
+It runs ``tf-distribute-check``'s comparison (suite/harness/loopcheck/usercheck.py) under the given specs
 and fails the test with the same report (verdict table, first divergence, diagnosis) where the
 command's exit status would not be 0; it returns the report otherwise. Engines start once per session and close at its end.
 
-This module lives outside the ``suite`` package and imports it only when a fixture is used:
-pytest loads entry points before any conftest, and importing ``suite`` here would pin the
-installed copy, ahead of the checkout whose conftest puts it first on sys.path (tox runs the
-suite's own tests that way).
+It imports the rest of the package only when a fixture is used: pytest loads entry points in
+every session of an environment that has the package, the suite's own sessions included.
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ import pytest
 
 @pytest.fixture(scope="session")
 def distribution_check_pool():
-    from suite.harness.pool import EnginePool
+    from ..engines.pool import EnginePool
 
     pool = EnginePool(call_timeout=300.0)
     yield pool
@@ -34,8 +33,8 @@ def distribution_check(distribution_check_pool):
     accept_known=False)``: fail the test unless the workload trains under every spec what it trains
     with no strategy (PASS); ``accept_known=True`` also lets specs where only known deviations of
     TensorFlow/Keras differ (DEVIATION, BLOCKED) pass."""
-    from suite.common.specs import DEFAULT_SPECS, SpecError, parse_specs
-    from suite.harness import differential, usercheck
+    from ...common.specs import DEFAULT_SPECS, SpecError, parse_specs
+    from ..loopcheck import differential, usercheck
 
     def check(target: str, strategies: str = ",".join(DEFAULT_SPECS), steps: int = 3, global_batch: int = 48,
               rtol: float = differential.RTOL, atol: float = differential.ATOL,

@@ -13,8 +13,8 @@ the same parts whatever failed::
     ...
 
 Inside a running test every comparison consults the known deviations in scope
-(``deviations.current``, set by conftest): a mismatch is tolerated only when an entry's signature
-explains what was observed (suite/harness/signatures.py); a result equal to the reference where an
+(``deviations.ledger_in_force()``, entered by the suite's plugin): a mismatch is tolerated only when an entry's signature
+explains what was observed (suite/harness/verdict/signatures.py); a result equal to the reference where an
 entry predicts otherwise fails. ``given`` hands a comparison's inputs to deviation models.
 """
 
@@ -25,11 +25,13 @@ from typing import Any
 
 import numpy as np
 
-from reference.distribute import local_results
-from suite.common.results import Raised
-from suite.harness import deviations
-from suite.harness.signatures import CONDITIONS, Seen
-from suite.harness.tolerances import tolerance
+from ... import layout
+from ...common.results import Raised
+from . import deviations
+from .signatures import CONDITIONS, Seen
+from .tolerances import tolerance
+
+local_results = layout.reference("distribute").local_results
 
 
 class PropertyFailure(AssertionError):
@@ -143,7 +145,7 @@ class Check:
         the entries in scope that did not explain it. A pass where an entry predicts another
         value fails here: the entry is out of date."""
         __tracebackhide__ = True
-        ledger = deviations.current
+        ledger = deviations.ledger_in_force()
         covering = [(d, s) for d, s in ledger.covering(what) if s.kind != "raises"] if ledger else []
         if not covering:
             return ok, ""
@@ -165,7 +167,7 @@ class Check:
     # -- comparisons ---------------------------------------------------------------------
     def close(self, actual, expected, what: str, *, kind: str = "value", n_terms: int = 1,
               elements: int | None = None, override: dict | None = None, given=None):
-        """``actual`` equals ``expected`` within the dtype's tolerance (suite/harness/tolerances.py)."""
+        """``actual`` equals ``expected`` within the dtype's tolerance (suite/harness/verdict/tolerances.py)."""
         __tracebackhide__ = True
         tol = tolerance(self.dtype, kind, n_terms, override)
 
@@ -239,7 +241,7 @@ class Check:
         that a known deviation in scope predicts, from its origin and, for a deadlock, under its
         condition (``given``: what the condition reads) (the caller skips what needs the value)."""
         __tracebackhide__ = True
-        ledger = deviations.current
+        ledger = deviations.ledger_in_force()
         covering = [(d, s) for d, s in ledger.covering(what) if s.kind == "raises"] if ledger else []
         if isinstance(outcome, Raised):
             if covering and ledger.judge(Seen(what, outcome, None, lambda x, y: x == y, self.spec, given),
@@ -258,8 +260,9 @@ class Check:
     def given_for(self, what: str, given) -> None:
         """Hand a raises signature's condition what it reads, for a probe that may raise as a
         whole (a ProbeError, judged after the test: deviations.Ledger.explains_error)."""
-        if deviations.current is not None:
-            deviations.current.given[what] = given
+        ledger = deviations.ledger_in_force()
+        if ledger is not None:
+            ledger.given[what] = given
 
     # -- across workers ------------------------------------------------------------------
     def per_replica(self, results: list, expected: list, what: str, attr: str | None = "local",

@@ -17,11 +17,12 @@ import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from suite.harness import matrix
-from suite.harness.report import case_outcome
-from suite.harness.versions import as_tuple
+from ... import layout
+from ..engines.versions import as_tuple
+from . import results_dir
+from .run_report import case_outcome
 
-PATH = Path(__file__).resolve().parents[2] / "docs" / "measured_runs.json"
+PATH = (layout.REPO_ROOT or layout.IMPORT_ROOT) / "docs" / "measured_runs.json"  # the repository's record
 # the profiles whose runs exercise an entry whose tests they ran: the ci profile draws enough cases on
 # every default spec; a quick run (four examples on two specs) may not draw the entry's condition
 EXERCISING = ("ci",)
@@ -32,7 +33,7 @@ def node_id(case: ET.Element) -> str:
     return f"{case.get('classname', '').replace('.', '/')}.py::{case.get('name', '')}"
 
 
-def summarize(point: matrix.Point, entries) -> dict:
+def summarize(point: results_dir.Point, entries) -> dict:
     """One run of the record from a results folder's conformance XML (and its reruns)."""
     cases: dict[str, ET.Element] = {}
     for path in [point.conformance, *point.reruns]:
@@ -48,7 +49,7 @@ def summarize(point: matrix.Point, entries) -> dict:
                 per[d.id]["ran"] += 1
         for d in named:
             per.setdefault(d, {"ran": 0, "observed": 0})["observed"] += 1
-    versions = json.loads((point.path / matrix.VERSIONS).read_text())
+    versions = json.loads((point.path / results_dir.VERSIONS).read_text())
     return {"tensorflow": point.tensorflow, "keras": point.keras, "profile": point.profile,
             "command": versions.get("conformance", {}).get("command", "?"), "items": items,
             "deviations": {k: v for k, v in sorted(per.items()) if v["ran"] or v["observed"]}}
@@ -62,7 +63,7 @@ def record(results: Path, path: Path, entries) -> list[dict]:
     """Add each results folder's run to the record at ``path`` (a run of the same versions and
     profile replaces the recorded one); returns the runs added."""
     runs = load(path)
-    added = [summarize(p, entries) for p in matrix.load(results) if p.conformance]
+    added = [summarize(p, entries) for p in results_dir.load(results) if p.conformance]
     keys = {(r["tensorflow"], r["keras"], r["profile"]) for r in added}
     runs = [r for r in runs if (r["tensorflow"], r["keras"], r["profile"]) not in keys] + added
     runs.sort(key=lambda r: (as_tuple(r["tensorflow"]), as_tuple(r["keras"]), r["profile"]))

@@ -22,12 +22,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from suite.common import protocol
-from suite.common.results import Raised
-from suite.common.specs import Spec
-from suite.harness import agent, topology, versions
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from ... import layout
+from ...common import protocol
+from ...common.results import Raised
+from ...common.specs import Spec
+from . import agent, topology, versions
 
 
 class EngineError(RuntimeError):
@@ -87,12 +86,12 @@ class _Process:
         self.log_path = log_dir / f"{slug}-{time.time_ns()}.log"
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
-        cmd = [python, "-m", "suite.engine.worker", "--fd-in", str(to_child_r), "--fd-out", str(from_child_w),
+        cmd = [python, "-m", layout.ENGINE_MODULE, "--fd-in", str(to_child_r), "--fd-out", str(from_child_w),
                *worker_args]
         with open(self.log_path, "wb") as log:
             self.popen = subprocess.Popen(
                 cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
-                cwd=str(REPO_ROOT), pass_fds=(to_child_r, from_child_w), start_new_session=True,
+                cwd=str(layout.engine_cwd()), pass_fds=(to_child_r, from_child_w), start_new_session=True,
                 preexec_fn=_set_pdeathsig if sys.platform.startswith("linux") else None)
         os.close(to_child_r)
         os.close(from_child_w)
@@ -127,7 +126,7 @@ class _Process:
 
 class _RemoteProcess:
     """One engine process on a cluster host, started by that host's agent
-    (suite/harness/agent.py); the same interface as ``_Process`` over a socket."""
+    (suite/harness/engines/agent.py); the same interface as ``_Process`` over a socket."""
 
     def __init__(self, address: tuple[str, int], task: topology.Task, worker_args: list[str], timeout: float):
         self.task = task
@@ -234,8 +233,7 @@ class Engine:
         # SPEC@ENV: another env's TensorFlow (TF_USE_LEGACY_KERAS as that env says)
         base_env = versions.environment(versions.interpreter(self.spec.python)[1] if self.spec.python else {})
         base_env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        base_env["PYTHONPATH"] = os.pathsep.join(
-            [str(REPO_ROOT)] + [p for p in base_env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        base_env["PYTHONPATH"] = layout.engine_pythonpath(base_env.get("PYTHONPATH"))
         base_env.pop("TF_CONFIG", None)
         # Engines' temporary files (probe inputs, checkpoints) live under the pool's folder, which the
         # pool removes at close: an engine killed mid-probe never runs its own clean-up.

@@ -1,7 +1,7 @@
 """Measure how far TensorFlow's float32 results fall from the float64 reference, to derive the
 float32 tolerances (docs/reference.md, "Measured error").
 
-    python -m suite.harness.measure_error [--examples N] [--specs default,mirrored:2,mirrored:3]
+    python -m suite.harness.tools.measure_error [--examples N] [--specs default,mirrored:2,mirrored:3]
 
 For each spec it draws cases with the suite's own case strategies (the training property's and
 compute_average_loss's, derandomized), runs them in float32 on an engine and records, per
@@ -20,13 +20,15 @@ import numpy as np
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from reference import distribute as ref
-from reference import model as ref_model
-from suite.common.catalog import ADAPTIVE, OPTIMIZERS
-from suite.common.specs import parse_specs
-from suite.harness import cases
-from suite.harness.cases import ARCHS, arch_dict, training_cases
-from suite.harness.pool import EnginePool
+from ... import layout
+from ...common.catalog import ADAPTIVE, OPTIMIZERS
+from ...common.specs import parse_specs
+from ..drawing import cases
+from ..drawing.cases import ARCHS, arch_dict, training_cases
+from ..engines.pool import EnginePool
+
+ref_model = layout.reference("model")
+ref = layout.reference("distribute")
 
 U = 2.0 ** -24
 DRAWS = collections.Counter()  # (optimizer, well conditioned) -> drawn training cases

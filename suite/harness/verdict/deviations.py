@@ -4,10 +4,10 @@
 patterns: ``*`` and ``{a,b}``: the tests the entry may excuse), ``tensorflow`` and ``keras``
 version ranges (PEP 440 specifier sets), ``summary``, ``evidence`` (links and/or repro files in
 the repo), ``first_seen`` and one or more ``[[deviation.signature]]`` tables that say what
-TensorFlow does instead (suite/harness/signatures.py).
+TensorFlow does instead (suite/harness/verdict/signatures.py).
 
-conftest gives each running test a ``Ledger`` of the entries in scope (``current``); every Check
-comparison consults it, and the check of a user's loop asks a Ledger of the entries whose
+The suite's plugin runs each test inside ``in_force(Ledger(entries in scope))``; every Check
+comparison consults ``ledger_in_force()``, and the check of a user's loop asks a Ledger of the entries whose
 ``tests`` name its scope (``loop-check[SPEC]``) the same question (``Ledger.judge``). A
 mismatch that a signature explains is tolerated and counted; any other mismatch fails as usual.
 After the test, one with tolerated mismatches is reported as an expected failure naming the
@@ -18,6 +18,8 @@ fails ("update the entry").
 from __future__ import annotations
 
 import collections
+import contextlib
+import contextvars
 import dataclasses
 import tomllib
 from pathlib import Path
@@ -26,9 +28,10 @@ from typing import Any
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from suite.harness.signatures import CONDITIONS, NOTHING, Seen, Signature, glob
+from ... import layout
+from .signatures import CONDITIONS, NOTHING, Seen, Signature, glob
 
-PATH = Path(__file__).resolve().parents[2] / "known_deviations.toml"
+PATH = layout.DEVIATIONS_FILE
 REQUIRED = ("id", "tests", "tensorflow", "keras", "summary", "evidence", "first_seen", "signature")
 
 
@@ -189,7 +192,24 @@ def stale_bands(totals: dict) -> list[str]:
             if compared >= BAND_JUDGED_AFTER and not explained]
 
 
-current: Ledger | None = None  # the running test's ledger (set by conftest around each test call)
+# The running test's ledger: a context (like decimal's), entered around a test's call by the
+# suite's plugin (suite/harness/plugin/suite_plugin.py) and read by Check (judgment.py).
+_IN_FORCE: contextvars.ContextVar[Ledger | None] = contextvars.ContextVar("tfds_ledger", default=None)
+
+
+def ledger_in_force() -> Ledger | None:
+    """The ledger of the test that is running (None outside a test of the suite)."""
+    return _IN_FORCE.get()
+
+
+@contextlib.contextmanager
+def in_force(ledger: Ledger):
+    """Run the block with ``ledger`` consulted by every comparison; yields it."""
+    token = _IN_FORCE.set(ledger)
+    try:
+        yield ledger
+    finally:
+        _IN_FORCE.reset(token)
 
 
 def _range(name: str, spec: str) -> str:
@@ -198,7 +218,7 @@ def _range(name: str, spec: str) -> str:
 
 
 def table(entries: list[Deviation] | None = None) -> list[str]:
-    """The README's table of the entries (``python -m suite.harness.deviations``): id, the version
+    """The README's table of the entries (``python -m suite.harness.verdict.deviations``): id, the version
     ranges, what TensorFlow does (the summary, one paragraph), its repro and where it was first seen."""
     entries = load() if entries is None else entries
     lines = ["| id | TF / Keras | what | first seen |", "| --- | --- | --- | --- |"]

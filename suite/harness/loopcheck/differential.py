@@ -24,9 +24,9 @@ import re
 
 import numpy as np
 
-from suite.common.results import Raised
-from suite.harness import deviations
-from suite.harness.signatures import Seen
+from ...common.results import Raised
+from ..verdict import deviations
+from ..verdict.signatures import Seen
 
 RTOL = 1e-4
 ATOL = 1e-7

@@ -2,31 +2,20 @@
 
 An engine is a process (or a local cluster of them) per spec, started on first use and kept
 for the session; splitting one spec's tests over two workers would start it twice and leave
-both copies mostly idle. ``SpecScheduling`` is xdist's load-scope scheduling with the spec as
+both copies mostly idle. ``SpecScheduling`` (internals.py) is xdist's load-scope scheduling with the spec as
 the scope: every test parametrized by a selected spec (the first parameter of its id, as
-``draws.split_nodeid`` reads it) goes to the worker that has that spec; any other test is a
+``tally.split_nodeid`` reads it) goes to the worker that has that spec; any other test is a
 scope of its own. Scopes go out largest first and a worker that finishes takes the next, so the
 costly specs start early and the small tests fill the gaps.
 
-conftest.py selects it for ``--dist loadscope`` (pyproject's addopts: ``-n auto --dist
-loadscope``); ``-n 0`` runs everything in the pytest process, as before.
+The suite's plugin (suite_plugin.py) selects it for ``--dist loadscope`` (pyproject's addopts:
+``-n auto --dist loadscope``); ``-n 0`` runs everything in the pytest process. The scope is
+decided here (``scope_of``); the xdist scheduler that applies it is in internals.py.
 """
 
 from __future__ import annotations
 
-from xdist.scheduler import LoadScopeScheduling
-
-from suite.harness.draws import split_nodeid
-
-
-class SpecScheduling(LoadScopeScheduling):
-    def __init__(self, config, specs: list[str], log=None):
-        super().__init__(config, log)
-        self.specs = frozenset(specs)
-
-    def _split_scope(self, nodeid: str) -> str:
-        return scope_of(nodeid, self.specs)
-
+from ..drawing.tally import split_nodeid
 
 # Properties that call the engines of every selected spec (a checkpoint saved under the test's
 # spec is restored under a drawn one): all their items form one scope, so one worker runs them

@@ -1,0 +1,1 @@
+"""What the properties draw: hypothesis cases, the profiles that size them, the tally of draws."""

@@ -1,0 +1,34 @@
+"""The one module that uses pytest's and pytest-xdist's private APIs, where no public one does
+the job. Everything else in the project uses public pytest, xdist and hypothesis API.
+
+- ``SpecScheduling``: xdist's load-scope scheduling keyed by strategy spec. xdist offers no
+  public hook for the scope of a test; ``LoadScopeScheduling._split_scope`` is its documented
+  override point in xdist's own sub-classes (``LoadFileScheduling``).
+- ``run_again``: run a collected item once more in the same session (the mutation matrix runs
+  one item under several mutants). pytest has no public API to re-run an item: a fresh fixture
+  request (``Item._initrequest``) and ``_pytest.runner.runtestprotocol``.
+"""
+
+from __future__ import annotations
+
+from _pytest.runner import runtestprotocol
+from xdist.scheduler import LoadScopeScheduling
+
+from .scheduling import scope_of
+
+
+class SpecScheduling(LoadScopeScheduling):
+    """Load-scope scheduling whose scope is the strategy spec (scheduling.scope_of)."""
+
+    def __init__(self, config, specs: list[str], log=None):
+        super().__init__(config, log)
+        self.specs = frozenset(specs)
+
+    def _split_scope(self, nodeid: str) -> str:
+        return scope_of(nodeid, self.specs)
+
+
+def run_again(item, nextitem) -> list:
+    """Run ``item``'s setup, call and teardown again with a fresh fixture request; its reports."""
+    item._initrequest()
+    return runtestprotocol(item, nextitem=nextitem, log=False)

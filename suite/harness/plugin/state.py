@@ -1,0 +1,36 @@
+"""What the suite's plugin keeps for a session, in pytest's stash (no module globals, no private
+attributes on pytest objects): the session's ``SuiteState`` under ``config.stash``, and per test
+item the known deviations in scope and, after its call, the ledger that judged it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from ..verdict.findings import Findings
+
+
+@dataclasses.dataclass
+class SuiteState:
+    specs: list  # the selected strategy specs (suite.common.specs.Spec)
+    versions: dict  # {"tensorflow": ..., "keras": ...} of the engine interpreter
+    other_versions: dict  # SPEC@ENV text -> that env's versions
+    deviations: list  # the known-deviations file's entries
+    draws: dict = dataclasses.field(default_factory=dict)  # test id -> tally.Tally of its examples
+    budgets: dict = dataclasses.field(default_factory=dict)  # property -> examples per spec without --deep
+    findings: Findings = dataclasses.field(default_factory=Findings)
+    engines: dict = dataclasses.field(default_factory=lambda: {"starts": {}, "traces": {}})
+    bands: dict = dataclasses.field(default_factory=dict)  # (deviation, quantity, band) -> [compared, explained]
+    stale: list = dataclasses.field(default_factory=list)  # stale rounding bands, found at the session's end
+    mutant: str | None = None  # the mutant the engines compute with (tools/mutation.py)
+
+
+SUITE = pytest.StashKey[SuiteState]()
+IN_SCOPE = pytest.StashKey[tuple]()  # item -> the deviations whose tests match it, for its versions
+LEDGER = pytest.StashKey[object]()  # item -> the deviations.Ledger of its call
+
+
+def of(config) -> SuiteState:
+    """The session's state (pytest_configure of suite_plugin.py creates it)."""
+    return config.stash[SUITE]

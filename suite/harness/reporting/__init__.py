@@ -1,0 +1,1 @@
+"""Results on disk (one folder per TensorFlow/Keras) and the reports made from them."""

@@ -1,0 +1,1 @@
+"""Maintainers' tools: the benchmark method, the measured float32 error, the mutation matrix."""

@@ -1,0 +1,1 @@
+"""How a comparison is judged: tolerances, known deviations and their signatures, failure messages, repros, findings."""
