@@ -23,7 +23,7 @@ strategy spec grammar:
   parameter_server:WwPps        ParameterServerStrategy: W worker and P ps servers on loopback,
                                 driven by a ClusterCoordinator in the chief process
   cluster                       the cluster of the engine agents named by --cluster-agents, each
-                                with the TF_CONFIG its host gives it (see README, "A real cluster")
+                                with the TF_CONFIG its host gives it (see docs/running.md, "A real cluster")
   tpu                           TPUStrategy (skipped where no TPU exists)
   SPEC@ENV                      any spec above but cluster, its engines run by another TensorFlow:
                                 the interpreter of tox env ENV (.tox/ENV/bin/python; a -legacy
@@ -148,7 +148,7 @@ def parse_spec(text: str) -> Spec:
         # (parameter_server_strategy_v2.py, _num_replicas_in_sync)
         return Spec(s, "parameter_server", replicas=1, workers=w, ps=p)
     if s == "cluster":
-        raise SpecError("the 'cluster' spec needs --cluster-agents HOST:PORT,... (see README, "
+        raise SpecError("the 'cluster' spec needs --cluster-agents HOST:PORT,... (see docs/running.md, "
                         "\"A real cluster\")")
     raise SpecError(f"unknown strategy spec {s!r}\n{GRAMMAR}")
 

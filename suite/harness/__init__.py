@@ -1,2 +1,2 @@
-"""The pytest side: engine pool, cluster topology, agents, cases, checks, repro snippets,
-deviations, benchmarks' method and the report. Nothing here imports TensorFlow."""
+"""The pytest side, one room per job: engines/, drawing/, verdict/, loopcheck/, reporting/,
+tools/, plugin/ (each package's docstring says its job). Nothing here imports TensorFlow."""

@@ -149,7 +149,7 @@ def test_bad_result_files_give_one_line_errors(tmp_path, content, message):
 def test_missing_file_is_a_usage_error(tmp_path):
     out = subprocess.run([sys.executable, "-m", "suite.report", str(tmp_path / "nope.json"), "-o", str(tmp_path)],
                          capture_output=True, text=True, cwd=REPO, timeout=120)
-    assert out.returncode == 2 and "no such file" in out.stderr
+    assert out.returncode == 2 and "no such file" in out.stderr and len(out.stderr.strip().splitlines()) == 1
 
 
 def test_run_to_run_noise_is_measured_from_files_of_the_same_versions(tmp_path):

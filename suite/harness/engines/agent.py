@@ -61,7 +61,7 @@ def parse_address(text: str) -> tuple[str, int]:
 def agent_key() -> bytes:
     key = os.environ.get(KEY_ENV, "")
     if not key:
-        raise AgentError(f"{KEY_ENV} is not set; agents and pytest must share it (see README, \"A real cluster\")")
+        raise AgentError(f"{KEY_ENV} is not set; agents and pytest must share it (see docs/running.md, \"A real cluster\")")
     return key.encode()
 
 

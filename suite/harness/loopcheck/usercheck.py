@@ -270,7 +270,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m suite.check",
         description="Check that a training loop trains the same model under each tf.distribute strategy spec as "
                     "with no strategy on the global batch, and diagnose where it does not.")
-    p.add_argument("workload", help="the workload factory, package.module:factory (see README, 'Check your own loop')")
+    p.add_argument("workload", help="the workload factory, package.module:factory (see README and docs/check.md)")
     p.add_argument("--strategies", default=",".join(DEFAULT_SPECS),
                    help="comma-separated strategy specs (default: every default spec)")
     p.add_argument("--steps", type=int, default=3, help="steps to train and compare (default 3)")
@@ -283,7 +283,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", metavar="FILE", help="also write the verdicts as JSON to FILE ('-': stdout)")
     p.add_argument("--engine-python", default=None, help="the interpreter whose TensorFlow runs the engines")
     p.add_argument("--cluster-agents", default=os.environ.get("TFDS_CLUSTER_AGENTS"), metavar="HOST:PORT,...",
-                   help="the engine agents of a real cluster, for the 'cluster' spec (README, 'A real cluster')")
+                   help="the engine agents of a real cluster, for the 'cluster' spec (docs/running.md, 'A real cluster')")
     p.add_argument("--engine-timeout", type=float, default=300.0, help="seconds an engine call may take")
     p.add_argument("--accept-known", action="store_true",
                    help=f"exit 0 when the only findings are known deviations of TensorFlow/Keras (DEVIATION, BLOCKED: "

@@ -49,7 +49,7 @@ def pytest_addoption(parser):
                          "every other property (default: the fewer their budget marker gives), and tests "
                          "marked deep run (the mutation matrix; .ci/run runs it)")
     group.addoption("--workload", default=None, metavar="PACKAGE.MODULE:FACTORY",
-                    help="check this training loop (the workload protocol, README 'Check your own loop') under "
+                    help="check this training loop (the workload protocol: README, docs/check.md) under "
                          "every selected spec against itself with no strategy; only that test runs "
                          "(tests/workloads/test_user_workload.py). With pytest benchmarks: time its train step "
                          "instead of the built-in workloads")
@@ -60,7 +60,7 @@ def pytest_addoption(parser):
                          "python -m suite.report DIR reads them")
     group.addoption("--cluster-agents", default=os.environ.get("TFDS_CLUSTER_AGENTS"),
                     help="HOST:PORT,... of the engine agents of a real cluster, for the 'cluster' spec "
-                         "(python -m suite.harness.engines.agent on each host; see README)")
+                         "(python -m suite.harness.engines.agent on each host; see docs/running.md)")
 
 
 @pytest.hookimpl(tryfirst=True)  # before junitxml and pytest-benchmark read the paths --results-dir sets

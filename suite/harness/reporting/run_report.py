@@ -529,8 +529,9 @@ def main(argv=None) -> int:
     if args.noise is not None and not 0 <= args.noise < 1:
         parser.error(f"--noise {args.noise}: a fraction from 0 to 1")
     missing = [str(p) for p in args.files if not p.exists()]
-    if missing:
-        parser.error(f"no such file: {', '.join(missing)}")
+    if missing:  # one line, like every other input the report cannot use
+        print(f"suite.report: no such file: {', '.join(missing)}", file=sys.stderr)
+        return 2
     try:
         report = write_report(args.files, args.output, args.noise)
     except ReportError as exc:

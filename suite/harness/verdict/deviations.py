@@ -218,7 +218,7 @@ def _range(name: str, spec: str) -> str:
 
 
 def table(entries: list[Deviation] | None = None) -> list[str]:
-    """The README's table of the entries (``python -m suite.harness.verdict.deviations``): id, the version
+    """The table of the entries (docs/known_deviations.md, ``python -m tests.docs_pages``): id, the version
     ranges, what TensorFlow does (the summary, one paragraph), its repro and where it was first seen."""
     entries = load() if entries is None else entries
     lines = ["| id | TF / Keras | what | first seen |", "| --- | --- | --- | --- |"]
