@@ -5,7 +5,8 @@ runs the case under it and under ``SPEC`` in the session's own interpreter and r
 to agree, for contracts that the documentation states without a version: a correct TensorFlow
 gives the same numbers, up to the rounding either may add (tolerances.between_engines). The
 reference only conditions the cases (no kinks); the expected value is the other version's
-result. Without a ``@`` spec these tests have no parameters and are skipped::
+result, and a failure cites the reference rule of the property compared. Without a ``@`` spec
+these tests have no parameters and are skipped::
 
     tox -e tf215 --notest
     pytest tests/properties/test_across_versions.py --strategies mirrored:2@tf215,multi_worker:2x1@tf215
@@ -17,6 +18,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from reference import distribute as ref
 from reference import model as ref_model
 from suite.common.catalog import ADAPTIVE, OPTIMIZERS
 from suite.harness.drawing import cases
@@ -57,7 +59,8 @@ def test_compute_average_loss_agrees_across_versions(engines, versioned_spec, dt
     call = dict(losses=losses, sizes=sizes, global_batch_size=gbs)
     here = engines.call(spec.base, "losses.compute_average_loss", **call)
     there = engines.call(spec, "losses.compute_average_loss", **call)
-    check = Check(spec, dtype, dict(_versions(request, spec), sizes=sizes, losses=losses, global_batch_size=gbs))
+    check = Check(spec, dtype, dict(_versions(request, spec), sizes=sizes, losses=losses, global_batch_size=gbs),
+                  rule=ref.compute_average_loss)
     n = max(sizes + [1])
     for w, (b, a) in enumerate(zip(there, here)):
         check.equal(len(b.local), len(a.local), f"local results (worker {w})")
@@ -79,7 +82,7 @@ def test_strategy_reduce_agrees_across_versions(engines, versioned_spec, dtype, 
     rows = data.draw(cases.floats(dtype, (sum(sizes), width)), label="rows")
     here = engines.call(spec.base, "reduce.reduce", rows=rows, sizes=sizes)
     there = engines.call(spec, "reduce.reduce", rows=rows, sizes=sizes)
-    check = Check(spec, dtype, dict(_versions(request, spec), sizes=sizes, rows=rows))
+    check = Check(spec, dtype, dict(_versions(request, spec), sizes=sizes, rows=rows), rule=ref.reduce)
     _agree(check, there, here, ["sum_axis0", "mean_axis0", "sum_none", "mean_none"], "strategy.reduce",
            n_terms=sum(sizes), override=between_engines())
 
@@ -102,7 +105,7 @@ def test_training_steps_agree_across_versions(engines, versioned_spec, optimizer
     here = engines.call(spec.base, "training.train", **call)
     there = engines.call(spec, "training.train", **call)
     check = Check(spec, dtype, dict(_versions(request, spec), arch=arch_name, optimizer=OPTIMIZERS[optimizer][0],
-                                    sizes=[s[2] for s in steps]))
+                                    sizes=[s[2] for s in steps]), rule=ref_model.train)
     check.equal(len(there), len(here), "workers answering")
     for w, (b, a) in enumerate(zip(there, here)):
         who = f" (worker {w})" if len(here) > 1 else ""

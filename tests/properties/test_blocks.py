@@ -17,6 +17,7 @@ from reference import embeddings as ref_emb
 from reference import mixed_precision as ref_mp
 from reference import model as ref_model
 from reference import random_draws as ref_random
+from reference.rules import Rule
 from suite.common.catalog import ADAPTIVE, OPTIMIZERS
 from suite.harness.drawing import cases
 from suite.harness.drawing.cases import ARCHS, arch_dict, training_cases
@@ -86,7 +87,8 @@ def test_clipping_acts_on_the_summed_gradient(engines, spec, option, data):
     cls, cfg = OPTIMIZERS[optimizer]
     snippet = repro.training(spec, arch_dict(arch), (cls, dict(cfg, **options)), DTYPE, params, steps)
     case = {"arch": arch_name, "optimizer": optimizer, option: c, "sizes": [s[2] for s in steps]}
-    check_history(results, history, Check(spec, DTYPE, case, snippet), initial=params, alternative=per_replica,
+    check = Check(spec, DTYPE, case, snippet, rule=clipping.distributed_clipped_gradients)
+    check_history(results, history, check, initial=params, alternative=per_replica,
                   unsummed=(arch, params, optimizer, steps, {"clip": (option, c)}))
 
 
@@ -106,7 +108,7 @@ def test_weight_decay_is_applied_once_per_step(engines, spec, data):
     cls, cfg = OPTIMIZERS[optimizer]
     snippet = repro.training(spec, arch_dict(arch), (cls, dict(cfg, **options)), DTYPE, params, steps)
     case = {"arch": arch_name, "optimizer": optimizer, "weight_decay": wd, "sizes": [s[2] for s in steps]}
-    check_history(results, history, Check(spec, DTYPE, case, snippet), initial=params,
+    check_history(results, history, Check(spec, DTYPE, case, snippet, rule=ref_model.train), initial=params,
                   unsummed=(arch, params, optimizer, steps, {"weight_decay": wd}))
 
 
@@ -135,7 +137,8 @@ def test_activity_regularizer_losses_are_scaled_as_the_guide_prescribes(engines,
     # Keras 2.12-2.13's regularizer divides an empty replica's penalty by its batch with `/` (a deviation:
     # that step's loss is NaN)
     empty = {i + 1 for i, s in enumerate(steps) if 0 in s[2]} if via == "activity_regularizer" else set()
-    check_history(results, history, Check(spec, DTYPE, case, snippet), initial=params, alternative=unnormalised,
+    check = Check(spec, DTYPE, case, snippet, rule=ref_model.activity_weights)
+    check_history(results, history, check, initial=params, alternative=unnormalised,
                   nan_losses=empty, unsummed=(arch, params, optimizer, steps,
                                               {"activity_normalised": via != "activity_regularizer"}))
 
@@ -228,7 +231,7 @@ def _check_batch_norm(check, results, want, bounds, spec, deviant=None):
                     check.close(copies[0] if copies else None, ref_bn.one_copy(exp[name]),
                                 f"{name} (its one copy) after step {s + 1}{who}",
                                 override={check.dtype: (max(bound[name]), 1e-15)},
-                                given=_one_copy_given(deviant[s][name]) if deviant else None)
+                                given=_one_copy_given(deviant[s][name]) if deviant else None, rule=ref_bn.one_copy)
                     continue
                 for i, rid in enumerate(mine):
                     check.close(copies[i], exp[name][rid], f"{name} on replica {rid} after step {s + 1}{who}",
@@ -259,7 +262,8 @@ def test_synchronized_batch_norm_uses_the_global_batch(engines, spec, data):
                for exp, other, wide in zip(want, skipped, one_pass)]
     results = engines.call(spec, "blocks.batch_norm", synchronized=True, dtype="float64", batches=batches,
                            sizes=sizes, momentum=MOMENTUM, epsilon=EPSILON)
-    _check_batch_norm(Check(spec, "float64", {"sizes": sizes}), results, want, bounds, spec, deviant)
+    _check_batch_norm(Check(spec, "float64", {"sizes": sizes}, rule=ref_bn.synchronized_steps), results, want, bounds,
+                      spec, deviant)
 
 
 @st.composite
@@ -304,7 +308,8 @@ def test_synchronized_batch_norm_in_float32_uses_the_global_batch(engines, spec,
                 for name in ("outputs", "moving_mean", "moving_variance")} for s in range(len(batches))]
     results = engines.call(spec, "blocks.batch_norm", synchronized=True, dtype="float32", batches=batches,
                            sizes=sizes, momentum=MOMENTUM, epsilon=EPSILON)
-    _check_batch_norm(Check(spec, "float32", {"sizes": sizes}), results, want, bounds, spec, deviant)
+    _check_batch_norm(Check(spec, "float32", {"sizes": sizes}, rule=ref_bn.synchronized_steps), results, want, bounds,
+                      spec, deviant)
 
 
 @CHEAP
@@ -321,12 +326,15 @@ def test_unsynchronized_batch_norm_normalises_each_replica_by_itself(engines, sp
                 for name in ("outputs", "moving_mean", "moving_variance")} for other in nan]
     results = engines.call(spec, "blocks.batch_norm", synchronized=False, dtype="float64", batches=batches,
                            sizes=sizes, momentum=MOMENTUM, epsilon=EPSILON)
-    _check_batch_norm(Check(spec, "float64", {"sizes": sizes}), results, want,
+    _check_batch_norm(Check(spec, "float64", {"sizes": sizes}, rule=ref_bn.unsynchronized_steps), results, want,
                       _moving_bounds(batches, sizes, False, one_pass=False), spec, deviant)
 
 
 MP_ARCH = ref_model.Arch(input_dim=3, hidden=(), outputs=2, head="linear")
 MP_LR, MP_INITIAL_SCALE, MP_GROWTH = 0.125, 2.0 ** 10, 2
+# the dtypes of a mixed policy (Keras 3 DTypePolicy; Keras 2.15 mixed_precision.Policy says the same)
+MP_POLICY = Rule("documented", "keras DTypePolicy docstring: 'mixed_float16' or 'mixed_bfloat16' 'causes the compute "
+                               "dtype to be float16 or bfloat16 and the variable dtype to be float32'")
 
 
 def _mixed_precision_bounds(params, steps, policy: str) -> list[float]:
@@ -395,7 +403,8 @@ def test_loss_scaling_skips_a_non_finite_step_on_every_replica(engines, spec, po
     # (test_loss_scaling_skips_a_step_non_finite_on_another_worker): Keras 3 deadlocks there
     poisoned = range(spec.replicas) if spec.workers == 1 else ()
     params, steps, poison = data.draw(mixed_precision_cases(spec.replicas, scale, poisoned), label="case")
-    check = Check(spec, "float32", {"policy": policy, "scale": scale, "poison": poison, "sizes": [s[2] for s in steps]})
+    check = Check(spec, "float32", {"policy": policy, "scale": scale, "poison": poison, "sizes": [s[2] for s in steps]},
+                  rule=ref_mp.scaled_training)
     _check_scaled_training(check, engines, spec, policy, scale, params, steps, poison)
 
 
@@ -431,8 +440,8 @@ def _check_scaled_training(check, engines, spec, policy, scale, params, steps, p
                     check.close(copy, expected, f"variable {v} on local replica {c} after step {s + 1}{who}",
                                 override={"float32": (bounds[s], 2.0 ** -22)},
                                 given={"unsummed": mine["params"][w * local + c][v]})
-        check.equal(r.variable_dtypes, ["float32", "float32"], f"the variables' dtypes{who}")
-        check.equal(r.output_dtype, policy.split("_")[1], f"the layer's compute dtype{who}")
+        check.equal(r.variable_dtypes, ["float32", "float32"], f"the variables' dtypes{who}", rule=MP_POLICY)
+        check.equal(r.output_dtype, policy.split("_")[1], f"the layer's compute dtype{who}", rule=MP_POLICY)
 
 
 @pytest.mark.specs(lambda spec: spec.workers > 1)
@@ -450,7 +459,7 @@ def test_loss_scaling_skips_a_step_non_finite_on_another_worker(engines, spec, p
     steps = [(x, y, sizes)] * 3
     poison = [[1.0] * spec.replicas, [float("inf") if r == (spec.workers - 1) * per else 1.0
                                       for r in range(spec.replicas)], [1.0] * spec.replicas]
-    check = Check(spec, "float32", {"policy": policy, "poison": poison})
+    check = Check(spec, "float32", {"policy": policy, "poison": poison}, rule=ref_mp.scaled_training)
     _check_scaled_training(check, engines, spec, policy, "dynamic", params, steps, poison,
                            loop="the mixed-precision loop, non-finite on the last worker", collective_timeout=10.0)
 
@@ -489,7 +498,7 @@ def test_embedding_sparse_updates_equal_the_dense_reference(engines, spec, optim
     own = [ref_emb.train(table, steps, optimizer, squares="per_occurrence", replica=g) for g in range(spec.replicas)]
     results = engines.call(spec, "blocks.embedding", optimizer=optimizer, dtype="float64", table=table, steps=steps)
     check = Check(spec, "float64", {"optimizer": optimizer, "indices": [s[0].tolist() for s in steps],
-                                    "sizes": [s[2] for s in steps]})
+                                    "sizes": [s[2] for s in steps]}, rule=ref_emb.train)
     for w, r in enumerate(results):
         who = f" (worker {w})" if len(results) > 1 else ""
         check.equal(r.gradient_type, "IndexedSlices", f"the class of the table's gradient{who}")
@@ -513,7 +522,7 @@ def test_seeded_random_draws_repeat_and_replicas_draw_their_own(engines, spec, k
     steps = 2
     results = engines.call(spec, "blocks.random_draws", kind=kind, seed=seed, shape=shape, steps=steps)
     differ, source = ref_random.replicas_draw_their_own(kind)
-    check = Check(spec, case={"kind": kind, "seed": seed, "shape": shape})
+    check = Check(spec, case={"kind": kind, "seed": seed, "shape": shape}, rule=ref_random.replicas_draw_their_own)
     if not all(check.returned(r, f"the random draws of {kind} (worker {w})") for w, r in enumerate(results)):
         return  # a known deviation raised, as its signature predicts
     runs = [[[d for r in results for d in r.runs[run][s]] for s in range(steps)] for run in range(2)]  # global replica order
@@ -557,7 +566,7 @@ def test_training_compiled_with_xla_matches_the_reference(engines, spec, jit, da
     skip_if_xla_unsupported(results, spec, jit)
     snippet = repro.training(spec, arch_dict(arch), OPTIMIZERS[optimizer], DTYPE, params, steps)
     case = {"arch": arch_name, "optimizer": optimizer, "jit": jit, "sizes": [s[2] for s in steps]}
-    check = Check(spec, DTYPE, case, snippet)
+    check = Check(spec, DTYPE, case, snippet, rule=ref_model.train)
     if all(check.returned(r, f"the step compiled with XLA ({jit}, worker {w})") for w, r in enumerate(results)):
         check_history(results, history, check, initial=params, unsummed=(arch, params, optimizer, steps, {}))
 
@@ -577,7 +586,7 @@ def test_ema_of_the_weights_is_the_reference_average_on_every_replica(engines, s
     results = engines.call(spec, "training.train", arch=arch_dict(arch), optimizer=optimizer, dtype=DTYPE,
                            params=params, steps=steps, options=options)
     check = Check(spec, DTYPE, {"arch": arch_name, "optimizer": optimizer, "start": start,
-                                "sizes": [s[2] for s in steps]})
+                                "sizes": [s[2] for s in steps]}, rule=ref_model.train)
     # each replica's own trajectory and its average, where nothing sums the replicas' gradients (Keras 3.0-3.4)
     own = ref_model.train_unsummed(arch, params, optimizer, steps)
     own_averages = [ref_model.ema(params, [{"params": st["params"][g]} for st in own], EMA_MOMENTUM, start)
@@ -592,7 +601,8 @@ def test_ema_of_the_weights_is_the_reference_average_on_every_replica(engines, s
             for v, (copies, expected) in enumerate(zip(got.averages, want)):
                 for c, copy in enumerate(copies):
                     check.close(copy, expected, f"the average of variable {v} on local replica {c} after step {s + 1}{who}",
-                                kind="trained", n_terms=4, given={"unsummed": own_averages[w * local + c][s][v]})
+                                kind="trained", n_terms=4, given={"unsummed": own_averages[w * local + c][s][v]},
+                                rule=ref_model.ema)
 
 
 @CHEAP
@@ -609,7 +619,7 @@ def test_gradient_accumulation_applies_the_mean_every_n_steps(engines, spec, eng
     assume(cases.well_conditioned(history, DTYPE, False))
     results = engines.call(spec, "training.train", arch=arch_dict(arch), optimizer="sgd", dtype=DTYPE,
                            params=params, steps=steps, options={"gradient_accumulation_steps": 2})
-    check = Check(spec, DTYPE, {"arch": arch_name, "sizes": [s[2] for s in steps]})
+    check = Check(spec, DTYPE, {"arch": arch_name, "sizes": [s[2] for s in steps]}, rule=ref_model.train)
     if all(check.returned(r, f"training with gradient_accumulation_steps (worker {w})") for w, r in enumerate(results)):
         # Keras 3's iterations counts applied steps (its micro-steps // gradient_accumulation_steps)
         check_history(results, history, check, iterations=len(steps) // 2, calls=len(steps))

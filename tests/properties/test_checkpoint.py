@@ -15,7 +15,9 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from reference import distribute as ref
+from reference import metrics as ref_metrics
 from reference import model as ref_model
+from reference.rules import Rule
 from suite.common.catalog import ADAPTIVE
 from suite.common.specs import parse_spec
 from suite.harness.drawing import cases
@@ -24,6 +26,10 @@ from suite.harness.verdict.judgment import Check
 from tests.helpers import COSTLY
 
 OPTIMIZERS = ["sgd", "sgd_momentum", "adam", "rmsprop", "adagrad"]
+# a SavedModel exported under a strategy, loaded without one
+RELOADED = Rule("documented", "https://www.tensorflow.org/tutorials/distribute/save_and_load: a model saved under a "
+                              "strategy is restored 'without tf.distribute.Strategy'; tf.saved_model.load returns an "
+                              "object with 'functions that can be used to do inference'")
 
 
 @pytest.fixture(scope="session")
@@ -97,14 +103,16 @@ def _check_state(got, history, under, check, what, counted=False, steps=(), rest
     copies = {"restored_after": restored_after, "replica": replica}
     own = {"unsummed_replica_increments": [[[t, n] for t, n in step] for step in unsummed["replica_losses"]]} \
         if unsummed else {}
+    # the metric states read in cross-replica context: each replica's SUM-aggregated (sync-on-read)
     check.close(got.metrics["loss"], [total, count], f"{what}: loss Mean state (total, count)", kind="trained",
                 n_terms=16, given={"start": [0.0, 0.0], "increments": [[t, n] for t, n in increments], "under": under,
                                    "replica_increments": [[[t, n] for t, n in step] for step in per_replica],
-                                   **copies, **own})
+                                   **copies, **own}, rule=ref_metrics.cross_replica_result)
     if counted:
         check.equal([int(v) for v in got.metrics["examples"]], [count], f"{what}: int64 Sum of the examples seen",
                     given={"start": [0], "increments": [[n] for _, n in increments], "under": under,
-                           "replica_increments": [[[n] for _, n in step] for step in per_replica], **copies})
+                           "replica_increments": [[[n] for _, n in step] for step in per_replica], **copies},
+                    rule=ref_metrics.cross_replica_result)
 
 
 @COSTLY
@@ -131,7 +139,8 @@ def test_checkpoint_restores_under_another_strategy(engines, spec, restore_specs
         case = {"arch": arch_name, "optimizer": optimizer, "restored under": target.text}
         for w, state in enumerate(saved):
             first = w * spec.replicas // len(saved)
-            _check_state(state, before, [spec] * len(steps), Check(spec, dtype, case), f"saved state (worker {w})",
+            _check_state(state, before, [spec] * len(steps), Check(spec, dtype, case, rule=ref_model.train),
+                         f"saved state (worker {w})",
                          counted=True, steps=steps, replica=first,
                          unsummed=_unsummed(own[-1]["params"], own[-1]["slots"][first], losses))
         out = engines.call(target, "checkpoint.restore", arch=arch_dict(arch), optimizer=optimizer, dtype=dtype,
@@ -139,7 +148,7 @@ def test_checkpoint_restores_under_another_strategy(engines, spec, restore_specs
     finally:
         shutil.rmtree(directory, ignore_errors=True)
     where = f"saved under {spec}, restored under {target}"
-    check = Check(target, dtype, case)
+    check = Check(target, dtype, case, rule=ref_model.train)
     for w, r in enumerate(out):
         first = w * target.replicas // len(out)  # the worker's first replica
         _check_state(r.restored, before, [spec] * len(steps), check, f"{where}: restored (worker {w})",
@@ -162,7 +171,7 @@ def test_integer_metric_state_survives_restore(engines, spec):
         out = engines.call(spec, "checkpoint.counters_restore", n=len(values), path=saved.path)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
-    check = Check(spec, case={"saved with no strategy": values})
+    check = Check(spec, case={"saved with no strategy": values}, rule=ref_metrics.cross_replica_result)
     for w, r in enumerate(out):
         check.equal(r.values, values, f"int64 Sum metrics after a restore (worker {w})")
 
@@ -182,6 +191,7 @@ def test_saved_model_exported_under_a_strategy_predicts_identically_without_one(
         shutil.rmtree(directory, ignore_errors=True)
     out, _, _ = ref_model.forward(arch, params, x)
     expected = ref_model.losses.softmax(out) if arch.head == "softmax" else out
-    check = Check(spec, "float32", {"arch": arch_name, "x": x})
+    check = Check(spec, "float32", {"arch": arch_name, "x": x}, rule=ref_model.forward)
     check.close(under[0].prediction, expected, "prediction under the strategy", n_terms=8)
-    check.exact(reloaded.prediction, under[0].prediction, "prediction of the reloaded SavedModel vs under the strategy")
+    check.exact(reloaded.prediction, under[0].prediction, "prediction of the reloaded SavedModel vs under the strategy",
+                rule=RELOADED)

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from reference import distribute as ref
 from reference import input as ref_input
+from reference.rules import Rule
 from suite.common.results import Raised
 from suite.harness.engines.pool import ProbeError
 from suite.harness.verdict.judgment import Check
@@ -18,6 +19,22 @@ from tests.helpers import COSTLY
 
 STYLES = ("for", "iter_next", "get_next_as_optional", "tf_function_for")
 AFTER_END = {"iter_next": "StopIteration", "get_next_as_optional": "has_value=False"}
+# what an exhausted iterator does (docs/research/input_distribution.md, section 5)
+EXHAUSTED = Rule("documented", "tf.distribute.DistributedIterator.get_next_as_optional docstring: 'If the "
+                               "tf.distribute.DistributedIterator has reached the end of the sequence, the returned "
+                               "tf.experimental.Optional will have no value'; next() of an exhausted Python iterator "
+                               "raises StopIteration")
+# the iteration styles a user may pick for one distributed dataset
+STYLES_AGREE = Rule("documented", "https://www.tensorflow.org/tutorials/distribute/custom_training, 'Alternate ways "
+                                  "of iterating over a dataset': a for loop, an iterator with iter and next, and a "
+                                  "for loop inside a tf.function over the same distributed dataset; "
+                                  "DistributedIterator.get_next_as_optional: 'the next value for all replicas'")
+# the input function's contexts: one input pipeline per worker
+CONTEXTS = Rule("documented", "Strategy.distribute_datasets_from_function docstring: 'dataset_fn will be called on the "
+                              "CPU device of each of the workers' with a tf.distribute.InputContext; InputContext: "
+                              "'num_input_pipelines: the number of input pipelines in a cluster', 'input_pipeline_id: "
+                              "the current input pipeline id', 'num_replicas_in_sync: the number of replicas that are "
+                              "in sync'")
 
 
 @st.composite
@@ -117,7 +134,7 @@ def test_replica_batches_follow_the_split_rule(engines, spec, style, data):
                 check.exact(part, _rows(ids, case["feature_shape"], case["dtype"]),
                             f"step {s} replica {w * len(mine) + r}{who}")
         if style in AFTER_END:
-            check.equal(result.after_end, AFTER_END[style], f"the exhausted iterator{who}")
+            check.equal(result.after_end, AFTER_END[style], f"the exhausted iterator{who}", rule=EXHAUSTED)
 
 
 def _guide_examples(spec) -> list:
@@ -157,7 +174,7 @@ def test_every_element_is_delivered_exactly_once(engines, spec, data):
     batches are cut per worker under FILE, the split property above covers what is kept.)"""
     case = data.draw(input_cases(spec, files=spec.workers == 1), label="case")
     results = engines.call(spec, "input.distribute", style="for", **case)
-    check = Check(spec, case=case)
+    check = Check(spec, case=case, rule=ref_input.global_batches)
     for w, r in enumerate(results):
         check.returned(r, f"distributing and iterating (worker {w})")
     delivered = sorted(i for r in results for step in r.steps for part in step for i in _ids(part))
@@ -170,20 +187,21 @@ def test_every_element_is_delivered_exactly_once(engines, spec, data):
                   for part in steps[-1] for i in part)
     check.equal(sorted(set(kept) - set(delivered)), [], "elements missing", given={"dropped": last})
     check.equal(sorted(i for i in set(delivered) if delivered.count(i) != copies or i not in kept), [],
-                f"elements delivered other than {copies}x, or not in the dataset")
+                f"elements delivered other than {copies}x, or not in the dataset", rule=ref_input.shard_policy)
 
 
 @COSTLY
 @given(data=st.data())
 def test_iteration_styles_deliver_the_same_stream(engines, spec, data):
     case = data.draw(input_cases(spec, whole_steps=True), label="case")
-    Check(spec, case=case).that(not (spec.kind == "central_storage" and _partial(spec, case)),
-                                "the drawn case", case, "whole steps only (the reference needs no dummy batch)")
+    Check(spec, case=case, rule=ref_input.needs_dummies).that(
+        not (spec.kind == "central_storage" and _partial(spec, case)), "the drawn case", case,
+        "whole steps only (the reference needs no dummy batch)")
     per_worker = engines.call(spec, "input.distribute_styles", styles=list(STYLES), **case)
     streams = {style: [r.type if isinstance(r, Raised) else [[_ids(p) for p in step] for step in r.steps]
                        for r in (results[i] for results in per_worker)]
                for i, style in enumerate(STYLES)}
-    check = Check(spec, case=case)
+    check = Check(spec, case=case, rule=STYLES_AGREE)
     for style, stream in streams.items():
         check.equal(stream, streams["for"], f"the stream iterating with {style!r} vs with 'for'")
 
@@ -197,12 +215,14 @@ def test_distribute_datasets_from_function_follows_input_context(engines, spec, 
     check = Check(spec, case={"length": length, "global_batch": global_batch}, rule=ref_input.datasets_from_function)
     for w, r in enumerate(results):
         check.equal(r.contexts, [[spec.workers, w, spec.replicas]],
-                    f"input contexts (num_input_pipelines, input_pipeline_id, num_replicas_in_sync) of worker {w}")
+                    f"input contexts (num_input_pipelines, input_pipeline_id, num_replicas_in_sync) of worker {w}",
+                    rule=CONTEXTS)
         try:
             expected = ref_input.datasets_from_function(length, global_batch, spec.replicas, spec.workers)[w]
         except ValueError as exc:
             message = " ".join(str(exc).split())
-            check.raises(r.raised or r, "ValueError", f"get_per_replica_batch_size on worker {w}", message)
+            check.raises(r.raised or r, "ValueError", f"get_per_replica_batch_size on worker {w}", message,
+                         rule=ref_input.per_replica_batch_size)
             continue
         check.equal([[_ids(p) for p in step] for step in r.steps], expected, f"element ids of every step on worker {w}",
                     given={"partial": bool(expected) and any(len(part) == 0 for part in expected[-1])})
@@ -212,7 +232,7 @@ def test_values_from_function_sees_each_replica_context(engines, spec):
     results = engines.call(spec, "input.values_from_function")
     for w, r in enumerate(results):
         expected = ref.local_results([[i, spec.replicas] for i in range(spec.replicas)], w, len(results))
-        Check(spec).equal([np.asarray(v).tolist() for v in r.local], expected,
+        Check(spec, rule=ref.local_results).equal([np.asarray(v).tolist() for v in r.local], expected,
                           f"ValueContexts (replica id, replicas) on worker {w}")
 
 
@@ -251,7 +271,7 @@ def test_file_sharding_with_fewer_files_than_workers_fails(pool, spec, policy):
     except ProbeError as exc:
         outcome = exc.raised
     want_type, want_prefix = expected.value.raised[0]
-    check = Check(spec, case={"files": files, "policy": policy})
+    check = Check(spec, case={"files": files, "policy": policy}, rule=ref_input.distribute_workers)
     check.raises(outcome, want_type, "distributing fewer files than workers", want_prefix)
     new = pool.get(spec).pids()
     check.that(set(new).isdisjoint(old), "the cluster's processes after the failure", new,

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from reference import distribute as ref
 from reference import losses as ref_losses
+from reference.rules import Rule
 from suite.common.catalog import LOSS_CLASSES
 from suite.harness.drawing import cases
 from suite.harness.verdict import repro
@@ -17,6 +18,11 @@ from suite.harness.verdict.judgment import Check
 from tests.helpers import RETRACES, skip_if_xla_unsupported
 
 DTYPES = pytest.mark.parametrize("dtype", cases.DTYPES)
+# the custom training tutorial's worked example of the pitfall (per-replica losses [2, 3] and [4, 5], global batch 4)
+TRACKING = Rule("documented", "https://www.tensorflow.org/tutorials/distribute/custom_training, 'Tracking training "
+                              "loss across replicas': (2 + 3) / 4 = 1.25 and (4 + 5) / 4 = 2.25; a tf.metrics.Mean of "
+                              "them has total 3.50 and count 2, result() 1.75: 'scaled by an additional factor that "
+                              "is equal to the number of replicas in sync'")
 
 
 def _avg_loss_repro(spec, losses, sizes, weights, weight_kind, gbs):
@@ -77,7 +83,7 @@ def _check_compute_average_loss(engines, spec, dtype, weight_kind, data, jit="no
     expected = [ref.compute_average_loss(part, w, gbs, spec.replicas) for part, w in zip(per_loss, per_w)]
     case = {"sizes": sizes, "losses": losses, "weights": weights, "global_batch_size": gbs}
     check = Check(spec, dtype, case if jit == "none" else dict(case, jit=jit),
-                  _avg_loss_repro(spec, losses, sizes, weights, weight_kind, gbs))
+                  _avg_loss_repro(spec, losses, sizes, weights, weight_kind, gbs), rule=ref.compute_average_loss)
     if not all(check.returned(r, f"compute_average_loss compiled with XLA ({jit}, worker {w})")
                for w, r in enumerate(results)):
         return
@@ -101,7 +107,7 @@ def test_summed_scaled_loss_equals_the_global_mean_on_even_splits(engines, spec,
     losses = data.draw(cases.floats(dtype, n, 0.0, 8.0), label="per-example losses")
     results = engines.call(spec, "losses.compute_average_loss", losses=losses, sizes=sizes)
     global_mean = float(np.mean(losses.astype(np.float64)))
-    check = Check(spec, dtype, {"sizes": sizes, "losses": losses})
+    check = Check(spec, dtype, {"sizes": sizes, "losses": losses}, rule=ref.compute_average_loss)
     if len(set(sizes)) == 1:
         check.on_workers(results, "total", global_mean, "SUM of compute_average_loss vs single-device mean", n_terms=n)
         return
@@ -124,10 +130,10 @@ def test_mean_metric_of_scaled_losses_reports_loss_over_replicas(engines, spec, 
     results = engines.call(spec, "losses.compute_average_loss", losses=losses, sizes=sizes,
                            global_batch_size=gbs)
     loss = float(np.mean(losses))
-    check = Check(spec, dtype, {"sizes": sizes, "losses": losses})
+    check = Check(spec, dtype, {"sizes": sizes, "losses": losses}, rule=ref.compute_average_loss)
     check.on_workers(results, "total", loss, "summed scaled loss", n_terms=gbs)
     check.on_workers(results, "tracked_mean", loss / spec.replicas, "Mean metric of the scaled losses (loss / replicas)",
-                     n_terms=gbs, given_per_worker=_tracker_inputs(losses, sizes, gbs, len(results)))
+                     n_terms=gbs, given_per_worker=_tracker_inputs(losses, sizes, gbs, len(results)), rule=TRACKING)
 
 
 @pytest.mark.specs(lambda s: s.replicas == 2)
@@ -136,7 +142,8 @@ def test_documented_loss_tracking_pitfall_example(engines, spec):
     3.5 and a Mean of the scaled losses gives 1.75."""
     results = engines.call(spec, "losses.compute_average_loss", losses=np.array([2.0, 3, 4, 5]),
                            sizes=[2, 2], global_batch_size=4)
-    check = Check(spec, "float64", {"sizes": [2, 2], "losses": [2.0, 3, 4, 5], "global_batch_size": 4})
+    check = Check(spec, "float64", {"sizes": [2, 2], "losses": [2.0, 3, 4, 5], "global_batch_size": 4},
+                  rule=TRACKING)
     check.on_workers(results, "total", 3.5, "summed scaled loss")
     check.on_workers(results, "tracked_mean", 1.75, "Mean of scaled losses",
                      given_per_worker=_tracker_inputs(np.array([2.0, 3, 4, 5]), [2, 2], 4, len(results)))
@@ -157,7 +164,7 @@ def test_scale_regularization_loss_divides_by_replicas(engines, spec, dtype, dat
     reg = data.draw(cases.floats(dtype, st.integers(0, 4), 0.0, 8.0), label="regularization losses")
     results = engines.call(spec, "losses.scale_regularization_loss", reg_losses=reg)
     each = ref.scale_regularization_loss(reg, spec.replicas)
-    check = Check(spec, dtype, {"regularization losses": reg})
+    check = Check(spec, dtype, {"regularization losses": reg}, rule=ref.scale_regularization_loss)
     check.per_replica(results, [each] * spec.replicas, "scale_regularization_loss", n_terms=len(reg) + 1)
     check.on_workers(results, "total", float(np.sum(reg, dtype=np.float64)), "SUM of scale_regularization_loss",
                      n_terms=len(reg) + spec.replicas)
@@ -189,7 +196,7 @@ def test_multi_dimensional_labels(engines, spec, dtype, normalise, data):
         "per_element = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=z)\n"
         + ("per_element /= tf.cast(tf.reduce_prod(tf.shape(y)[1:]), per_element.dtype)\n" if normalise else "")
         + f"return tf.nn.compute_average_loss(per_element, global_batch_size={n})")
-    check = Check(spec, dtype, {"sizes": sizes, "label dims": tail}, snippet)
+    check = Check(spec, dtype, {"sizes": sizes, "label dims": tail}, snippet, rule=ref.compute_average_loss)
     check.on_workers(results, "total", expected,
                      "SUM of compute_average_loss (%s)" % ("per-element mean" if normalise else "elements x mean"),
                      n_terms=per_element.size, elements=elements)

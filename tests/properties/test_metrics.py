@@ -95,7 +95,7 @@ def _check_metric(engines, spec, engine_versions, kind, data, jit="none"):
                             "print('in replica context:', strategy.experimental_local_results(in_replica))\n"
                             "print('cross-replica result():', metric.result().numpy())\n")
     check = Check(spec, dtype, {"kind": kind, "sizes": [b[2] for b in batches], **({"jit": jit} if jit != "none" else {})},
-                  snippet)
+                  snippet, rule=ref_metrics.cross_replica_result)
     if not all(check.returned(r, f"the metric compiled with XLA ({jit}, worker {w})") for w, r in enumerate(results)):
         return
     # deviation models may read each batch's increments of (total, count), summed over replicas,

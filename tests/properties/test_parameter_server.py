@@ -15,11 +15,29 @@ from reference import losses as ref_losses
 from reference import model as ref_model
 from reference import parameter_server as ref_ps
 from reference.losses import Raises
+from reference.rules import Rule
 from suite.common.catalog import ADAPTIVE
 from suite.common.specs import parse_spec
 from suite.harness.drawing import cases
 from suite.harness.drawing.cases import ARCHS, arch_dict, training_cases
 from suite.harness.verdict.judgment import Check
+
+# where the variables live: ParameterServerStrategy's docstring
+ON_PS = Rule("documented", "ParameterServerStrategy docstring: 'Variables are created on parameter servers and they are "
+                           "read and updated by workers in each step'")
+# each scheduled function runs once when no worker fails (these clusters' workers do not)
+ONCE = Rule("documented", "ClusterCoordinator.schedule docstring: 'schedule guarantees that fn will be executed on a "
+                          "worker at least once; it could be more than once if its corresponding worker fails'; join: "
+                          "'Blocks until all the scheduled functions have finished execution'")
+# what a Keras optimizer's step counter counts
+ITERATIONS = Rule("documented", "the Keras 2.15 Optimizer.iterations docstring: 'The number of training steps this "
+                                "optimizer has run. By default, iterations would be incremented by one every time "
+                                "apply_gradients() is called'")
+# reference/parameter_server.py's sources, for what no function of it states
+ROUND_ROBIN = Rule("observed", "parameter_server_strategy_v2.py _create_variable_round_robin: '/job:ps/task:%d' % "
+                               "(variable_count % num_ps), each shard of a partitioned variable a variable of its own")
+ONE_REPLICA = Rule("observed", "parameter_server_strategy_v2.py _num_replicas_in_sync: 'self._num_gpus_per_worker or "
+                               "1' (1 on CPU workers)")
 
 
 def _modes(spec):
@@ -42,14 +60,14 @@ def test_ordered_training_equals_the_reference(engines, ps_spec, optimizer, data
         result = engines.call(spec, "ps.train", arch=arch_dict(arch), optimizer=optimizer, dtype=dtype,
                               params=params, steps=steps, mode=mode)[0]
         check = Check(spec, dtype, {"arch": arch_name, "optimizer": optimizer, "mode": mode,
-                                    "sizes": [s[2] for s in steps]}, replicas=1)
+                                    "sizes": [s[2] for s in steps]}, replicas=1, rule=ref_model.train)
         for s, (got, want) in enumerate(zip(result.losses, history)):
             check.close(got, want["loss"], f"loss of scheduled step {s + 1} ({mode})", kind="trained")
         for v, (got, want) in enumerate(zip(result.params, history[-1]["params"])):
             check.close(got, want, f"variable {v} after {len(steps)} steps ({mode})", kind="trained", n_terms=4)
         check.equal(result.iterations, len(steps), f"optimizer.iterations after {len(steps)} scheduled steps ({mode})")
         check.that(all("/job:ps/" in d for d in result.devices), "devices of the model variables", result.devices,
-                   "on the ps tasks")
+                   "on the ps tasks", rule=ON_PS)
 
 
 @pytest.mark.parametrize("optimizer", ["keras", "assign_sub"])
@@ -66,7 +84,7 @@ def test_every_scheduled_step_is_applied_exactly_once(engines, ps_spec, optimize
     lr = 2.0 ** -lr_exp
     r = engines.call(ps_spec, "ps.exactly_once", w0=w0, c=c_arr, lr=lr, steps=steps, optimizer=optimizer)[0]
     expected = ref_ps.weight_independent_steps(w0, c_arr, lr, steps)
-    check = Check(ps_spec, dtype, {"optimizer": optimizer, "steps": steps, "lr": lr, "c": c_arr, "w0": w0})
+    check = Check(ps_spec, dtype, {"optimizer": optimizer, "steps": steps, "lr": lr, "c": c_arr, "w0": w0}, rule=ONCE)
     check.equal(r.count, steps, "the step counter after the scheduled steps")
     check.equal(r.fetched, steps, "results fetched")
     got = np.asarray(r.w, np.float64)
@@ -84,14 +102,14 @@ def test_optimizer_iterations_count_every_scheduled_step(engines, ps_spec, steps
     that those writes can leave."""
     w0 = np.zeros(2, "float32")
     r = engines.call(ps_spec, "ps.exactly_once", w0=w0, c=np.ones(2, "float32"), lr=0.25, steps=steps)[0]
-    check = Check(ps_spec, "float32", {"steps": steps})
+    check = Check(ps_spec, "float32", {"steps": steps}, rule=ITERATIONS)
     hint = f"the step counter reads {r.count}, the weights moved {float(-r.w[0]) / 0.25:g} steps"
     if r.steps is not None:
         hint += f"; [worker, value written] per step: {r.steps}"
     check.equal(r.iterations, steps, "optimizer.iterations after the scheduled steps", hint, given={"steps": r.steps})
-    check.equal(r.count, steps, "the step counter after the scheduled steps", hint)
+    check.equal(r.count, steps, "the step counter after the scheduled steps", hint, rule=ONCE)
     check.exact(r.w, (w0 - 0.25 * steps).astype("float32"), "the weights after the scheduled steps (loss c.w, lr 0.25)",
-                hint)
+                hint, rule=ONCE)
 
 
 @st.composite
@@ -121,9 +139,10 @@ def _check_partition(engines, ps_spec, case):
     rows = ref_ps.shard_rows(value.shape[0], n)
     check.equal(r.rows, rows, "rows of each shard")
     first = r.ps_tasks[0]
-    check.equal(r.ps_tasks, [(first + i) % ps_spec.ps for i in range(len(rows))], "ps task of each shard (round-robin)")
+    check.equal(r.ps_tasks, [(first + i) % ps_spec.ps for i in range(len(rows))], "ps task of each shard (round-robin)",
+                rule=ROUND_ROBIN)
     for i, (got, want) in enumerate(zip(r.shards, ref_ps.shards(value, n))):
-        check.exact(got, want, f"shard {i}")
+        check.exact(got, want, f"shard {i}", rule=ref_ps.shards)
     check.exact(r.whole, value, "the variable reassembled (whole)")
     check.exact(r.concat, value, "the shards concatenated in order")
 
@@ -163,11 +182,11 @@ def test_num_replicas_and_loss_scaling(engines, ps_spec, engine_versions, reduct
     r = engines.call(ps_spec, "ps.loss_scaling", per_example=per_example, weights=weights,
                      global_batch_size=gbs, reduction=reduction)[0]
     check = Check(ps_spec, dtype, {"per_example": per_example, "weights": weights, "global_batch_size": gbs},
-                  replicas=ref_ps.NUM_REPLICAS_IN_SYNC_CPU)
+                  replicas=ref_ps.NUM_REPLICAS_IN_SYNC_CPU, rule=ref.compute_average_loss)
     check.equal(r.num_replicas_in_sync, ref_ps.NUM_REPLICAS_IN_SYNC_CPU,
-                "num_replicas_in_sync of the strategy (CPU workers)")
+                "num_replicas_in_sync of the strategy (CPU workers)", rule=ONE_REPLICA)
     check.equal(r.replica_context_replicas, ref_ps.NUM_REPLICAS_IN_SYNC_CPU,
-                "num_replicas_in_sync in a scheduled step's replica context (CPU workers)")
+                "num_replicas_in_sync in a scheduled step's replica context (CPU workers)", rule=ONE_REPLICA)
     check.close(r.compute_average_loss,
                 ref.compute_average_loss(per_example, weights, gbs, num_replicas=ref_ps.NUM_REPLICAS_IN_SYNC_CPU),
                 "compute_average_loss in a scheduled step" + (" (with sample_weight)" if weights is not None else ""),
@@ -176,7 +195,7 @@ def test_num_replicas_and_loss_scaling(engines, ps_spec, engine_versions, reduct
                                                 ref_ps.NUM_REPLICAS_IN_SYNC_CPU, has_strategy=True)
     what = f"Keras MAE with reduction={reduction} in a scheduled step"
     if isinstance(expected, Raises):
-        check.raises(r.keras_raised or r, expected, what)
+        check.raises(r.keras_raised or r, expected, what, rule=ref_losses.keras_loss_in_replica)
         return
-    check.returned(r.keras_raised or r, what)
-    check.close(r.keras_loss, expected, what, n_terms=n)
+    check.returned(r.keras_raised or r, what, rule=ref_losses.keras_loss_in_replica)
+    check.close(r.keras_loss, expected, what, n_terms=n, rule=ref_losses.keras_loss_in_replica)

@@ -31,12 +31,12 @@ def test_reduce_sum_and_mean_over_uneven_replicas(engines, spec, dtype, data):
                             "mine = tf.function(lambda: strategy.run(lambda: my_slice(rows)[0]))()\n"
                             "for op in ('SUM', 'MEAN'):\n"
                             "    print(op, strategy.reduce(op, mine, axis=0).numpy())\n")
-    check = Check(spec, dtype, {"sizes": sizes}, snippet)
+    check = Check(spec, dtype, {"sizes": sizes}, snippet, rule=ref.reduce)
     check.on_workers(results, "sum_axis0", ref.reduce(per_replica, "SUM", axis=0), "reduce(SUM, axis=0)", n_terms=n)
     check.on_workers(results, "mean_axis0", ref.reduce(per_replica, "MEAN", axis=0), "reduce(MEAN, axis=0)", n_terms=n)
     check.on_workers(results, "sum_none", ref.reduce(row_sums, "SUM"), "reduce(SUM, axis=None)", n_terms=n)
     check.on_workers(results, "mean_none", ref.reduce(row_sums, "MEAN"), "reduce(MEAN, axis=None)", n_terms=n)
-    check.per_replica(results, row_sums, "local row sums", n_terms=n)
+    check.per_replica(results, row_sums, "local row sums", n_terms=n, rule=ref.local_results)
 
 
 @given(data=st.data())
@@ -44,7 +44,7 @@ def test_experimental_local_results_are_in_replica_order(engines, spec, data):
     """Each worker's local results list its own replicas, in replica-id order."""
     sizes = data.draw(cases.splits(spec.replicas), label="sizes")
     results = engines.call(spec, "reduce.reduce", rows=np.ones((sum(sizes), 1)), sizes=sizes)
-    check = Check(spec, "float64", {"sizes": sizes})
+    check = Check(spec, "float64", {"sizes": sizes}, rule=ref.local_results)
     for w, r in enumerate(results):
         check.equal(r.replica_ids, ref.local_results(list(range(spec.replicas)), w, len(results)),
                     f"replicas the local results come from (worker {w})")

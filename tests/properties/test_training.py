@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from reference import distribute as ref
 from reference import model as ref_model
+from reference.rules import Rule
 from suite.common.catalog import ADAPTIVE, OPTIMIZERS
 from suite.harness.drawing import cases
 from suite.harness.drawing.cases import ARCHS, arch_dict, training_cases
@@ -102,7 +103,7 @@ def test_training_steps_match_reference_on_the_global_batch(engines, spec, arch,
                            dtype=dtype, params=params, steps=steps)
     snippet = repro.training(spec, arch_dict(arch), OPTIMIZERS[optimizer], dtype, params, steps)
     case = {"arch": arch_name, "optimizer": optimizer, "sizes": [s[2] for s in steps]}
-    check_history(results, history, Check(spec, dtype, case, snippet), initial=params,
+    check_history(results, history, Check(spec, dtype, case, snippet, rule=ref_model.train), initial=params,
                   unsummed=(arch, params, optimizer, steps, {}))
 
 
@@ -118,18 +119,28 @@ def test_default_denominator_weights_each_replica_by_its_own_batch(engines, spec
     assume(cases.well_conditioned(history, dtype, False))
     results = engines.call(spec, "training.train", arch=arch_dict(arch), optimizer="sgd",
                            dtype=dtype, params=params, steps=steps, denominator="default")
-    check_history(results, history, Check(spec, dtype, {"arch": arch_name, "sizes": [s[2] for s in steps]}),
+    check_history(results, history, Check(spec, dtype, {"arch": arch_name, "sizes": [s[2] for s in steps]},
+                                          rule=ref.compute_average_loss),
                   unsummed=(arch, params, "sgd", steps, {"denominator": "default"}))
 
 
 OPTIMIZER_CLASSES = ["Adadelta", "Adafactor", "Adagrad", "Adam", "AdamW", "Adamax", "Ftrl", "Lamb",
                      "Lion", "Muon", "Nadam", "RMSprop", "SGD", "ScheduleFreeAdamW"]
+# the optimizers keras.optimizers exports: a class not in OPTIMIZER_CLASSES is one the property does not cover
+EXPORTED = Rule("observed", "the keras.optimizers.Optimizer subclasses keras.optimizers exports (suite/engine/compat.py "
+                            "builtin_optimizer_names): OPTIMIZER_CLASSES, in the versions tested")
+# the custom training guide's step: the optimizer made under the scope, first applied in the distributed step
+LAZY = Rule("documented", "https://www.tensorflow.org/tutorials/distribute/custom_training: the optimizer is created "
+                          "under strategy.scope() and first applied by apply_gradients in the tf.function step that "
+                          "strategy.run runs; the Keras 2.15 Optimizer.iterations docstring: 'incremented by one every time "
+                          "apply_gradients() is called'; tf.types.experimental.distributed.Mirrored: 'the value on all "
+                          "replicas is the same'")
 
 
 def test_every_builtin_optimizer_is_covered(engines, spec):
     """The lazy-creation property lists every optimizer the installed Keras exports."""
     names = engines.call(spec, "training.optimizer_names")[0]
-    Check(spec).equal(sorted(set(names) - set(OPTIMIZER_CLASSES)), [],
+    Check(spec, rule=EXPORTED).equal(sorted(set(names) - set(OPTIMIZER_CLASSES)), [],
                       "keras.optimizers classes not covered by OPTIMIZER_CLASSES")
 
 
@@ -140,7 +151,7 @@ def test_optimizer_variables_created_lazily_in_a_distributed_step(engines, spec,
     and every replica holds the same copy of every optimizer and model variable."""
     if name not in engines.call(spec, "training.optimizer_names")[0]:
         pytest.skip(f"keras.optimizers has no {name} in this version")
-    check = Check(spec, case={"optimizer": name})
+    check = Check(spec, case={"optimizer": name}, rule=LAZY)
     for w, r in enumerate(engines.call(spec, "training.lazy_optimizer", name=name)):
         who = f"{name} (worker {w})"
         # the probe never builds the optimizer before its first step (the condition of a deviation that raises)
@@ -190,12 +201,13 @@ def test_short_last_batch_training_matches_the_reference_split(engines, spec, de
     results = engines.call(spec, "training.train_dataset", arch=arch_dict(arch), optimizer="sgd", dtype=dtype,
                            params=params, x=x, y=y, global_batch=g, epochs=epochs, denominator=denominator)
     per_epoch = len(split)
-    check = Check(spec, dtype, {"G": g, "length": length, "denominator": denominator})
+    check = Check(spec, dtype, {"G": g, "length": length, "denominator": denominator}, rule=ref_model.train)
     check.given_for("probe training.train_dataset", check_given)
     for w, r in enumerate(results):
         for e, epoch in enumerate(r.epochs):
             want_sizes = [ref.local_results([len(p) for p in s], w, len(results)) for s in split]
-            check.equal(epoch.sizes, want_sizes, f"replica batch sizes in epoch {e + 1} (worker {w}), by the input rule")
+            check.equal(epoch.sizes, want_sizes, f"replica batch sizes in epoch {e + 1} (worker {w}), by the input rule",
+                        rule=ref_input.distribute)
             expected = history[(e + 1) * per_epoch - 1]["params"]
             mine = own[(e + 1) * per_epoch - 1]["params"]  # each replica's own copy (keras3-gradients-not-summed-before-3.5)
             local = spec.replicas // len(results)

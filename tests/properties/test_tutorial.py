@@ -10,15 +10,26 @@ import tempfile
 import numpy as np
 
 from reference import input as ref_input
+from reference.rules import Rule
 from suite.common.specs import parse_spec
 from suite.harness.verdict.judgment import Check
+
+# what the stand-in data must look like: the keras.datasets.fashion_mnist.load_data docstring
+LOAD_DATA = Rule("documented", "keras.datasets.fashion_mnist.load_data docstring: x_train and x_test 'uint8 NumPy "
+                               "array of grayscale image data with shapes' (n, 28, 28), y_train and y_test 'uint8 "
+                               "NumPy array of labels (integers in range 0-9)' with shape (n,)")
+TUTORIAL = "https://www.tensorflow.org/tutorials/distribute/custom_training"
+FLOW = Rule("documented", f"{TUTORIAL}: train the CNN under MirroredStrategy, checkpoint.save every 2 epochs, "
+                          "restore tf.train.latest_checkpoint into a new model")
+RESTORES = Rule("documented", f"{TUTORIAL}, 'Restore the latest checkpoint and test': 'A model checkpointed with a "
+                              "tf.distribute.Strategy can be restored with or without a strategy'")
 
 
 def test_synthetic_fashion_data_has_the_fashion_mnist_interface(engines):
     """The engine's stand-in data (suite/engine/workloads/fashion.py) has the shapes and dtypes of
     ``fashion_mnist.load_data()`` and is the same on every call."""
     default = parse_spec("default")
-    check = Check("fashion.load_data(64, 16)")
+    check = Check("fashion.load_data(64, 16)", rule=LOAD_DATA)
     (x_train, y_train), (x_test, y_test) = engines.call(default, "tutorial.load_data", n_train=64, n_test=16)[0]
     check.equal((x_train.shape, x_train.dtype.name), ((64, 28, 28), "uint8"), "training images (shape, dtype)")
     check.equal((x_test.shape, x_test.dtype.name), ((16, 28, 28), "uint8"), "test images (shape, dtype)")
@@ -41,7 +52,7 @@ def test_tutorial_flow_trains_checkpoints_and_restores_without_a_strategy(engine
     under, plain = trained.test_accuracy, restored.test_accuracy
     for name, value in (("accuracy under mirrored:2", under), ("restored accuracy", plain)):
         findings.record(f"tutorial {name}", spec, value)
-    check = Check(spec, case={"epochs": 4, "history": trained.history})
+    check = Check(spec, case={"epochs": 4, "history": trained.history}, rule=FLOW)
     check.that(bool(trained.latest) and trained.latest.endswith("ckpt-2"), "latest checkpoint", trained.latest,
                "ckpt-2 (4 epochs with a save every 2)")
     # what the restored model gets right, per test batch and replica (the input rule splits each batch of the
@@ -52,6 +63,6 @@ def test_tutorial_flow_trains_checkpoints_and_restores_without_a_strategy(engine
                     float(sum(len(s[r]) for s in split))) for r in range(spec.replicas)]
     given = {"kind": "accuracy", "replica_states": per_replica, "replica": 0,
              "increments": [(float(sum(correct[p].sum() for p in s)), float(sum(len(p) for p in s))) for s in split]}
-    Check(spec, "float32", check.case).close(
+    Check(spec, "float32", check.case, rule=RESTORES).close(
         under, plain, "test accuracy under the strategy vs test accuracy restored without a strategy", given=given)
     check.that(under >= 0.5, "test accuracy after 4 epochs", under, "well above chance (0.1): at least 0.5")

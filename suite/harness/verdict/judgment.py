@@ -16,6 +16,11 @@ Inside a running test every comparison consults the known deviations in scope
 (``deviations.ledger_in_force()``, entered by the suite's plugin): a mismatch is tolerated only when an entry's signature
 explains what was observed (suite/harness/verdict/signatures.py); a result equal to the reference where an
 entry predicts otherwise fails. ``given`` hands a comparison's inputs to deviation models.
+
+``rule`` names the reference function (or a ``reference.rules.Rule``) the expected values come
+from; a failure cites it (``rule: documented (SOURCE)``, or observed behaviour pinned on the
+versions tested). Every comparison also takes ``rule=``: the rule of that comparison alone, for a
+check whose comparisons take their expected values from different rules.
 """
 
 from __future__ import annotations
@@ -121,6 +126,10 @@ class Check:
         if self.replicas is None:
             object.__setattr__(self, "replicas", getattr(self.spec, "replicas", None))
 
+    def citing(self, rule) -> Check:
+        """This check under another rule (a comparison's own ``rule=``); itself when ``rule`` is None."""
+        return self if rule is None else dataclasses.replace(self, rule=rule)
+
     # -- the failure ---------------------------------------------------------------------
     def fail(self, what: str, problem: str, hint: str = ""):
         """Raise PropertyFailure: ``[spec] what: problem``, the diagnosis, the case, the repro."""
@@ -166,9 +175,10 @@ class Check:
 
     # -- comparisons ---------------------------------------------------------------------
     def close(self, actual, expected, what: str, *, kind: str = "value", n_terms: int = 1,
-              elements: int | None = None, override: dict | None = None, given=None):
+              elements: int | None = None, override: dict | None = None, given=None, rule=None):
         """``actual`` equals ``expected`` within the dtype's tolerance (suite/harness/verdict/tolerances.py)."""
         __tracebackhide__ = True
+        me = self.citing(rule)
         tol = tolerance(self.dtype, kind, n_terms, override)
 
         def mismatches(x, y):
@@ -178,53 +188,55 @@ class Check:
         a = np.asarray(actual, dtype=np.float64)
         e = np.asarray(expected, dtype=np.float64)
         if a.shape != e.shape:
-            self.fail(what, f"got shape {a.shape}, but should be {e.shape}")
+            me.fail(what, f"got shape {a.shape}, but should be {e.shape}")
         bad = mismatches(a, e)
-        stands, hint = self._consult(what, not bad.any(), a, e,
-                                     lambda x, y: np.shape(x) == np.shape(y) and not mismatches(x, y).any(), given)
+        stands, hint = me._consult(what, not bad.any(), a, e,
+                                   lambda x, y: np.shape(x) == np.shape(y) and not mismatches(x, y).any(), given)
         if not stands:
             err = float(np.max(np.abs(a - e)[bad])) if np.isfinite(a[bad]).all() else float("nan")
-            self.fail(what, f"got {_fmt(a)}, but should be {_fmt(e)} (max |diff| {err:.3g} > atol {tol.atol:.1g} + "
-                            f"rtol {tol.rtol:.1g}*|expected|, {int(bad.sum())} of {bad.size} elements)",
-                      "; ".join(h for h in (diagnose(a, e, self.replicas, elements), hint) if h))
+            me.fail(what, f"got {_fmt(a)}, but should be {_fmt(e)} (max |diff| {err:.3g} > atol {tol.atol:.1g} + "
+                          f"rtol {tol.rtol:.1g}*|expected|, {int(bad.sum())} of {bad.size} elements)",
+                    "; ".join(h for h in (diagnose(a, e, self.replicas, elements), hint) if h))
 
-    def exact(self, actual, expected, what: str, hint: str = "", given=None):
+    def exact(self, actual, expected, what: str, hint: str = "", given=None, rule=None):
         """Arrays equal bit for bit, with the same dtype and shape (when ``expected`` has a dtype)."""
         __tracebackhide__ = True
+        me = self.citing(rule)
 
         def same(x, y):
             x, y = np.asarray(x), np.asarray(y)
             return (x.dtype == y.dtype or not isinstance(expected, np.ndarray)) and x.shape == y.shape \
                 and bool(np.array_equal(x, y))
 
-        stands, why = self._consult(what, same(actual, expected), actual, expected, same, given)
+        stands, why = me._consult(what, same(actual, expected), actual, expected, same, given)
         if not stands:
-            self.fail(what, f"got {_shown(np.asarray(actual))}, but should be exactly {_shown(np.asarray(expected))}",
-                      "; ".join(h for h in (hint, why) if h))
+            me.fail(what, f"got {_shown(np.asarray(actual))}, but should be exactly {_shown(np.asarray(expected))}",
+                    "; ".join(h for h in (hint, why) if h))
 
-    def equal(self, actual, expected, what: str, hint: str = "", given=None):
+    def equal(self, actual, expected, what: str, hint: str = "", given=None, rule=None):
         """Plain data (numbers, strings, nested lists) equal."""
         __tracebackhide__ = True
-        stands, why = self._consult(what, actual == expected, actual, expected, lambda x, y: x == y, given)
+        me = self.citing(rule)
+        stands, why = me._consult(what, actual == expected, actual, expected, lambda x, y: x == y, given)
         if not stands:
-            self.fail(what, f"got {_shown(actual)}, but should be {_shown(expected)}",
-                      "; ".join(h for h in (hint, why) if h))
+            me.fail(what, f"got {_shown(actual)}, but should be {_shown(expected)}",
+                    "; ".join(h for h in (hint, why) if h))
 
-    def that(self, holds: bool, what: str, got, should: str, hint: str = ""):
+    def that(self, holds: bool, what: str, got, should: str, hint: str = "", rule=None):
         """A stated condition: ``got`` must be what ``should`` says."""
         __tracebackhide__ = True
         if not holds:
-            self.fail(what, f"got {_shown(got)}, but should be {should}", hint)
+            self.citing(rule).fail(what, f"got {_shown(got)}, but should be {should}", hint)
 
-    def contains(self, text: str, phrases, what: str):
+    def contains(self, text: str, phrases, what: str, rule=None):
         """``text`` (a message, a program's output) contains every phrase."""
         __tracebackhide__ = True
         missing = [p for p in phrases if p not in text]
         if missing:
             shown = text if len(text) <= 3000 else "..." + text[-3000:]
-            self.fail(what, f"got {shown!r}, but should contain {missing}")
+            self.citing(rule).fail(what, f"got {shown!r}, but should contain {missing}")
 
-    def raises(self, outcome, expected_type: str, what: str, message: str = ""):
+    def raises(self, outcome, expected_type: str, what: str, message: str = "", rule=None):
         """A probe's outcome is the exception ``expected_type`` (whose message contains ``message``)."""
         __tracebackhide__ = True
         if isinstance(outcome, Raised):
@@ -234,27 +246,28 @@ class Check:
         else:
             got = f"no exception ({_shown(outcome)})"
         should = f"raise {expected_type}" + (f" with {message!r}" if message else "")
-        self.fail(what, f"got {got}, but should {should}")
+        self.citing(rule).fail(what, f"got {got}, but should {should}")
 
-    def returned(self, outcome, what: str, given=None) -> bool:
+    def returned(self, outcome, what: str, given=None, rule=None) -> bool:
         """A probe's outcome is a value, not a caught exception. False when it is an exception
         that a known deviation in scope predicts, from its origin and, for a deadlock, under its
         condition (``given``: what the condition reads) (the caller skips what needs the value)."""
         __tracebackhide__ = True
+        me = self.citing(rule)
         ledger = deviations.ledger_in_force()
         covering = [(d, s) for d, s in ledger.covering(what) if s.kind == "raises"] if ledger else []
         if isinstance(outcome, Raised):
             if covering and ledger.judge(Seen(what, outcome, None, lambda x, y: x == y, self.spec, given),
                                          raised=True) is not None:
                 return False
-            self.fail(what, f"raised {outcome.type}: {_short(outcome.message)} (in {outcome.where}), "
-                            "but should return a value",
-                      "; ".join(f"known deviation {d.id} in scope does not explain it ({s.describe()})"
-                                for d, s in covering))
+            me.fail(what, f"raised {outcome.type}: {_short(outcome.message)} (in {outcome.where}), "
+                          "but should return a value",
+                    "; ".join(f"known deviation {d.id} in scope does not explain it ({s.describe()})"
+                              for d, s in covering))
         for dev, sig in covering:
             if sig.condition is None or CONDITIONS[sig.condition](Seen(what, outcome, None, None, self.spec, given)):
-                self.fail(what, f"returned a value, but known deviation {dev.id} predicts it {sig.describe()}",
-                          "TensorFlow no longer deviates here: update or retire the entry in known_deviations.toml")
+                me.fail(what, f"returned a value, but known deviation {dev.id} predicts it {sig.describe()}",
+                        "TensorFlow no longer deviates here: update or retire the entry in known_deviations.toml")
         return True
 
     def given_for(self, what: str, given) -> None:
@@ -266,7 +279,7 @@ class Check:
 
     # -- across workers ------------------------------------------------------------------
     def per_replica(self, results: list, expected: list, what: str, attr: str | None = "local",
-                    given: list | None = None, **tol):
+                    given: list | None = None, rule=None, **tol):
         """Every worker's local per-replica values (``experimental_local_results`` order; the
         field ``attr`` of each worker's result, or the result itself) against the reference's
         values for the replicas that worker holds (``given``: per-replica inputs of deviation
@@ -278,16 +291,17 @@ class Check:
             inputs = local_results(given, w, workers) if given is not None else [None] * len(mine)
             got = result if attr is None else getattr(result, attr)
             where = f"{what} (worker {w})" if workers > 1 else what
-            self.equal(len(got), len(mine), f"{where}: local results")
+            self.equal(len(got), len(mine), f"{where}: local results", rule=rule)
             for r, (a, e, g) in enumerate(zip(got, mine, inputs)):
-                self.close(a, e, f"{where} replica {w * len(mine) + r}", given=g, **tol)
+                self.close(a, e, f"{where} replica {w * len(mine) + r}", given=g, rule=rule, **tol)
 
     def on_workers(self, results: list, attr: str, expected, what: str, given_per_worker: list | None = None,
-                   **tol):
+                   rule=None, **tol):
         """A cross-replica value (a reduce, a metric result) equals the reference on every worker
         (``given_per_worker``: each worker's inputs of deviation models, instead of ``given``)."""
         __tracebackhide__ = True
         for w, result in enumerate(results):
             if given_per_worker is not None:
                 tol["given"] = given_per_worker[w]
-            self.close(getattr(result, attr), expected, f"{what} (worker {w})" if len(results) > 1 else what, **tol)
+            self.close(getattr(result, attr), expected, f"{what} (worker {w})" if len(results) > 1 else what,
+                       rule=rule, **tol)
