@@ -26,8 +26,10 @@ def _run(code: str) -> str:
 @pytest.mark.parametrize("spec_text", ["mirrored:2", "central_storage:2"])
 def test_compute_average_loss_snippet_prints_the_reference_values(spec_text):
     losses, sizes = np.array([2.0, 3.0, 4.0, 5.0]), [3, 1]
-    code = repro.replica_run(parse_spec(spec_text), {"losses": losses, "sizes": sizes},
-                             "return tf.nn.compute_average_loss(my_slice(losses)[0], global_batch_size=4)")
+    # weights None: the snippet of a case drawn without sample_weight (the properties hand it so)
+    code = repro.replica_run(parse_spec(spec_text), {"losses": losses, "sizes": sizes, "weights": None},
+                             "return tf.nn.compute_average_loss(my_slice(losses)[0], sample_weight=weights, "
+                             "global_batch_size=4)")
     out = _run(code)
     expected = [ref.compute_average_loss(part, global_batch_size=4) for part in ref.split(losses, sizes)]
     Check(spec_text).contains(out, [f"{e}" for e in expected], "what the snippet printed")

@@ -17,6 +17,8 @@ def strategy_lines(spec: Spec) -> str:
 
 
 def array(name: str, value) -> str:
+    if value is None:  # an absent input (no sample_weight): np.array(None) would need dtype=object
+        return f"{name} = None\n"
     a = np.asarray(value)
     return f"{name} = np.array({a.tolist()!r}, dtype=np.{a.dtype.name})\n"
 
