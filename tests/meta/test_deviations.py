@@ -662,3 +662,36 @@ def test_an_entry_whose_model_lands_on_the_reference_speaks_for_it():
     check.equal([d.id for d, _ in deviations.Ledger((alone, composed)).stale(
         dataclasses.replace(seen, given={"alternative": 2.0, "unsummed": 3.0}))], ["alone", "composed"],
         "beside a model that predicts another value too")
+
+
+# -- quantities by field ------------------------------------------------------------------------
+
+def test_a_signature_by_field_covers_the_quantities_whose_fields_it_names():
+    """``quantity = {kind = ..., sample_weight = true}`` covers a weighted compute_average_loss on
+    any worker and replica, and neither an unweighted one, nor another kind, nor plain text that
+    reads the same (the old suffix glob matched any wording that ended so)."""
+    from suite.harness.verdict.quantity import Quantity
+
+    sig = Signature.parse({"quantity": {"kind": "compute_average_loss", "sample_weight": True}, "kind": "band",
+                           "rtol": 1e-7}, "test")
+    weighted = Quantity.of("compute_average_loss", sample_weight=True)
+    check = Check("quantity by field")
+    check.equal(str(weighted.at(worker=1, replica=3)), "compute_average_loss (with sample_weight) (worker 1) replica 3",
+                "the text of a weighted quantity on worker 1, replica 3")
+    for what, want in [(weighted, True), (weighted.at(worker=1, replica=3), True),
+                       (Quantity.of("compute_average_loss", "SUM of compute_average_loss (with sample_weight)",
+                                    sample_weight=True, reduced="SUM"), True),
+                       (Quantity.of("compute_average_loss", sample_weight=False), False),
+                       (Quantity.of("keras_loss", "keras_loss (with sample_weight)", sample_weight=True), False),
+                       ("compute_average_loss (with sample_weight) replica 1", False)]:
+        check.equal(sig.covers(what), want, f"covers {what!r}")
+    with pytest.raises(ValueError, match="needs a kind"):
+        Signature.parse({"quantity": {"sample_weight": True}, "kind": "band", "rtol": 1e-7}, "test")
+    with pytest.raises(ValueError, match="a string, boolean or integer"):
+        Signature.parse({"quantity": {"kind": "x", "replica": [1]}, "kind": "band", "rtol": 1e-7}, "test")
+
+
+def test_the_sample_weight_entry_names_its_quantities_by_field():
+    entry = next(d for d in ENTRIES if d.id == "compute-average-loss-float64-sample-weight")
+    Check(entry.id).equal([str(s.quantity) for s in entry.signatures],
+                          ["{kind = 'compute_average_loss', sample_weight = true}"], "its signatures' quantities")

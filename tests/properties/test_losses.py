@@ -15,6 +15,7 @@ from suite.common.catalog import LOSS_CLASSES
 from suite.harness.drawing import cases
 from suite.harness.verdict import repro
 from suite.harness.verdict.judgment import Check
+from suite.harness.verdict.quantity import Quantity
 from tests.helpers import RETRACES, skip_if_xla_unsupported
 
 DTYPES = pytest.mark.parametrize("dtype", cases.DTYPES)
@@ -38,9 +39,6 @@ def _avg_loss_repro(spec, losses, sizes, weights, weight_kind, gbs):
 
 
 WEIGHT_KINDS = ("none", "scalar", "per_example")
-# in the quantity of a weighted case: known deviation compute-average-loss-float64-sample-weight
-# excuses only those (the XLA variant's id does not name the weight kind it draws)
-WEIGHTED = " (with sample_weight)"
 
 
 @DTYPES
@@ -87,12 +85,18 @@ def _check_compute_average_loss(engines, spec, dtype, weight_kind, data, jit="no
     if not all(check.returned(r, f"compute_average_loss compiled with XLA ({jit}, worker {w})")
                for w, r in enumerate(results)):
         return
-    weighted = WEIGHTED if weight_kind != "none" else ""  # the float64 sample_weight deviation names it
+    # whether the case has sample weights is a field of the quantity: known deviation
+    # compute-average-loss-float64-sample-weight covers those only (the XLA variant's id does not
+    # name the weight kind it draws)
+    weighted = weight_kind != "none"
     # for the model of deviation compute-average-loss-empty-replica-before-2.13: 0 / 0 on an empty replica
     empty = [gbs is None and s == 0 for s in sizes]
-    check.per_replica(results, expected, f"compute_average_loss{weighted}", n_terms=max(sizes + [1]),
+    check.per_replica(results, expected, Quantity.of("compute_average_loss", sample_weight=weighted),
+                      n_terms=max(sizes + [1]),
                       given=[{"empty": e} for e in empty])
-    check.on_workers(results, "total", sum(expected), f"SUM of compute_average_loss{weighted}",
+    check.on_workers(results, "total", sum(expected),
+                     Quantity.of("compute_average_loss", "SUM of compute_average_loss" + " (with sample_weight)" * weighted,
+                                 sample_weight=weighted, reduced="SUM"),
                      n_terms=n + spec.replicas, given={"empty": any(empty)})
 
 

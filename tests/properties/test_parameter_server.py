@@ -21,6 +21,7 @@ from suite.common.specs import parse_spec
 from suite.harness.drawing import cases
 from suite.harness.drawing.cases import ARCHS, arch_dict, training_cases
 from suite.harness.verdict.judgment import Check
+from suite.harness.verdict.quantity import Quantity
 
 # where the variables live: ParameterServerStrategy's docstring
 ON_PS = Rule("documented", "ParameterServerStrategy docstring: 'Variables are created on parameter servers and they are "
@@ -189,7 +190,9 @@ def test_num_replicas_and_loss_scaling(engines, ps_spec, engine_versions, reduct
                 "num_replicas_in_sync in a scheduled step's replica context (CPU workers)", rule=ONE_REPLICA)
     check.close(r.compute_average_loss,
                 ref.compute_average_loss(per_example, weights, gbs, num_replicas=ref_ps.NUM_REPLICAS_IN_SYNC_CPU),
-                "compute_average_loss in a scheduled step" + (" (with sample_weight)" if weights is not None else ""),
+                Quantity.of("compute_average_loss", "compute_average_loss in a scheduled step"
+                            + " (with sample_weight)" * (weights is not None), sample_weight=weights is not None,
+                            where="a scheduled step"),
                 n_terms=n)
     expected = ref_losses.keras_loss_in_replica(per_example, reduction, engine_versions["keras"],
                                                 ref_ps.NUM_REPLICAS_IN_SYNC_CPU, has_strategy=True)

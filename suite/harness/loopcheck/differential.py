@@ -727,7 +727,8 @@ def ledger(spec, versions: dict) -> deviations.Ledger:
     for the loop check's quantities."""
     scope = SCOPE.format(spec=spec.text)
     return deviations.Ledger(tuple(
-        dataclasses.replace(d, signatures=tuple(s for s in d.signatures if s.quantity.startswith(QUANTITIES)))
+        dataclasses.replace(d, signatures=tuple(s for s in d.signatures
+                                                if isinstance(s.quantity, str) and s.quantity.startswith(QUANTITIES)))
         for d in deviations.load()
         if d.matches(scope) and d.applies_to(versions.get("tensorflow"), versions.get("keras"))))
 

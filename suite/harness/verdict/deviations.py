@@ -151,7 +151,7 @@ class Ledger:
     def band_counts(self) -> list[list]:
         """``[id, quantity, band, comparisons covered, mismatches explained]`` of each rounding
         band or bounds in scope (summed over the session by conftest: ``stale_bands``)."""
-        return [[d.id, s.quantity, s.describe(), self.compared[(d.id, s.quantity)], self.explained[d.id]]
+        return [[d.id, str(s.quantity), s.describe(), self.compared[(d.id, s.quantity)], self.explained[d.id]]
                 for d in self.entries for s in d.signatures
                 if s.kind in ("band", "bounds") and self.compared[(d.id, s.quantity)]]
 

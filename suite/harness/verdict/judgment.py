@@ -33,6 +33,7 @@ import numpy as np
 from ... import layout
 from ...common.results import Raised
 from . import deviations
+from .quantity import at
 from .signatures import CONDITIONS, Seen
 from .tolerances import tolerance
 
@@ -290,10 +291,10 @@ class Check:
             mine = local_results(expected, w, workers)
             inputs = local_results(given, w, workers) if given is not None else [None] * len(mine)
             got = result if attr is None else getattr(result, attr)
-            where = f"{what} (worker {w})" if workers > 1 else what
+            where = at(what, worker=w) if workers > 1 else what
             self.equal(len(got), len(mine), f"{where}: local results", rule=rule)
             for r, (a, e, g) in enumerate(zip(got, mine, inputs)):
-                self.close(a, e, f"{where} replica {w * len(mine) + r}", given=g, rule=rule, **tol)
+                self.close(a, e, at(where, replica=w * len(mine) + r), given=g, rule=rule, **tol)
 
     def on_workers(self, results: list, attr: str, expected, what: str, given_per_worker: list | None = None,
                    rule=None, **tol):
@@ -303,5 +304,5 @@ class Check:
         for w, result in enumerate(results):
             if given_per_worker is not None:
                 tol["given"] = given_per_worker[w]
-            self.close(getattr(result, attr), expected, f"{what} (worker {w})" if len(results) > 1 else what,
+            self.close(getattr(result, attr), expected, at(what, worker=w) if len(results) > 1 else what,
                        rule=rule, **tol)

@@ -46,6 +46,7 @@ import numpy as np
 
 from ... import layout
 from ...common.results import Raised
+from .quantity import Pattern
 
 ref_metrics = layout.reference("metrics")
 
@@ -58,7 +59,7 @@ class Seen:
     expects, the check's own equality (``same(a, b)``), the spec and the inputs the test handed
     to the comparison for deviation models (``given``)."""
 
-    what: str
+    what: Any  # the Quantity, or the text, of the comparison
     actual: Any
     expected: Any
     same: Callable[[Any, Any], bool]
@@ -515,7 +516,7 @@ NOTHING = object()  # a signature that predicts no particular value for this com
 
 @dataclasses.dataclass(frozen=True)
 class Signature:
-    quantity: str
+    quantity: str | Pattern  # a glob over the comparison's text, or its fields (quantity.py)
     kind: str
     model: str | None = None
     rtol: float = 0.0
@@ -531,7 +532,8 @@ class Signature:
         if kind not in KINDS:
             raise ValueError(f"{where}: signature kind {kind!r} is not one of {KINDS}")
         if "quantity" not in table:
-            raise ValueError(f"{where}: a signature needs a quantity (a glob over check quantities)")
+            raise ValueError(f"{where}: a signature needs a quantity (a glob over check quantities, or a table of "
+                             f"their fields)")
         unknown = set(table) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
             raise ValueError(f"{where}: unknown signature keys {sorted(unknown)}")
@@ -547,10 +549,14 @@ class Signature:
                              f"(one of {sorted(CONDITIONS)})")
         if "condition" in table and table["condition"] not in CONDITIONS:
             raise ValueError(f"{where}: condition {table['condition']!r} is not one of {sorted(CONDITIONS)}")
-        return cls(**{**table, "origin": tuple(table.get("origin", ()))})
+        quantity = Pattern.parse(table["quantity"], where) if isinstance(table["quantity"], dict) else table["quantity"]
+        return cls(**{**table, "quantity": quantity, "origin": tuple(table.get("origin", ()))})
 
-    def covers(self, what: str) -> bool:
-        return glob(self.quantity).fullmatch(what) is not None
+    def covers(self, what) -> bool:
+        """Whether this signature speaks of the comparison ``what`` (a Quantity, or text)."""
+        if isinstance(self.quantity, Pattern):
+            return self.quantity.matches(what)
+        return glob(self.quantity).fullmatch(str(what)) is not None
 
     def predicts(self, seen: Seen):
         """The deviant value this signature predicts for a value comparison, or NOTHING (a band
