@@ -124,3 +124,23 @@ def test_pytest_side_modules_import_no_tensorflow_when_imported():
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     Check("pytest side").equal(proc.returncode, 0, f"importing {len(names)} modules without TensorFlow (exit code)",
                                proc.stderr[-2000:])
+
+
+def duplicate_names(paths: list[str]) -> dict[str, list[str]]:
+    """Module file names used by more than one module of ``paths``."""
+    by_name: dict[str, list[str]] = {}
+    for path in paths:
+        by_name.setdefault(path.rsplit("/", 1)[-1], []).append(path)
+    return {name: where for name, where in sorted(by_name.items()) if len(where) > 1}
+
+
+def test_no_two_modules_of_the_suite_share_a_name():
+    """One word, one job: every module of suite/ has a file name of its own. The engine's probes are
+    the exception by design: one module per area (``losses``, ``bench``, ``workload``), the engine
+    half of that area, named as the probes are called (``area.name``)."""
+    paths = [p for p in modules(("suite",)) if not p.endswith("__init__.py") and not p.startswith("suite/engine/probes/")]
+    check = Check("suite/")
+    check.equal(duplicate_names(paths), {}, "module file names used twice")
+    check.equal(duplicate_names(["suite/check.py", "suite/harness/verdict/check.py"]),
+                {"check.py": ["suite/check.py", "suite/harness/verdict/check.py"]},
+                "a duplicate found (the check's own test)")
