@@ -212,5 +212,5 @@ def test_a_column_of_a_tensorflow_with_the_keras_it_shipped_with_says_so():
     check = Check("suite.report column heads")
     for tf, keras, want in [("2.17.1", "3.4.1", True), ("2.21.0", "3.13.2", True), ("2.17.1", "3.15.1", False),
                             ("2.15.1", "2.15.0", False), ("2.16.2", "2.16.0", False)]:
-        label = across_versions._label(results_dir.Point(tf, keras, Path("x"), "ci"))
+        label = across_versions.point_label(results_dir.Point(tf, keras, Path("x"), "ci"))
         check.equal("as shipped" in label, want, f"the head of TF {tf} / Keras {keras} ({label})")

@@ -33,7 +33,7 @@ from ...common.specs import id_parts
 from ..engines.versions import as_shipped, as_tuple
 from ..verdict import deviations
 from . import measured, results_dir, run_report
-from .run_report import NOISE_MARK, OUTCOME_MARK, OUTCOME_ORDER, ReportError, _table, case_outcome
+from .run_report import NOISE_MARK, OUTCOME_MARK, OUTCOME_ORDER, ReportError, case_outcome, markdown_table
 
 
 class Outcomes:
@@ -96,7 +96,7 @@ def _ran(point: results_dir.Point) -> set[str]:
     return {measured.node_id(case) for case in cases.values() if case_outcome(case)[0] != "skip"}
 
 
-def _label(point: results_dir.Point, profile: bool = True) -> str:
+def point_label(point: results_dir.Point, profile: bool = True) -> str:
     """A column head: ``TF / Keras`` (a legacy env's Keras is tf-keras, 2.x), and (``profile``)
     the conformance run's profile where it is not ci (``quick``: the matrix's quick selection), and
     ``+ rerun`` where some of its outcomes come from a rerun (``conformance.rerun*.xml``)."""
@@ -118,7 +118,7 @@ def conformance_sections(points: list[results_dir.Point], entries=()) -> tuple[l
              "failure, or a strict XPASS), dev [n] (a known deviation whose signature matched: the numbers of the "
              "deviations under the grid), ✓, skip; empty where the run did not collect the property (a quick "
              "selection). A run's selection and profile are its own: compare cells of runs of the same command.", ""]
-    header = ["property"] + [f"`{_label(p)}`" for p, _ in runs]
+    header = ["property"] + [f"`{point_label(p)}`" for p, _ in runs]
     refs = {d: n for n, d in enumerate(sorted({d for _, grid in runs for o in grid.values() for d in o.deviations}), 1)}
     legend = (["Deviations: " + " · ".join(f"[{n}] `{d}`" for d, n in refs.items()), ""] if refs else [])
     rows = {prop: [f"`{prop}`"] + [grid[prop].text(refs) if prop in grid else "" for _, grid in runs]
@@ -128,12 +128,12 @@ def conformance_sections(points: list[results_dir.Point], entries=()) -> tuple[l
     # the rows an upgrade decision reads: a failure or a deviation somewhere, or outcomes that differ
     notable = [prop for prop in props if len({grid[prop].key() for _, grid in runs if prop in grid}) > 1
                or any(grid[prop].worst in ("fail", "deviation") for _, grid in runs if prop in grid)]
-    lines += _table(header, [rows[prop] for prop in notable] + [totals]) + [""] + legend
+    lines += markdown_table(header, [rows[prop] for prop in notable] + [totals]) + [""] + legend
     rest = len(props) - len(notable)
     if rest:
         lines += [f"The other {rest} properties have one outcome in every run that collected them (✓, or skip where "
                   "the run had nothing to run them on): the full grid is the last section.", ""]
-    full = (["## Every property across versions", ""] + _table(header, [rows[prop] for prop in props] + [totals])
+    full = (["## Every property across versions", ""] + markdown_table(header, [rows[prop] for prop in props] + [totals])
             + [""] + legend)
 
     lines += ["## What changed", "",
@@ -167,14 +167,14 @@ def conformance_sections(points: list[results_dir.Point], entries=()) -> tuple[l
             if not where:
                 rows.append([f"`{d}`", scope, "not observed", "–", counted, "–", "–", "–"])
                 continue
-            missing = [_label(p) for p, _ in runs if p not in where and p.order > where[0].order
+            missing = [point_label(p) for p, _ in runs if p not in where and p.order > where[0].order
                        and p.order < where[-1].order and (entry is None or p in in_range)]
             keras = sorted({p.keras for p in where}, key=as_tuple)
             quiet = sorted({p.keras for p, grid in runs if p not in where and entry is not None and
                             any(entry.matches(t) for t in ran[p.path])} - set(keras), key=as_tuple)
-            rows.append([f"`{d}`", scope, _label(where[0]), _label(where[-1]), counted, ", ".join(missing) or "–",
+            rows.append([f"`{d}`", scope, point_label(where[0]), point_label(where[-1]), counted, ", ".join(missing) or "–",
                          f"{keras[0]} – {keras[-1]}" if len(keras) > 1 else keras[0], ", ".join(quiet) or "–"])
-        lines += _table(["deviation", "declared for", "first seen", "last seen", "runs (of those in range)",
+        lines += markdown_table(["deviation", "declared for", "first seen", "last seen", "runs (of those in range)",
                          "not seen in between", "Keras seen (first – last)", "Keras that ran its tests, not seen"],
                         rows) + [""]
     return lines, full
@@ -205,7 +205,7 @@ def _changes(prop: str, runs: list[tuple]) -> list[str]:
         line = [r for r in runs if _generation(r[0]) == gen and prop in r[1]]
         for before, now in zip(line, line[1:]):
             if (t := _transition(prop, before, now)):
-                steps.append(f"Keras {gen}, {_label(before[0])} → {_label(now[0])}: {t}")
+                steps.append(f"Keras {gen}, {point_label(before[0])} → {point_label(now[0])}: {t}")
     switch: dict[str, list[str]] = {}
     by_tf = collections.defaultdict(dict)
     for r in runs:
@@ -239,7 +239,7 @@ def across_section(path: Path) -> list[str]:
              "TensorFlow and the session's (the quick selection of .ci/run); a cell is the worst outcome over the "
              "env's specs.", ""]
     rows = [[f"`{p}`"] + [cells[(p, e)].text() if (p, e) in cells else "" for e in envs] for p in props]
-    return lines + _table(["property"] + [f"`{e}`" for e in envs], rows) + [""]
+    return lines + markdown_table(["property"] + [f"`{e}`" for e in envs], rows) + [""]
 
 
 def _combined(entries: list) -> run_report.Entry:
@@ -256,7 +256,8 @@ def benchmark_sections(points: list[results_dir.Point], baseline: str | None, ou
     runs = [(p, [run_report.load_benchmarks(f) for f in p.benches]) for p in points if p.benches]
     if not runs:
         return []
-    base = next((r for r in runs if baseline and (r[0].tensorflow == baseline or _label(r[0], False) == baseline)), runs[-1])
+    base = next((r for r in runs if baseline and (r[0].tensorflow == baseline or point_label(r[0], False) == baseline)),
+                runs[-1])
     measured = run_report.run_to_run_noise([res for _, results in runs for res in results])
     noise = measured[0] if measured else 0.0
     if measured:
@@ -268,7 +269,7 @@ def benchmark_sections(points: list[results_dir.Point], baseline: str | None, ou
                 "within the machine's run-to-run variation are not marked")
     lines = ["## Step time across versions", "",
              f"Median step time of the train step (ms), per workload and spec, over a version's runs (bench.json, "
-             f"bench.2.json, ...: the median of their medians); (xR) is the ratio to `{_label(base[0], False)}`, "
+             f"bench.2.json, ...: the median of their medians); (xR) is the ratio to `{point_label(base[0], False)}`, "
              f"marked {NOISE_MARK} where within noise: {rule}. Same machine; the method (every version run twice, "
              "the versions interleaved) is in benchmarks/README.md.", ""]
     groups: dict = collections.OrderedDict()
@@ -295,8 +296,9 @@ def benchmark_sections(points: list[results_dir.Point], baseline: str | None, ou
                     mark = f" {NOISE_MARK}" if run_report.within_noise(ref, e, noise) else ""
                     row.append(f"{e.median * 1e3:.3g} (x{e.median / ref.median:.2f}{mark})")
             rows.append(row)
-        heads = [f"`{_label(p, False)}`" + (f" ({len(results)} runs)" if len(results) > 1 else "") for p, results in runs]
-        lines += _table(["spec"] + heads, rows) + [""]
+        heads = [f"`{point_label(p, False)}`" + (f" ({len(results)} runs)" if len(results) > 1 else "")
+                 for p, results in runs]
+        lines += markdown_table(["spec"] + heads, rows) + [""]
         name = _plot(workload, scaling, specs, runs, out)
         if name:
             lines += [f"![{workload} {scaling} across versions]({name})", ""]
@@ -316,13 +318,13 @@ def _plot(workload, scaling, specs, runs, out: Path) -> str | None:
     for spec, by_run in specs.items():
         ys = [by_run[p.path].median * 1e3 if p.path in by_run else float("nan") for p, _ in runs]
         ax.plot(xs, ys, marker="o", label=spec)
-    ax.set_xticks(xs, [_label(p, False) for p, _ in runs], rotation=45, ha="right", fontsize=7)
+    ax.set_xticks(xs, [point_label(p, False) for p, _ in runs], rotation=45, ha="right", fontsize=7)
     ax.set_ylabel("step time (ms, median)")
     ax.set_yscale("log")
     ax.set_title(f"{workload}, {scaling} scaling: step time per TensorFlow / Keras version")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    name = f"versions-{run_report._slug(workload)}-{scaling}.png"
+    name = f"versions-{run_report.slug(workload)}-{scaling}.png"
     fig.savefig(out / name, dpi=110)
     plt.close(fig)
     return name

@@ -148,7 +148,7 @@ def _num(x, digits: int = 2) -> str:
     return str(x)
 
 
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
     out = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
     out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return out
@@ -220,7 +220,7 @@ def _plot_group(res: Results, workload: str, scaling: str, entries: list[Entry],
     fig.suptitle(f"{res.label}, {res.machine.get('cpu_cores', '?')} CPU cores"
                  + ("; replicas share the cores: overhead, not scaling" if virtual else ""), fontsize=10)
     fig.tight_layout(rect=(0, 0.12, 1, 1))
-    name = f"{_slug(workload)}-{scaling}-{_slug(res.label)}.png"
+    name = f"{slug(workload)}-{scaling}-{slug(res.label)}.png"
     fig.savefig(out / name, dpi=110)
     plt.close(fig)
     return name
@@ -249,13 +249,13 @@ def _plot_comparison(all_results: list[Results], workload: str, scaling: str, ou
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
-    name = f"{_slug(workload)}-{scaling}-comparison.png"
+    name = f"{slug(workload)}-{scaling}-comparison.png"
     fig.savefig(out / name, dpi=110)
     plt.close(fig)
     return name
 
 
-def _slug(text: str) -> str:
+def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9.]+", "-", text).strip("-").lower()
 
 
@@ -341,7 +341,7 @@ def conformance_section(path: Path, grid: dict) -> list[str]:
     rows = []
     for prop in props:
         rows.append([f"`{prop}`"] + [_cell_text(grid[(prop, s)]) if (prop, s) in grid else "" for s in specs])
-    return lines + _table(["property"] + [f"`{s}`" for s in specs], rows) + [""]
+    return lines + markdown_table(["property"] + [f"`{s}`" for s in specs], rows) + [""]
 
 
 # -- the report --------------------------------------------------------------------------------
@@ -354,7 +354,7 @@ def benchmark_sections(all_results: list[Results], out: Path, noise: float) -> l
         cpu = (m.get("cpu") or {}).get("brand_raw", "?")
         rows.append([r.label, f"`{r.path.name}`", cpu, m.get("cpu_cores", "?"), ", ".join(m.get("gpus") or []) or "none",
                      ", ".join(m.get("strategy_specs") or [])])
-    lines += _table(["results", "file", "CPU", "cores", "GPUs", "specs"], rows) + [""]
+    lines += markdown_table(["results", "file", "CPU", "cores", "GPUs", "specs"], rows) + [""]
 
     floors = base.of_kind("floor")
     if floors:
@@ -370,7 +370,7 @@ def benchmark_sections(all_results: list[Results], out: Path, noise: float) -> l
             share = (e.median / min(r)) if r else None
             rows.append([f"`{e.info['spec']}`", f"{e.median * 1e6:.0f}", f"{(e.q3 - e.q1) * 1e6:.0f}",
                          f"{share:.2%}" if share is not None else "–"])
-        lines += _table(["spec", "floor (µs, median)", "IQR (µs)", "largest share of a round"], rows) + [""]
+        lines += markdown_table(["spec", "floor (µs, median)", "IQR (µs)", "largest share of a round"], rows) + [""]
 
     for (workload, scaling), entries in _groups(base).items():
         lines += [f"## {workload}, {scaling} scaling", ""]
@@ -406,7 +406,7 @@ def benchmark_sections(all_results: list[Results], out: Path, noise: float) -> l
                          f"{_ms(e.median)} ({_ms(e.q3 - e.q1)})", _num(e.info["examples_per_s"], 0),
                          _num(e.info["examples_per_s"], 0), "1.00", "–", "–", "–",
                          f"{e.info.get('harness_vs_engine', 0):+.1%}", e.info.get("steps_per_round", "?")])
-        lines += _table(["spec", "replicas", "workers", "global batch", "step ms (IQR)", "examples/s",
+        lines += markdown_table(["spec", "replicas", "workers", "global batch", "step ms (IQR)", "examples/s",
                          "per replica", "overhead", "efficiency", "first call s", "cross-device ops",
                          "harness vs engine", "K"], rows) + [""]
         for res in all_results:
@@ -451,8 +451,9 @@ def block_section(res: Results) -> list[str]:
                          _num(i.get("overhead_ratio")), _ms(i.get("step_without_block_s")),
                          _num(i.get("block_cost_ratio"))])
         lines += [f"### {workload}", ""]
-        lines += _table(["block", "spec", "replicas", "global batch", "step ms (IQR)", "plain step with the block ms",
-                         "overhead", "step without the block ms", "block cost"], rows) + [""]
+        lines += markdown_table(["block", "spec", "replicas", "global batch", "step ms (IQR)",
+                                 "plain step with the block ms", "overhead", "step without the block ms",
+                                 "block cost"], rows) + [""]
     return lines
 
 
@@ -481,7 +482,7 @@ def comparison(all_results: list[Results], workload: str, scaling: str, noise: f
         rule += f" or the medians differ by at most {noise:.0%} (--noise, the machine's run-to-run variation)"
     return ([f"Step time per result file; (xR) is the ratio to `{all_results[0].path.name}`, {rule}: "
              "the difference is within noise.", ""]
-            + _table(header, rows) + [""])
+            + markdown_table(header, rows) + [""])
 
 
 def write_report(paths: list[Path], out: Path, noise: float | None = None) -> Path:
