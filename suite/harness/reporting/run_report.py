@@ -298,7 +298,7 @@ DEVIATION_ID = re.compile(r"known deviation ([\w.-]+) \(signature matched")
 
 def case_outcome(case) -> tuple[str, set[str]]:
     """A JUnit test case's outcome (fail, deviation: an xfail, pass, skip) and the known
-    deviations its xfail reason names (conftest's Ledger.expected_failure)."""
+    deviations its xfail reason names (the plugin's Ledger.expected_failure)."""
     skipped = case.find("skipped")
     if case.find("failure") is not None or case.find("error") is not None:
         return "fail", set()

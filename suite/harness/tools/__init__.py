@@ -1,1 +1,1 @@
-"""Maintainers' tools: the benchmark method, the measured float32 error, the mutation matrix."""
+"""Maintainers' tools: the benchmark method, the measured float32 error, the mutation matrix, two runs' outcomes compared."""
