@@ -13,7 +13,8 @@ import importlib
 import os
 from pathlib import Path
 
-PACKAGE = __name__.rpartition(".")[0]  # "suite" in the repository, "tf_distribute_suite" installed
+NAMES = ("suite", "tf_distribute_suite")  # the package's import name in the repository and installed
+PACKAGE = __name__.rpartition(".")[0]  # which of them this copy runs as
 PACKAGE_DIR = Path(__file__).resolve().parent
 # the folder to put on an engine's PYTHONPATH, and the module an engine runs: by the directory's
 # name, so that an editable install (tf_distribute_suite mapped onto suite/) starts ``suite.engine``

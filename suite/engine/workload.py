@@ -38,6 +38,17 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from .. import layout
+
+
+def is_workload(obj) -> bool:
+    """A ``Workload`` of this project by either of its import names (suite/layout.py): a loop written
+    against the checkout's ``suite`` runs in engines of the installed ``tf_distribute_suite`` and
+    the other way round (the class is a plain record; the engine reads its fields)."""
+    cls = type(obj)
+    return isinstance(obj, Workload) or (
+        cls.__name__ == "Workload" and cls.__module__ in {f"{name}.engine.workload" for name in layout.NAMES})
+
 
 class WorkloadError(Exception):
     """A workload that cannot be used: its module does not import, its factory raises or returns
@@ -118,9 +129,9 @@ def build(target: str, ctx: WorkloadContext, path: str | None = None) -> Workloa
         raise
     except Exception as exc:
         raise WorkloadError(f"workload {target!r}: the factory raised {type(exc).__name__}: {_line(exc)}") from None
-    if not isinstance(wl, Workload):
+    if not is_workload(wl):
         raise WorkloadError(f"workload {target!r}: the factory returned a {type(wl).__name__}, "
-                            "not a suite.engine.workload.Workload")
+                            "not a tf_distribute_suite.engine.workload.Workload (suite.engine.workload in a checkout)")
     for field in ("loss", "dataset"):
         if not callable(getattr(wl, field)):
             raise WorkloadError(f"workload {target!r}: Workload.{field} must be callable, "

@@ -106,7 +106,7 @@ CASES = {
     "factory raises": (["userloop:raises"], "workload 'userloop:raises': the factory raised RuntimeError: the data "
                                             "folder /data/train is missing"),
     "wrong return": (["userloop:not_a_workload"], "workload 'userloop:not_a_workload': the factory returned a tuple, "
-                                                  "not a suite.engine.workload.Workload"),
+                                                  "not a tf_distribute_suite.engine.workload.Workload"),
     "dataset too small": (["userloop:too_small"], "workload 'userloop:too_small': its dataset gave 10 examples, fewer "
                                                   "than one global batch of 48"),
     "not repeatable": (["userloop:unrepeatable"], ["workload 'userloop:unrepeatable' does not repeat itself with no "
