@@ -2,8 +2,8 @@
 the job. Everything else in the project uses public pytest, xdist and hypothesis API.
 
 - ``SpecScheduling``: xdist's load-scope scheduling keyed by strategy spec. xdist offers no
-  public hook for the scope of a test; ``LoadScopeScheduling._split_scope`` is its documented
-  override point in xdist's own sub-classes (``LoadFileScheduling``).
+  public hook for the scope of a test; ``LoadScopeScheduling._split_scope`` is the method xdist's
+  own ``LoadFileScheduling`` overrides to the same end.
 - ``run_again``: run a collected item once more in the same session (the mutation matrix runs
   one item under several mutants). pytest has no public API to re-run an item: a fresh fixture
   request (``Item._initrequest``) and ``_pytest.runner.runtestprotocol``.
