@@ -65,13 +65,13 @@ class Pattern:
         return cls(table["kind"], tuple((k, v) for k, v in table.items() if k != "kind"))
 
     def matches(self, what) -> bool:
-        if not isinstance(what, Quantity) or not _glob(self.kind).fullmatch(what.kind):
+        if not isinstance(what, Quantity) or not glob(self.kind).fullmatch(what.kind):
             return False
         mine = dict(what.qualifiers)
         for key, want in self.qualifiers:
             got = mine.get(key)
             if isinstance(want, str):
-                if not isinstance(got, str) or not _glob(want).fullmatch(got):
+                if not isinstance(got, str) or not glob(want).fullmatch(got):
                     return False
             elif type(got) is not type(want) or got != want:
                 return False
@@ -85,5 +85,15 @@ class Pattern:
 
 
 @functools.cache
-def _glob(pattern: str) -> re.Pattern:
-    return re.compile(".*".join(re.escape(part) for part in pattern.split("*")))
+def glob(pattern: str) -> re.Pattern:
+    """``*`` matches anything and ``{a,b}`` either alternative; everything else is literal
+    (test ids contain ``[`` and ``]``, which fnmatch would treat as character classes)."""
+    out = []
+    for token in re.split(r"(\*|\{[^{}]*\})", pattern):
+        if token == "*":
+            out.append(".*")
+        elif token.startswith("{") and token.endswith("}"):
+            out.append("(?:" + "|".join(re.escape(alt) for alt in token[1:-1].split(",")) + ")")
+        else:
+            out.append(re.escape(token))
+    return re.compile("".join(out), re.DOTALL)

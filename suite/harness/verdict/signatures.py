@@ -37,7 +37,6 @@ A signature never widens a tolerance and never applies outside the test ids of i
 from __future__ import annotations
 
 import dataclasses
-import functools
 import re
 from collections.abc import Callable
 from typing import Any
@@ -46,7 +45,7 @@ import numpy as np
 
 from ... import layout
 from ...common.results import Raised
-from .quantity import Pattern
+from .quantity import Pattern, glob
 
 ref_metrics = layout.reference("metrics")
 
@@ -604,18 +603,3 @@ class Signature:
             return (f"raises {self.type} matching {self.message!r} from {' and '.join(self.origin)}"
                     + (f" when {self.condition}" if self.condition else ""))
         return f"bounds {self.model}"
-
-
-@functools.cache
-def glob(pattern: str) -> re.Pattern:
-    """``*`` matches anything and ``{a,b}`` either alternative; everything else is literal
-    (test ids contain ``[`` and ``]``, which fnmatch would treat as character classes)."""
-    out = []
-    for token in re.split(r"(\*|\{[^{}]*\})", pattern):
-        if token == "*":
-            out.append(".*")
-        elif token.startswith("{") and token.endswith("}"):
-            out.append("(?:" + "|".join(re.escape(alt) for alt in token[1:-1].split(",")) + ")")
-        else:
-            out.append(re.escape(token))
-    return re.compile("".join(out), re.DOTALL)
