@@ -74,12 +74,18 @@ def _built(block, model, opt, train_step) -> dict | None:
     return {"jit_compile": bool(getattr(train_step.losses_and_grads, "_jit_compile", False))}
 
 
-def _user_state(state, ctx, target: str, global_batch: int, plain: bool):
+def _user_state(state, ctx, target: str, global_batch: int, plain: bool, path: str | None = None, seed: int = 0):
     """A user's workload (``package.module:factory``, suite/engine/workload.py): its own step (or
-    the canonical one) on its own dataset, repeated; with no strategy for the plain control."""
+    the canonical one) on its own dataset, repeated; with no strategy for the plain control. Built
+    as the loop check builds it (suite/engine/probes/workload.py ``run``): the module (re)loaded from
+    ``path`` (the folder pytest ran from; default the engine's), Keras' seeds set, the factory called
+    in the strategy's scope with the strategy's replicas in sync. Unlike the check, op determinism
+    stays off and random layers stay on: this times the loop as it trains."""
     strategy = tf.distribute.get_strategy() if plain else ctx.strategy
-    replicas = 1 if plain else ctx.num_replicas
-    wl = user_workload.build(target, user_workload.WorkloadContext(strategy, global_batch, replicas, 0), os.getcwd())
+    replicas = 1 if plain else strategy.num_replicas_in_sync
+    keras.utils.set_random_seed(seed)
+    wl = user_workload.build(target, user_workload.WorkloadContext(strategy, global_batch, replicas, seed),
+                             path or os.getcwd())
     canonical = TrainStep(wl.model, wl.optimizer, wl.loss)
 
     def replica_step(batch):
@@ -108,12 +114,13 @@ def _user_state(state, ctx, target: str, global_batch: int, plain: bool):
 
 
 class _State:
-    def __init__(self, ctx, workload: str, global_batch: int, plain: bool, block: str | None = None):
+    def __init__(self, ctx, workload: str, global_batch: int, plain: bool, block: str | None = None,
+                 path: str | None = None):
         strategy = ctx.strategy
         self.block = block
         if ":" in workload:  # a user's workload: package.module:factory
             self.coordinator = None if plain else ctx.coordinator
-            return _user_state(self, ctx, workload, global_batch, plain)
+            return _user_state(self, ctx, workload, global_batch, plain, path)
         jit = block == "xla"
         x, y = ctx.cached(("bench-data", workload), lambda: _data(workload))
         self.coordinator = None if plain else ctx.coordinator
@@ -168,15 +175,17 @@ class _State:
 
 
 @probe
-def prepare(ctx, workload: str, global_batch: int, key: str, plain: bool = False, block: str | None = None):
+def prepare(ctx, workload: str, global_batch: int, key: str, plain: bool = False, block: str | None = None,
+            path: str | None = None):
     """Build the state ``key`` (nothing runs yet) with ``block`` (one of ``BLOCKS``) or none.
-    Earlier states of the same workload, batch, kind and block are dropped, so repeated trace
-    rounds do not pile up."""
+    ``workload`` is a built-in workload's name or a user's ``package.module:factory``, imported
+    from ``path`` (the harness's folder). Earlier states of the same workload, batch, kind and
+    block are dropped, so repeated trace rounds do not pile up."""
     group = (workload, global_batch, plain, block)
     for old in [k for k, v in ctx.cache.items() if isinstance(k, tuple) and k[0] == "bench" and v[0] == group]:
         del ctx.cache[old]
     try:
-        state = _State(ctx, workload, global_batch, plain, block)
+        state = _State(ctx, workload, global_batch, plain, block, path)
     except Exception as exc:
         if block is None:
             raise
