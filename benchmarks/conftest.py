@@ -8,8 +8,11 @@ import os
 import pytest
 
 from suite.harness.engines import machine
+from suite.harness.loopcheck.usercheck import CheckInputError, validate_target
 from suite.harness.plugin import state
 from suite.harness.tools import bench
+
+WORKLOAD_BENCH = "bench_workload.py"  # the user's step per spec and TensorFlow version: only with --workload
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -33,6 +36,28 @@ def pytest_addoption(parser):
                     help="with --workload: the per-replica batch under weak scaling (default 32; strong: 3x it)")
     group.addoption("--bench-trace-rounds", type=int, default=3,
                     help="how many fresh step functions the first-call (trace) benchmark traces (default 3)")
+
+
+def pytest_configure(config):
+    """A ``--workload`` that names no importable module is a usage error (one line) before any
+    engine starts: the check's own validation (the module is imported only in engines)."""
+    target = config.getoption("--workload")
+    if not target:
+        return
+    try:
+        validate_target(target, str(config.invocation_params.dir))
+    except CheckInputError as exc:
+        raise pytest.UsageError(f"--workload: {exc}") from None
+    if config.getoption("--workload-batch") < 1:
+        raise pytest.UsageError(f"--workload-batch {config.getoption('--workload-batch')}: must be positive")
+
+
+def pytest_ignore_collect(collection_path, config):
+    """The user's step across specs and versions (bench_workload.py) has nothing to time without
+    ``--workload``: not collected then, so the default run is unchanged."""
+    if collection_path.name == WORKLOAD_BENCH and not config.getoption("--workload"):
+        return True
+    return None
 
 
 def _workloads(config) -> list[bench.Workload]:
@@ -73,6 +98,10 @@ def pytest_generate_tests(metafunc):
     if "scaling" in metafunc.fixturenames:
         scalings = _scalings(config)
         metafunc.parametrize("scaling", scalings, ids=scalings)
+    if "workload_spec" in metafunc.fixturenames:  # every selected spec, SPEC@ENV ones included
+        no_gpu = pytest.mark.skip(reason="mirrored:gpus: no GPU visible here (nvidia-smi -L, CUDA_VISIBLE_DEVICES)")
+        metafunc.parametrize("workload_spec", [pytest.param(s, id=s.text, marks=no_gpu if s.gpus and not s.replicas
+                                                            else ()) for s in state.of(config).specs])
     if "plain_batch" in metafunc.fixturenames:  # the plain controls: every batch a spec's step needs
         needed = set()
         workloads = _workloads(config)
@@ -92,13 +121,26 @@ def bencher(engines, request):
     config = request.config
     return bench.Bencher(engines, rounds=max(config.getoption("benchmark_min_rounds"), 1),
                          trace_rounds=max(config.getoption("--bench-trace-rounds"), 1),
-                         smoke=bool(config.getoption("benchmark_disable")))
+                         smoke=bool(config.getoption("benchmark_disable")), path=str(config.invocation_params.dir))
 
 
 @pytest.fixture(scope="session")
 def versions_info(request):
     v = state.of(request.config).versions
     return {"tensorflow": v["tensorflow"], "keras": v["keras"]}
+
+
+@pytest.fixture(scope="session")
+def spec_versions(request):
+    """``spec -> {"tensorflow", "keras"}`` of the interpreter that runs its engines (package
+    metadata): the session's, or for ``SPEC@ENV`` that env's."""
+    s = state.of(request.config)
+
+    def of(spec) -> dict:
+        v = s.other_versions.get(spec.text, s.versions) if spec.python else s.versions
+        return {"tensorflow": v["tensorflow"], "keras": v["keras"]}
+
+    return of
 
 
 def pytest_benchmark_update_machine_info(config, machine_info):

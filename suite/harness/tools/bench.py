@@ -204,10 +204,11 @@ class Bencher:
 
     PLAIN_SPEC_TEXT = "default"
 
-    def __init__(self, engines, *, rounds: int, trace_rounds: int, smoke: bool):
+    def __init__(self, engines, *, rounds: int, trace_rounds: int, smoke: bool, path: str | None = None):
         from ...common.specs import parse_spec
 
         self.engines = engines
+        self.path = path  # where a user's workload (package.module:factory) imports from: pytest's folder
         self.rounds = rounds
         self.trace_rounds = trace_rounds
         self.smoke = smoke
@@ -217,6 +218,9 @@ class Bencher:
         self.plain: dict[tuple[str, str, int, str | None], tuple] = {}
         self.latest: dict[tuple, tuple[str, dict]] = {}  # (spec, workload, batch, plain, block) -> (key, info)
         self.steps: dict[tuple[str, str, int], float] = {}  # (spec, workload, batch) -> train step seconds
+        # (spec text, user's workload, global batch) -> (spec, state key, K, step seconds): bench_workload.py's,
+        # the control a SPEC@ENV result of the same workload interleaves
+        self.workload_steps: dict[tuple[str, str, int], tuple] = {}
         self._serial = 0
 
     # -- engine calls ----------------------------------------------------------------
@@ -230,7 +234,7 @@ class Bencher:
         self._serial += 1
         key = f"{workload}-{global_batch}-{'plain' if plain else 'strategy'}-{block or 'none'}-{self._serial}"
         replies = self.engines.call(spec, "bench.prepare", workload=workload, global_batch=global_batch,
-                                    key=key, plain=plain, block=block)
+                                    key=key, plain=plain, block=block, path=self.path)
         _raise_if_raised(replies)
         self.latest[(spec.text, workload, global_batch, plain, block)] = (key, replies[0])
         return key, replies[0]
@@ -369,6 +373,15 @@ REQUIRED_EXTRA_INFO = (
 REQUIRED_BLOCK_INFO = (
     "kind", "block", "workload", "spec", "step_time_s", "examples_per_s", "global_batch", "replicas",
     "plain_step_time_s", "overhead_ratio", "block_cost_ratio", "tensorflow", "keras", "shares_cores", "devices",
+)
+
+
+# A user's step per spec and version (benchmarks/bench_workload.py, kind workload_step): the report
+# sets a spec's versions side by side by spec_base, tensorflow and keras.
+REQUIRED_WORKLOAD_INFO = (
+    "kind", "workload", "spec", "spec_base", "env", "step_time_s", "step_time_engine_s", "harness_vs_engine",
+    "steps_per_round", "examples_per_s", "global_batch", "replicas", "tensorflow", "keras", "engine_versions",
+    "shares_cores", "devices",
 )
 
 
