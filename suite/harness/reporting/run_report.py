@@ -26,6 +26,9 @@ from pathlib import Path
 from ...common.specs import SpecError, id_parts, parse_spec
 
 NOISE_MARK = "≈"
+# results timed K steps a round: their per-step figures divide a round by K (workload_step: a user's
+# step per spec and version, benchmarks/bench_workload.py; its section is workload_versions.py)
+STEP_KINDS = ("train_step", "plain_step", "block_step", "workload_step")
 
 
 class ReportError(ValueError):
@@ -73,7 +76,7 @@ def load_benchmarks(path: Path) -> Results:
         stats = b.get("stats") or {}
         if "kind" not in info or "median" not in stats:
             continue  # a benchmark of another plugin user, or a smoke run without timings
-        per = info.get("steps_per_round", 1) if info["kind"] in ("train_step", "plain_step", "block_step") else 1
+        per = info.get("steps_per_round", 1) if info["kind"] in STEP_KINDS else 1
         entries.append(Entry(b.get("name", "?"), info, stats["median"] / per, stats.get("q1", stats["median"]) / per,
                              stats.get("q3", stats["median"]) / per, int(stats.get("rounds", 0))))
     if not entries:
@@ -101,7 +104,7 @@ def run_to_run_noise(all_results: list[Results]) -> tuple[float, int] | None:
     diffs = []
     for runs in groups.values():
         for i, a in enumerate(runs):
-            steps_a = {e.name: e for e in a.entries if e.kind in ("train_step", "plain_step", "block_step")}
+            steps_a = {e.name: e for e in a.entries if e.kind in STEP_KINDS}
             for b in runs[i + 1:]:
                 diffs += [abs(e.median / steps_a[e.name].median - 1.0) for e in b.entries if e.name in steps_a]
     if len(diffs) < 3:
@@ -420,7 +423,9 @@ def benchmark_sections(all_results: list[Results], out: Path, noise: float) -> l
                 lines += [f"![{workload} comparison]({name})", ""]
     for res in all_results:
         lines += block_section(res)
-    return lines
+    from . import workload_versions  # it builds on this module's entries and marks
+
+    return lines + workload_versions.section(all_results, noise)
 
 
 def block_section(res: Results) -> list[str]:
