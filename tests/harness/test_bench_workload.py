@@ -86,10 +86,16 @@ def test_the_report_sets_versions_side_by_side_with_ratio_noise_and_drift(tmp_pa
     ]}))
     text = run_report.write_report([path], tmp_path / "out").read_text()
     lines = text.splitlines()
+    check = Check("the report's versions side by side")
     header = next(line for line in lines if line.startswith("| spec | replicas"))
-    assert header.index("TF 2.19.1 / Keras 3.9.2") < header.index("TF 2.21.0 / Keras 3.13.2")  # the oldest first
-    cells = [c.strip() for c in next(line for line in lines if line.startswith("| `mirrored:2` |")).strip("|").split("|")]
+    check.that(header.index("TF 2.19.1 / Keras 3.9.2") < header.index("TF 2.21.0 / Keras 3.13.2"),
+               "the version columns", header, "the oldest first")
+
+    def cells(spec):
+        return [c.strip() for c in next(line for line in lines if line.startswith(f"| `{spec}` |")).strip("|").split("|")]
+
     # per step: 10 ms on 2.19, 12 ms on 2.21 (x1.20, outside the IQRs); interleaved 1.26; drift 5%
-    assert cells[3:] == ["10.00 (0.100)", "12.00 (0.100) (x1.20)", "x1.26", "5.0%"]
-    cells = [c.strip() for c in next(line for line in lines if line.startswith("| `default` |")).strip("|").split("|")]
-    assert cells[4] == f"5.000 (2.000) (x0.96 {run_report.NOISE_MARK})" and cells[5:] == ["–", "–"]
+    check.equal(cells("mirrored:2")[3:], ["10.00 (0.100)", "12.00 (0.100) (x1.20)", "x1.26", "5.0%"],
+                "mirrored:2: both versions, the ratio, the interleaved ratio and the drift")
+    check.equal(cells("default")[4:], [f"5.000 (2.000) (x0.96 {run_report.NOISE_MARK})", "–", "–"],
+                "default: within noise (the IQRs overlap), nothing interleaved")
