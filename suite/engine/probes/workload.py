@@ -12,12 +12,14 @@ once, before training (``masks``).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 
 import numpy as np
 import tensorflow as tf
 
+from ...common import matching
 from ...common.results import Raised, WorkloadRun, WorkloadStep
 from .. import compat, mutants, workload
 from ..steps import TrainStep
@@ -98,14 +100,18 @@ class _Capture:
     """``optimizer.apply_gradients`` wrapped so each replica's step records the gradients it
     hands over (per thread: MirroredStrategy runs each replica's function in a thread of its own)."""
 
-    def __init__(self, optimizer, variables):
+    def __init__(self, optimizer, variables, dense=False):
         self.local = threading.local()
+        self.sparse = False  # whether a gradient handed over was a tf.IndexedSlices (seen while tracing)
         self.index = {id(v): i for i, v in enumerate(variables)}
         self.variables = variables
         original = optimizer.apply_gradients
 
         def apply_gradients(grads_and_vars, *args, **kwargs):
             pairs = list(grads_and_vars)
+            self.sparse = self.sparse or any(isinstance(g, tf.IndexedSlices) for g, _ in pairs)
+            if dense:  # the remedy ``dense_gradients`` (known_deviations.toml): the optimizer's dense path
+                pairs = [(tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g, v) for g, v in pairs]
             self.local.grads = {self.index.get(id(v)): g for g, v in pairs}
             context = tf.distribute.get_replica_context()
             if mutants.on("double_gradient_aggregation") and context is not None:  # summed twice: once here
@@ -183,6 +189,16 @@ def _masks(strategy, model, x):
     return [np.asarray(v) for v in strategy.experimental_local_results(out)]
 
 
+def _digest(batch) -> str:
+    """A digest of a batch's values (every tensor of its structure, in order)."""
+    h = hashlib.sha256()
+    for t in tf.nest.flatten(batch):
+        a = np.asarray(t)
+        h.update(f"{a.dtype.str}{a.shape}".encode())
+        h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()[:16]
+
+
 def _regularization(model) -> float | None:
     """The model's weight penalties (``add_n(model.losses)``) at the current weights, read
     eagerly; None when they cannot be read outside the step (activity penalties)."""
@@ -194,9 +210,13 @@ def _regularization(model) -> float | None:
 
 
 @probe
-def run(ctx, target, steps, global_batch, seed=0, canonical=False, init=None, path=None):
+def run(ctx, target, steps, global_batch, seed=0, canonical=False, init=None, path=None, dense_gradients=False,
+        init_names=None, init_trainable=None):
     """Build the workload (fresh), load ``init`` (every model variable), train ``steps`` steps of
-    its dataset with its own step (``canonical``: the suite's) and report each step."""
+    its dataset with its own step (``canonical``: the suite's) and report each step.
+    ``dense_gradients``: hand apply_gradients dense tensors for tf.IndexedSlices (a remedy the
+    upgrade check tries, suite/harness/loopcheck/upgrade.py). ``init_names``, ``init_trainable``:
+    ``init`` is another build's (another version's), matched by suite/common/matching.py."""
     strategy = ctx.strategy
     if not _DETERMINISTIC:
         tf.config.experimental.enable_op_determinism()
@@ -231,7 +251,13 @@ def run(ctx, target, steps, global_batch, seed=0, canonical=False, init=None, pa
         attr = _random_attr(layer)
         if attr:
             setattr(layer, attr, 0.0)
-    if init is not None:
+    if init is not None and init_names is not None:  # another build's values, matched variable by variable
+        mine = [(_name(v), tuple(v.shape), any(v is t for t in model.trainable_variables)) for v in model.variables]
+        theirs = [(n, tuple(np.shape(x)), t) for n, x, t in zip(init_names, init, init_trainable)]
+        for v, i in zip(model.variables, matching.match(theirs, mine)):
+            if i is not None:
+                v.assign(np.asarray(init[i]))
+    elif init is not None:
         if len(init) != len(model.variables):
             raise workload.WorkloadError(f"workload {target!r}: the factory built {len(model.variables)} model "
                                          f"variables here and {len(init)} for the reference: it must build the "
@@ -239,7 +265,7 @@ def run(ctx, target, steps, global_batch, seed=0, canonical=False, init=None, pa
         for v, value in zip(model.variables, init):
             v.assign(np.asarray(value))
     initial = [np.array(compat.local_values(strategy, v)[0]) for v in model.variables]
-    capture = _Capture(opt, model.trainable_variables)
+    capture = _Capture(opt, model.trainable_variables, dense=dense_gradients)
     canonical_step = TrainStep(model, opt, wl.loss)
     user_step = wl.step if wl.step is not None and not canonical else None
     op = getattr(tf.distribute.ReduceOp, wl.loss_reduction)
@@ -258,7 +284,7 @@ def run(ctx, target, steps, global_batch, seed=0, canonical=False, init=None, pa
         return (strategy.reduce(op, per_replica[0], axis=None),) + tuple(per_replica)
 
     step_fn = tf.function(distributed, reduce_retracing=True)
-    history, raised = [], None
+    history, raised, digests = [], None, []
     batch = first
     for k in range(1, steps + 1):
         if k > 1:
@@ -267,6 +293,8 @@ def run(ctx, target, steps, global_batch, seed=0, canonical=False, init=None, pa
             except StopIteration:
                 break
         regularization = _regularization(model)
+        if ctx.spec.kind == "default":  # what one device trains on, for the upgrade check: the same data on both
+            digests.append(_digest(batch))
         try:
             if ctx.coordinator is not None:
                 value = ctx.coordinator.schedule(step_fn, args=(batch,))
@@ -291,6 +319,8 @@ def run(ctx, target, steps, global_batch, seed=0, canonical=False, init=None, pa
     first_rows = sum(history[0].rows) if history else None
     facts["optimizer_variables_after"] = len(compat.optimizer_variables(opt))
     facts["first_batch_rows"] = first_rows
+    facts["sparse_gradients"] = capture.sparse
+    facts["batch_digests"] = digests
     return WorkloadRun(strategy.num_replicas_in_sync, ctx.local_replica_ids, [_name(v) for v in model.variables],
                        [any(v is t for t in model.trainable_variables) for v in model.variables],
                        [_name(v) for v in compat.optimizer_variables(opt)], initial, history, facts, masks, raised)

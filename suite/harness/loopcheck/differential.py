@@ -725,7 +725,7 @@ def ledger(spec, versions: dict) -> deviations.Ledger:
     """The known deviations in scope of the check of a loop under ``spec``: the entries that apply
     to the engine's versions and whose ``tests`` name ``loop-check[SPEC]``, with their signatures
     for the loop check's quantities."""
-    scope = SCOPE.format(spec=spec.text)
+    scope = SCOPE.format(spec=spec.base.text)  # ``mirrored:2@tf215`` is in the scope of ``mirrored:2``
     return deviations.Ledger(tuple(
         dataclasses.replace(d, signatures=tuple(s for s in d.signatures
                                                 if isinstance(s.quantity, str) and s.quantity.startswith(QUANTITIES)))

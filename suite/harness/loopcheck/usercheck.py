@@ -26,7 +26,7 @@ import sys
 import time
 
 from ...common.specs import DEFAULT_SPECS, SpecError, parse_spec, parse_specs
-from ..engines import agent
+from ..engines import agent, versions
 from ..engines.pool import EngineError, EnginePool, EngineStartError, EngineUnavailable, ProbeError
 from ..engines.versions import engine_versions
 from . import differential
@@ -137,7 +137,7 @@ class Checker:
 
     def __init__(self, pool: EnginePool, target: str, steps: int = 3, global_batch: int = 48,
                  rtol: float = differential.RTOL, atol: float = differential.ATOL, seed: int = 0,
-                 path: str | None = None, canonical: bool = True):
+                 path: str | None = None, canonical: bool = True, env: str | None = None, init: dict | None = None):
         self.path = str(path or os.getcwd())
         validate_target(target, self.path)
         if steps < 1 or global_batch < 1:
@@ -148,7 +148,16 @@ class Checker:
         self.notes: list[str] = []
         self.ref = None
         self.canonical_ref = None  # the canonical step on one device (the control's reference), once run
-        self.versions = engine_versions(pool.python)
+        # ``env``: every spec runs on that tox env's or interpreter's TensorFlow (SPEC@ENV); ``init``: the
+        # model's initial values, the probe's init options (the upgrade check gives both versions one's)
+        self.env, self.init = env, init
+        self.default = self.on(parse_spec("default"))
+        self.versions = engine_versions(*versions.interpreter(env)) if env else engine_versions(pool.python)
+        self.runs: dict = {}  # each spec's last runs (its text: the engine's replies)
+
+    def on(self, spec):
+        """``spec`` as this checker's engines run it (``mirrored:2@ENV`` for ``mirrored:2``)."""
+        return parse_spec(f"{spec.text}@{self.env}") if self.env and not spec.python else spec
 
     def _run(self, spec, **kwargs):
         return self.pool.call(spec, "workload.run", target=self.target, steps=self.steps,
@@ -158,12 +167,12 @@ class Checker:
         """The reference run, checked to repeat itself (computed once)."""
         if self.ref is not None:
             return self.ref
-        default = parse_spec("default")
+        default = self.default
         try:
             # every run reloads the workload's module (suite/engine/workload.py: resolve), so state
             # kept at module level (an optimizer made at import) does not carry into the next
-            first = self._run(default)[0]
-            second = self._run(default)[0]
+            first = self._run(default, **(self.init or {}))[0]
+            second = self._run(default, init=first.initial)[0]
         except EngineError as exc:
             raise _input_error(self.target, exc) or CheckInputError(
                 f"workload {self.target!r}: the reference run failed: {str(exc).splitlines()[0]}") from None
@@ -199,6 +208,11 @@ class Checker:
         self.ref = first
         return first
 
+    def rerun(self, spec, **kwargs) -> list:
+        """``spec``'s runs once more from the reference's initial values (``kwargs``: the probe's
+        options, such as a remedy)."""
+        return self._run(spec, init=self.reference().initial, **kwargs)
+
     def check(self, spec) -> differential.Verdict:
         ref = self.reference()
         began = time.monotonic()
@@ -206,6 +220,7 @@ class Checker:
             self.pool.get(spec)  # started here if it is not running: its start is not the check's time
             started = time.monotonic()
             runs = self._run(spec, init=ref.initial)
+            self.runs[spec.text] = runs
         except EngineUnavailable:
             raise
         except EngineError as exc:
@@ -231,7 +246,7 @@ class Checker:
         judged against the loop's run (differential.control_of); None when it could not run."""
         if self.canonical_ref is None:
             try:
-                self.canonical_ref = self._run(parse_spec("default"), canonical=True, init=self.ref.initial)[0]
+                self.canonical_ref = self._run(self.default, canonical=True, init=self.ref.initial)[0]
             except EngineError:
                 return None
         try:
@@ -289,6 +304,11 @@ def _parser() -> argparse.ArgumentParser:
                    help=f"exit 0 when the only findings are known deviations of TensorFlow/Keras (DEVIATION, BLOCKED: "
                         f"the loop is right), instead of {EXIT['KNOWN']}")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    p.add_argument("--from", dest="env_from", metavar="ENV",
+                   help="the upgrade check: compare the loop on ENV's TensorFlow/Keras (a tox env of the matrix or an "
+                        "interpreter path) with --to's, under every selected spec (docs/check.md, 'Across versions')")
+    p.add_argument("--to", dest="env_to", metavar="ENV",
+                   help="the version moved to (default: the interpreter that runs the engines, --engine-python)")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="also the notes (your step against the suite's canonical step on one device) and every "
                         "difference of a diverging step")
@@ -297,6 +317,12 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
+    if args.env_to and not args.env_from:
+        print("error: --to needs --from (the version moved from)", file=sys.stderr)
+        return EXIT["USAGE"]
+    if args.env_from:
+        from .upgrade import main as upgrade  # it builds on this module's Checker
+        return upgrade(args)
     resolve = (lambda: agent.resolve_cluster(args.cluster_agents.split(","))) if args.cluster_agents else None
     try:
         specs = parse_specs(args.strategies, resolve)

@@ -33,6 +33,13 @@ from .signatures import CONDITIONS, NOTHING, Seen, Signature, glob
 
 PATH = layout.DEVIATIONS_FILE
 REQUIRED = ("id", "tests", "tensorflow", "keras", "summary", "evidence", "first_seen", "signature")
+# ``remedy``: a change to the training the engine can make that removes the deviation's effect
+# (REMEDIES); the upgrade check tries it where the entry applies to one version only
+OPTIONAL = ("remedy",)
+REMEDIES = {
+    "dense_gradients": "the gradients handed to apply_gradients made dense (tf.convert_to_tensor of each "
+                       "tf.IndexedSlices), so the optimizer takes its dense path",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,6 +52,7 @@ class Deviation:
     evidence: tuple[str, ...]
     first_seen: str
     signatures: tuple[Signature, ...] = ()
+    remedy: str | None = None  # REMEDIES
 
     def applies_to(self, tf_version: str | None, keras_version: str | None) -> bool:
         if not tf_version or not keras_version:
@@ -65,15 +73,17 @@ def load(path: Path = PATH) -> list[Deviation]:
         missing = [k for k in REQUIRED if k not in entry]
         if missing:
             raise ValueError(f"{where} lacks {missing}")
-        unknown = set(entry) - set(REQUIRED)
+        unknown = set(entry) - set(REQUIRED) - set(OPTIONAL)
         if unknown:
             raise ValueError(f"{where} has unknown keys {sorted(unknown)}")
         SpecifierSet(entry["tensorflow"])
         SpecifierSet(entry["keras"])
         signatures = tuple(Signature.parse(t, where) for t in entry["signature"])
+        if entry.get("remedy", next(iter(REMEDIES))) not in REMEDIES:
+            raise ValueError(f"{where}: remedy {entry['remedy']!r} is none of {sorted(REMEDIES)}")
         out.append(Deviation(entry["id"], tuple(entry["tests"]), entry["tensorflow"],
                              entry["keras"], entry["summary"].strip(),
-                             tuple(entry["evidence"]), entry["first_seen"], signatures))
+                             tuple(entry["evidence"]), entry["first_seen"], signatures, entry.get("remedy")))
     ids = [d.id for d in out]
     if len(ids) != len(set(ids)):
         raise ValueError(f"{path.name}: duplicate deviation ids")
