@@ -5,9 +5,17 @@ draws and engine counts."""
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
+import sys
+from types import SimpleNamespace
 
+import pytest
+
+from suite.common.specs import DEFAULT_SPECS
 from suite.harness.drawing.profiles import PROFILES
-from suite.harness.plugin.scheduling import CROSS_SPEC, scope_of
+from suite.harness.plugin import scheduling, suite_plugin
+from suite.harness.plugin.scheduling import CROSS_SPEC, auto_workers, engine_processes, scope_of
 from suite.harness.verdict.judgment import Check
 from tests.helpers import ROOT, run_pytest
 
@@ -80,3 +88,43 @@ def test_failure_causes_unpack_exception_groups():
     flaky = ExceptionGroup("unreliable", [ValueError("first\n  call"), ExceptionGroup("g", [KeyError("k")])])
     Check("causes").equal(root_causes(flaky), ["ValueError: first call", "KeyError: 'k'"], "one line per root cause")
     Check("causes").equal(root_causes(RuntimeError("x" * 400))[0][-3:], "...", "a long cause is cut")
+
+
+def test_auto_workers_divide_the_cores_by_the_engines_processes():
+    """``-n auto``: the usable cores over the mean processes per selected spec's engine, rounded up, at
+    least 1, at most one worker per spec (scheduling.auto_workers)."""
+    check = Check("-n auto")
+    default = engine_processes(",".join(DEFAULT_SPECS))
+    check.equal(default, [1, 1, 1, 1, 1, 1, 1, 2, 4], "the default specs' engine processes")
+    check.equal(engine_processes("multi_worker:3x2, parameter_server:2w3ps,mirrored:2@tf215,cluster,tpu,nonsense:1"),
+                [3, 6, 1, 1, 1], "engine processes (W; 1 + W + P; SPEC@ENV as SPEC; a cluster's are remote; "
+                "a spec that does not parse left out)")
+    for cores, processes, want in [
+        (2, default, 2), (4, default, 3), (8, default, 6), (12, default, 9), (64, default, 9),  # 13 over 9 specs
+        (1, default, 1),
+        (2, [4], 1), (8, [4], 1),  # one spec: one worker, however many cores
+        (2, [2, 2, 3, 4], 1), (8, [2, 2, 3, 4], 3), (64, [2, 2, 3, 4], 4),  # tox -e clusters' specs
+        (3, [1, 1, 1, 1], 3), (0, [1, 1], 1), (4, [], 4),
+    ]:
+        check.equal(auto_workers(cores, processes), want, f"workers for {cores} cores and engines of {processes}")
+
+
+def test_the_auto_hook_reads_strategies_and_usable_cores(monkeypatch):
+    """The xdist hook runs before pytest_configure: it parses --strategies itself (the default specs
+    without it) and counts the cores this process may use."""
+    monkeypatch.setattr(scheduling, "usable_cores", lambda: 8)
+    check = Check("pytest_xdist_auto_num_workers")
+    for strategies, want in [(None, 6), ("mirrored:2,mirrored:3", 2), ("parameter_server:2w1ps,multi_worker:2x1", 2),
+                             ("multi_worker:8x1", 1)]:
+        config = SimpleNamespace(getoption=lambda name, s=strategies: s if name == "--strategies" else None)
+        check.equal(suite_plugin.pytest_xdist_auto_num_workers(config), want, f"-n auto with --strategies {strategies}")
+
+
+def test_usable_cores_are_the_affinity_not_the_machines_count():
+    """Under ``taskset -c 0`` (one core allowed) the suite counts one core, whatever the machine has."""
+    if not shutil.which("taskset"):
+        pytest.skip("no taskset here")
+    proc = subprocess.run(["taskset", "-c", "0", sys.executable, "-c",
+                           "from suite.harness.plugin.scheduling import usable_cores; print(usable_cores())"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    Check("usable_cores").equal(proc.stdout.strip(), "1", "usable cores under taskset -c 0", proc.stderr[-1000:])

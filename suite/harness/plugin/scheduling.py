@@ -15,7 +15,11 @@ decided here (``scope_of``); the xdist scheduler that applies it is in internals
 
 from __future__ import annotations
 
+import os
+
+from ...common.specs import SpecError, parse_spec
 from ..drawing.tally import split_nodeid
+from ..engines import topology
 
 # Properties that call the engines of every selected spec (a checkpoint saved under the test's
 # spec is restored under a drawn one): all their items form one scope, so one worker runs them
@@ -32,3 +36,45 @@ def scope_of(nodeid: str, specs: frozenset[str]) -> str:
         return "cross-spec"
     spec = split_nodeid(nodeid)[1]
     return f"spec {spec}" if spec in specs else nodeid
+
+
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity where the platform has one (a container's
+    or taskset's limit), else every core."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # no sched_getaffinity (macOS, Windows)
+        return os.cpu_count() or 1
+
+
+def engine_processes(strategies: str) -> list[int]:
+    """The processes of each spec's engine, for ``--strategies`` text (topology.tasks): 1 for a
+    one-process spec (its replicas are threads), W for ``multi_worker:WxR``, 1 + W + P for
+    ``parameter_server:WwPps`` (the coordinating chief, W worker and P ps servers), a SPEC@ENV's as
+    its SPEC's; 1 for ``cluster``, whose processes run on the cluster's hosts. A spec that does not
+    parse is left out (pytest_configure makes it a usage error)."""
+    out = []
+    for text in filter(None, (part.strip() for part in strategies.split(","))):
+        if text == "cluster":
+            out.append(1)
+            continue
+        try:
+            out.append(len(topology.tasks(parse_spec(text))))
+        except SpecError:
+            continue
+    return out
+
+
+def auto_workers(cores: int, processes: list[int]) -> int:
+    """``-n auto``: how many xdist workers, on ``cores`` usable cores, for specs whose engines run
+    ``processes`` (one count per selected spec). A worker runs one test at a time, so one engine at a
+    time, and waits while that engine computes: its load is that engine's processes, and over a
+    session, as it takes spec after spec, their mean. So: the cores divided by the mean processes per
+    engine, rounded up (engine processes also wait, on the cases the worker draws and judges and on
+    each other in collectives, so rounding down would leave cores idle), at least 1, and at most one
+    worker per spec (a spec's tests all go to one worker: more workers than specs would only share the
+    tests without a spec).
+    The default specs (13 processes over 9 specs) get 2 workers on 2 cores, 3 on 4, 6 on 8, 9 from 12 on."""
+    if not processes:
+        return max(1, cores)
+    return max(1, min(-(-cores * len(processes) // sum(processes)), len(processes)))

@@ -24,7 +24,7 @@ from ..engines.handle import EngineHandle
 from ..engines.pool import EnginePool
 from ..reporting import results_dir
 from ..verdict import deviations
-from . import state
+from . import scheduling, state
 from .internals import SpecScheduling
 
 PROFILE = profiles.load()
@@ -192,10 +192,11 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_xdist_auto_num_workers(config):
-    """``-n auto`` (the default, pyproject addopts): one worker per core, at most 4. Each worker
-    runs whole specs (internals.SpecScheduling), and there are about ten default specs of unequal
-    cost, so more workers than that mostly wait."""
-    return max(1, min(os.cpu_count() or 1, 4))
+    """``-n auto`` (the default, pyproject addopts): the usable cores over the mean processes of the
+    selected specs' engines, rounded up, at most one worker per spec (scheduling.auto_workers). It
+    runs before pytest_configure, so it reads --strategies itself."""
+    text = config.getoption("--strategies") or ",".join(DEFAULT_SPECS)
+    return scheduling.auto_workers(scheduling.usable_cores(), scheduling.engine_processes(text))
 
 
 def pytest_xdist_make_scheduler(config, log):
