@@ -67,3 +67,8 @@ def reader(fd: int) -> Connection:
 
 def writer(fd: int) -> Connection:
     return Connection(fd, readable=False, writable=True)
+
+
+def duplex(fd: int) -> Connection:
+    """Both ways over one descriptor (an engine agent's socket)."""
+    return Connection(fd)

@@ -1,8 +1,11 @@
 """Engine process main: build one strategy, then answer probe calls until told to exit.
 
 Run as ``python -m suite.engine.worker --spec S --fd-in A --fd-out B [--worker-index I]``
-by the pool (suite/harness/engines/pool.py). TensorFlow is imported here and only here (and in the
-probe modules this imports), never in the pytest process.
+by the pool (suite/harness/engines/pool.py), over two OS pipes; or by an engine agent
+(suite/harness/engines/agent.py) with ``--fd-in S --fd-out S --session-fd P``: one socket to the
+pytest process whose messages are authenticated frames (suite/common/authframe.py), and a pipe
+on which the agent hands over that connection's session. TensorFlow is imported here and only
+here (and in the probe modules this imports), never in the pytest process.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import os
 import sys
 import traceback
 
-from ..common import protocol
+from ..common import authframe, protocol
 from ..common.results import Raised
 from ..common.specs import parse_spec
 
@@ -22,6 +25,8 @@ def _parse_args(argv):
     p.add_argument("--spec", required=True)
     p.add_argument("--fd-in", type=int, required=True)
     p.add_argument("--fd-out", type=int, required=True)
+    p.add_argument("--session-fd", type=int, default=None,
+                   help="an agent's pipe with the session of the socket --fd-in (authenticated frames)")
     p.add_argument("--worker-index", type=int, default=0)
     p.add_argument("--collective-timeout", type=float, default=60.0)
     p.add_argument("--serve", action="store_true",
@@ -31,8 +36,11 @@ def _parse_args(argv):
 
 def main(argv=None) -> int:
     args = _parse_args(argv)
-    conn_in = protocol.reader(args.fd_in)
-    conn_out = protocol.writer(args.fd_out)
+    if args.session_fd is not None:  # an agent's socket: every message authenticated, both ways
+        conn_in = conn_out = authframe.Channel.taken_over(protocol.duplex(args.fd_in), args.session_fd)
+    else:
+        conn_in = protocol.reader(args.fd_in)
+        conn_out = protocol.writer(args.fd_out)
     spec = parse_spec(args.spec)
     try:
         import tensorflow  # noqa: F401
@@ -63,6 +71,8 @@ def main(argv=None) -> int:
     while True:
         try:
             msg = conn_in.recv()
+        except authframe.FrameError as exc:
+            return _refused(exc)
         except (EOFError, OSError):
             return 0  # the parent went away
         if msg[0] == protocol.EXIT:
@@ -91,11 +101,20 @@ def _serve(conn_in, conn_out) -> int:
     while True:
         try:
             msg = conn_in.recv()
+        except authframe.FrameError as exc:
+            return _refused(exc)
         except (EOFError, OSError):
             return 0
         if msg[0] == protocol.EXIT:
             return 0
         conn_out.send((protocol.ERROR, Raised("RuntimeError", f"the {info.task} server answers no probes", info.task), ""))
+
+
+def _refused(exc: authframe.FrameError) -> int:
+    """A message on an agent's socket failed authentication: it was not unpickled, and the
+    engine ends (the connection is closed; the pytest side sees the engine gone)."""
+    print(f"suite.engine.worker: {exc}", file=sys.stderr, flush=True)
+    return 5
 
 
 if __name__ == "__main__":

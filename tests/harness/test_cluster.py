@@ -18,11 +18,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from suite.harness.engines.agent import new_key
 from suite.harness.engines.topology import free_ports
 from suite.harness.verdict.judgment import Check
 from tests.helpers import ROOT, alive, run_pytest
 
-KEY = "tfds-test-key"
+KEY = new_key()  # a fresh key per session, as `python -m suite.harness.engines.agent --new-key` prints
 
 
 class Agents:
@@ -142,7 +143,7 @@ def test_agent_and_cluster_errors_are_one_line(agents, tmp_path):
     check = Check("cluster")
     dead = f"127.0.0.1:{free_ports(1)[0]}"
     for what, agents_given, key, phrase in [
-            ("a wrong key", addresses, "not-the-key", "refused the key"),
+            ("a wrong key", addresses, new_key(), "refused the key"),
             ("an unreachable agent", [addresses[0], dead], KEY, f"agent {dead} could not be reached"),
             ("an uncovered task", addresses[:1], KEY, "no agent for task(s) worker 1")]:
         proc = _pytest(["tests/meta/test_specs.py"], agents_given, key=key, timeout=120)

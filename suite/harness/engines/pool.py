@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from ... import layout
-from ...common import protocol
+from ...common import authframe, protocol
 from ...common.results import Raised
 from ...common.specs import Spec
 from . import agent, topology, versions
@@ -126,7 +126,8 @@ class _Process:
 
 class _RemoteProcess:
     """One engine process on a cluster host, started by that host's agent
-    (suite/harness/engines/agent.py); the same interface as ``_Process`` over a socket."""
+    (suite/harness/engines/agent.py); the same interface as ``_Process`` over a socket whose
+    messages, both ways, are authenticated frames (suite/common/authframe.py)."""
 
     def __init__(self, address: tuple[str, int], task: topology.Task, worker_args: list[str], timeout: float):
         self.task = task
@@ -138,6 +139,8 @@ class _RemoteProcess:
             if not conn.poll(timeout):
                 raise agent.AgentError(f"agent {address[0]}:{address[1]} did not start an engine within {timeout:.0f}s")
             reply = conn.recv()
+        except authframe.FrameError as exc:
+            raise agent.AgentError(f"agent {address[0]}:{address[1]}: its reply to 'start': {exc}") from None
         except (EOFError, OSError) as exc:
             raise agent.AgentError(f"agent {address[0]}:{address[1]} dropped the connection ({exc})") from None
         self.pid = reply[1]
@@ -273,6 +276,9 @@ class Engine:
                 if proc.recv_conn.poll(0.02):
                     try:
                         msg = proc.recv_conn.recv()
+                    except authframe.FrameError as exc:  # not unpickled; a cluster engine's socket
+                        self._fail(EngineDied, f"{self._where(i)}'s connection carried a message that failed "
+                                               f"authentication while running probe {probe!r} ({exc}; engine killed)", i)
                     except (EOFError, OSError):
                         msg, eof = None, True  # the process closed its pipe: it is exiting
                     if msg is not None:
