@@ -92,7 +92,7 @@ def test_failure_causes_unpack_exception_groups():
 
 def test_auto_workers_divide_the_cores_by_the_engines_processes():
     """``-n auto``: the usable cores over the mean processes per selected spec's engine, rounded up, at
-    least 1, at most one worker per spec (scheduling.auto_workers)."""
+    least 1, at most one worker per spec and one more (scheduling.auto_workers)."""
     check = Check("-n auto")
     default = engine_processes(",".join(DEFAULT_SPECS))
     check.equal(default, [1, 1, 1, 1, 1, 1, 1, 2, 4], "the default specs' engine processes")
@@ -100,10 +100,10 @@ def test_auto_workers_divide_the_cores_by_the_engines_processes():
                 [3, 6, 1, 1, 1], "engine processes (W; 1 + W + P; SPEC@ENV as SPEC; a cluster's are remote; "
                 "a spec that does not parse left out)")
     for cores, processes, want in [
-        (2, default, 2), (4, default, 3), (8, default, 6), (12, default, 9), (64, default, 9),  # 13 over 9 specs
+        (2, default, 2), (4, default, 3), (8, default, 6), (12, default, 9), (64, default, 10),  # 13 over 9 specs
         (1, default, 1),
-        (2, [4], 1), (8, [4], 1),  # one spec: one worker, however many cores
-        (2, [2, 2, 3, 4], 1), (8, [2, 2, 3, 4], 3), (64, [2, 2, 3, 4], 4),  # tox -e clusters' specs
+        (2, [4], 1), (8, [4], 2), (2, [1], 2), (64, [1], 2),  # one spec: its worker and one for the rest
+        (2, [2, 2, 3, 4], 1), (8, [2, 2, 3, 4], 3), (64, [2, 2, 3, 4], 5),  # tox -e clusters' specs
         (3, [1, 1, 1, 1], 3), (0, [1, 1], 1), (4, [], 4),
     ]:
         check.equal(auto_workers(cores, processes), want, f"workers for {cores} cores and engines of {processes}")
@@ -114,7 +114,7 @@ def test_the_auto_hook_reads_strategies_and_usable_cores(monkeypatch):
     without it) and counts the cores this process may use."""
     monkeypatch.setattr(scheduling, "usable_cores", lambda: 8)
     check = Check("pytest_xdist_auto_num_workers")
-    for strategies, want in [(None, 6), ("mirrored:2,mirrored:3", 2), ("parameter_server:2w1ps,multi_worker:2x1", 2),
+    for strategies, want in [(None, 6), ("mirrored:2,mirrored:3", 3), ("parameter_server:2w1ps,multi_worker:2x1", 3),
                              ("multi_worker:8x1", 1)]:
         config = SimpleNamespace(getoption=lambda name, s=strategies: s if name == "--strategies" else None)
         check.equal(suite_plugin.pytest_xdist_auto_num_workers(config), want, f"-n auto with --strategies {strategies}")

@@ -72,9 +72,9 @@ def auto_workers(cores: int, processes: list[int]) -> int:
     session, as it takes spec after spec, their mean. So: the cores divided by the mean processes per
     engine, rounded up (engine processes also wait, on the cases the worker draws and judges and on
     each other in collectives, so rounding down would leave cores idle), at least 1, and at most one
-    worker per spec (a spec's tests all go to one worker: more workers than specs would only share the
-    tests without a spec).
-    The default specs (13 processes over 9 specs) get 2 workers on 2 cores, 3 on 4, 6 on 8, 9 from 12 on."""
+    worker per spec and one more (a spec's tests all go to one worker; the tests without a spec and the
+    cross-spec scope are the rest of the work, so more workers than that would only wait).
+    The default specs (13 processes over 9 specs) get 2 workers on 2 cores, 3 on 4, 6 on 8, 10 from 14 on."""
     if not processes:
         return max(1, cores)
-    return max(1, min(-(-cores * len(processes) // sum(processes)), len(processes)))
+    return max(1, min(-(-cores * len(processes) // sum(processes)), len(processes) + 1))

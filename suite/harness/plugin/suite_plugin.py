@@ -193,7 +193,7 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_xdist_auto_num_workers(config):
     """``-n auto`` (the default, pyproject addopts): the usable cores over the mean processes of the
-    selected specs' engines, rounded up, at most one worker per spec (scheduling.auto_workers). It
+    selected specs' engines, rounded up, at most one worker per spec and one more (scheduling.auto_workers). It
     runs before pytest_configure, so it reads --strategies itself."""
     text = config.getoption("--strategies") or ",".join(DEFAULT_SPECS)
     return scheduling.auto_workers(scheduling.usable_cores(), scheduling.engine_processes(text))
