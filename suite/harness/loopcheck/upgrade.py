@@ -16,7 +16,7 @@ the known deviations that apply there. A difference is attributed (ATTRIBUTIONS)
 - ``one_device``: the difference is already there with no strategy, and under the spec each
   version trains what its one device trains: the release changed the math, not the distribution;
 - ``rule_changed``: the replicas received other examples (how a batch is split among replicas
-  is an observed rule, reference/input_pipeline.py): behaviour changed, not a bug;
+  is an observed rule, reference/input.py): behaviour changed, not a bug;
 - ``unexplained``: none of the above (the first diverging step and quantity, to against from).
 
 Statuses and exit codes are the loop check's (usercheck.EXIT): PASS the spec trains the same
@@ -55,7 +55,7 @@ ATTRIBUTIONS = {
 # Keras 2's slot names and Keras 3's for the same optimizer state (keras/src/optimizers/adam.py of
 # each: "m", "v", "vhat" against "momentum", "velocity", "velocity_hat")
 SLOT_SYNONYMS = {"m": "momentum", "v": "velocity", "vhat": "velocity_hat", "iteration": "iterations"}
-RULE = "reference/input_pipeline.py (observed: how a global batch is split among the replicas)"
+RULE = "reference/input.py: batch_sizes_for_worker, an observed rule (how a global batch is split among the replicas)"
 
 
 # -- matching one version's variables to the other's --------------------------------------------

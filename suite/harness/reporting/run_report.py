@@ -2,7 +2,8 @@
 
     python -m suite.report out.json [more.json ...] [results.xml ...] -o DIR
 
-``*.json`` files are pytest-benchmark output of ``pytest benchmarks --benchmark-json``; the
+``*.json`` files are pytest-benchmark output of ``pytest benchmarks --benchmark-json`` (or the
+upgrade check's ``--json``, shown in a section of its own); the
 first is the baseline and every later one gets a column with its ratio to the first, marked
 ``≈`` where the two differ by less than the noise (their rounds' inter-quartile ranges of step
 time overlap). ``*.xml`` files are JUnit reports of ``pytest tests --junitxml``: a grid of pass,
@@ -490,12 +491,43 @@ def comparison(all_results: list[Results], workload: str, scaling: str, noise: f
             + markdown_table(header, rows) + [""])
 
 
+def _upgrade_json(path: Path) -> dict | None:
+    """The upgrade check's ``--json`` output (``"kind": "upgrade"``), or None for any other file."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get("kind") == "upgrade" else None
+
+
+def upgrade_section(path: Path, data: dict) -> list[str]:
+    """The upgrade check of one loop (``python -m suite.check TARGET --from A --to B --json F``):
+    its rows, what each difference is attributed to, and the summary."""
+    def side(s):
+        return f"{s['label']} (TensorFlow {s.get('tensorflow')}, Keras {s.get('keras')})"
+    header = ["spec", "from", "to", "verdict", "steps agreed", "allowance", "first difference", "attribution"]
+    rows = []
+    for r in data["specs"]:
+        named = ", ".join(f"{d['id']} ({d['change']})" for d in r["known_deviations"] if d["change"] != "both")
+        step = r.get("first_diverging_step")
+        rows.append([f"`{r['spec']}`", r["loop_check"]["from"] or "–", r["loop_check"]["to"] or "–", r["status"],
+                     f"{r['agreed_steps']}/{r['steps']}", f"{r['rounding_allowance']:.2g}",
+                     "" if step is None else f"step {step}", named or r["attribution_text"]])
+    details = [f"- `{r['spec']}`: " + "; ".join(r["lines"]) for r in data["specs"] if r["status"] != "PASS"]
+    return ([f"## Upgrade check of `{data['workload']}` (`{path.name}`)", "",
+             f"From {side(data['from'])} to {side(data['to'])}: global batch {data['global_batch']}, {data['steps']} "
+             f"steps; from/to: the loop check of each spec against that version's own one device.", ""]
+            + markdown_table(header, rows) + [""] + details + (["", ""] if details else [""])
+            + [f"{data['summary']} (exit {data['exit_code']})", ""])
+
+
 def write_report(paths: list[Path], out: Path, noise: float | None = None) -> Path:
     """Write ``out/report.md`` and its plots. ``noise``: the run-to-run allowance for the
     comparison columns; None measures it from files of the same versions where there are
     such (else 0: overlapping IQRs only)."""
     out.mkdir(parents=True, exist_ok=True)
-    bench_paths = [Path(p) for p in paths if str(p).endswith(".json")]
+    upgrades = [(Path(p), data) for p in paths if str(p).endswith(".json") and (data := _upgrade_json(Path(p)))]
+    bench_paths = [Path(p) for p in paths if str(p).endswith(".json") and Path(p) not in {q for q, _ in upgrades}]
     xml_paths = [Path(p) for p in paths if str(p).endswith(".xml")]
     unknown = [str(p) for p in paths if not str(p).endswith((".json", ".xml"))]
     if unknown:
@@ -516,6 +548,8 @@ def write_report(paths: list[Path], out: Path, noise: float | None = None) -> Pa
         lines += benchmark_sections(results, out, noise)
     for p in xml_paths:
         lines += conformance_section(p, load_conformance(p))
+    for p, data in upgrades:
+        lines += upgrade_section(p, data)
     report = out / "report.md"
     report.write_text("\n".join(lines) + "\n")
     return report
