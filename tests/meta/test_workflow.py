@@ -50,7 +50,7 @@ def tox_envlist() -> list[str]:
 def workflow_envs(text: str) -> list[str]:
     """The workflow's ``strategy.matrix.env`` list (a block sequence, one env a line)."""
     block = re.search(r"^( +)matrix:\n\1  env:[^\n]*\n((?:\1    - [^\n]+\n)+)", text, re.M)
-    assert block, "no strategy.matrix.env block sequence in the workflow"
+    assert block is not None  # a strategy.matrix.env block sequence, one env a line
     return [ln.split("- ", 1)[1].split("#")[0].strip() for ln in block.group(2).splitlines()]
 
 
@@ -100,7 +100,7 @@ def test_actionlint_finds_nothing_in_the_workflow():
 ])
 def test_actionlint_catches_a_broken_copy(tmp_path, what, old, new, found):
     text = WORKFLOW.read_text()
-    assert text.count(old) == 1, f"{old!r} once in the workflow"
+    assert (old, text.count(old)) == (old, 1)  # the text the broken copy replaces, once in the workflow
     broken = tmp_path / "matrix.yml"
     broken.write_text(text.replace(old, new))
     proc = actionlint(broken)
