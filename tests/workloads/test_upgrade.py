@@ -317,3 +317,56 @@ def test_the_json_of_an_upgrade_check_is_a_section_of_the_report(tmp_path):
     assert "From old (TensorFlow 2.15.1, Keras 2.15.0) to new (TensorFlow 2.21.0, Keras 3.15.1)" in text
     assert "| `mirrored:2` | PASS | DEVIATION | DEVIATION | 0/1 | 0 | step 1 | entry-x (appears) |" in text
     assert f"{report.summary()} (exit {EXIT['KNOWN']})" in text
+
+
+# -- a side the check cannot use: one line, exit 2, no engine left behind -------------------------
+ONE_SIDED = '''
+import numpy as np
+import tensorflow as tf
+from suite.engine.workload import Workload
+
+keras = tf.keras
+VERSION = int(tf.__version__.split(".")[1])
+
+
+def _workload(ctx, x):
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    optimizer = keras.optimizers.SGD(0.1)
+    y = np.zeros((96,), np.int64)
+
+    def dataset(global_batch_size, input_context):
+        return tf.data.Dataset.from_tensor_slices((x, y)).batch(global_batch_size)
+    return Workload(model, optimizer, keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none"),
+                    dataset)
+
+
+def keras3_only(ctx):
+    """keras.ops exists in Keras 3 only: the factory does not build on Keras 2."""
+    return _workload(ctx, np.asarray(keras.ops.ones((96, 4)), np.float32))
+
+
+def data_by_version(ctx):
+    """Data that depend on the TensorFlow minor: each version trains on other examples."""
+    return _workload(ctx, np.full((96, 4), VERSION / 100, np.float32))
+'''
+
+
+@pytest.fixture(scope="module")
+def one_sided(tmp_path_factory):
+    path = tmp_path_factory.mktemp("upgrade_loops")
+    (path / "onesided.py").write_text(ONE_SIDED)
+    return path
+
+
+@pytest.mark.parametrize("factory, message", [
+    ("keras3_only", "error: on tf215: workload 'onesided:keras3_only'"),
+    ("data_by_version", "error: workload 'onesided:data_by_version' trains on other data on this interpreter than "
+                        "on tf215"),
+])
+def test_a_loop_that_cannot_be_compared_across_the_upgrade_is_a_one_line_usage_error(one_sided, factory, message):
+    from tests.workloads.test_bad_input import check_cli
+    if not (ROOT / ".tox" / "tf215" / "bin" / "python").exists():
+        pytest.skip(".tox/tf215 is not built (tox run --notest -e tf215)")
+    done, left = check_cli(one_sided, f"onesided:{factory}", "--from", "tf215", "--strategies", "mirrored:2")
+    Check(factory).equal((done.returncode, done.stderr.count("\n"), done.stderr.startswith(message), left),
+                         (EXIT["USAGE"], 1, True, []), "exit status, lines, message, engines left", hint=done.stderr)
