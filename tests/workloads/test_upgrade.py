@@ -370,3 +370,10 @@ def test_a_loop_that_cannot_be_compared_across_the_upgrade_is_a_one_line_usage_e
     done, left = check_cli(one_sided, f"onesided:{factory}", "--from", "tf215", "--strategies", "mirrored:2")
     Check(factory).equal((done.returncode, done.stderr.count("\n"), done.stderr.startswith(message), left),
                          (EXIT["USAGE"], 1, True, []), "exit status, lines, message, engines left", hint=done.stderr)
+
+
+def test_the_text_says_what_only_one_version_has_once_and_details_only_the_rows_that_differ():
+    note = upgrade.ONE_SIDED + "adam/learning_rate"
+    same = [upgrade.Row(s, "PASS", "same", lines=[note]) for s in ("default", "mirrored:2")]
+    text = upgrade.UpgradeReport("t", LABELS, ({}, {}), 48, 3, 1e-4, 1e-7, same).text()
+    assert (text.count(note), "default: PASS" in text) == (1, False)

@@ -55,6 +55,7 @@ ATTRIBUTIONS = {
 # Keras 2's slot names and Keras 3's for the same optimizer state (keras/src/optimizers/adam.py of
 # each: "m", "v", "vhat" against "momentum", "velocity", "velocity_hat")
 SLOT_SYNONYMS = {"m": "momentum", "v": "velocity", "vhat": "velocity_hat", "iteration": "iterations"}
+ONE_SIDED = "state on one version only, not compared: "
 RULE = "reference/input.py: batch_sizes_for_worker, an observed rule (how a global batch is split among the replicas)"
 
 
@@ -111,7 +112,7 @@ def align(a, b) -> tuple[object, object, list[str]]:
     pairs = [(i, where_b[k]) for i, k in enumerate(keys_a) if k in where_b]
     only = only_model + [n for n, k in zip(a.optimizer_names, keys_a) if k not in where_b] + \
         [n for n, k in zip(b.optimizer_names, keys_b) if k not in set(keys_a)]
-    notes = [f"state on one version only, not compared: {', '.join(only)}"] if only else []
+    notes = [f"{ONE_SIDED}{', '.join(only)}"] if only else []
 
     def keep(run, model, opt, names=None, opt_names=None):
         steps = [dataclasses.replace(s, variables=[s.variables[j] for j in model],
@@ -350,9 +351,12 @@ class UpgradeReport:
         parts = [head, f"both versions train from {self.labels[0]}'s initial values on the same data (every batch's "
                        "digest equal); the 'from'/'to' columns: the loop check of the spec against that version's "
                        "own one device", "", self.table()]
+        unmatched = list(dict.fromkeys(x for r in self.rows for x in r.lines if x.startswith(ONE_SIDED)))
+        parts += [""] + unmatched if unmatched else []  # the same on every row: said once
         for r in self.rows:
-            if r.status != "PASS" or r.lines:
-                parts += ["", f"{r.spec}: {r.status} ({ATTRIBUTIONS[r.attribution]})"] + [f"  {x}" for x in r.lines]
+            lines = [x for x in r.lines if not x.startswith(ONE_SIDED)]
+            if r.status != "PASS" or lines:
+                parts += ["", f"{r.spec}: {r.status} ({ATTRIBUTIONS[r.attribution]})"] + [f"  {x}" for x in lines]
         return "\n".join(parts + ["", self.summary()])
 
     def as_json(self) -> dict:
