@@ -114,8 +114,15 @@ class Channel:
     def send(self, obj) -> None:
         self.conn.send_bytes(self.frame(obj))
 
-    def recv(self):
-        frame = memoryview(self.conn.recv_bytes())
+    def recv(self, maxlength: int | None = None):
+        """The next message, unpickled only once its tag and number are checked; a frame longer
+        than ``maxlength`` bytes is refused unread too."""
+        try:
+            frame = memoryview(self.conn.recv_bytes(maxlength))
+        except OSError as exc:
+            if str(exc) == "bad message length":  # multiprocessing's word for a frame over maxlength
+                self._refuse(f"message {self._received} is longer than {maxlength} bytes")
+            raise
         if len(frame) < TAG_BYTES + SEQ.size:
             self._refuse(f"message {self._received} is not an authenticated frame ({len(frame)} bytes)")
         tag, seq, payload = frame[:TAG_BYTES], frame[TAG_BYTES:TAG_BYTES + SEQ.size], frame[TAG_BYTES + SEQ.size:]

@@ -65,6 +65,7 @@ from . import topology
 KEY_ENV = "TFDS_AGENT_KEY"
 DEFAULT_LISTEN = ("127.0.0.1", 7700)  # loopback: reach it through an SSH tunnel, or give --listen
 NEW_KEY = "python -m suite.harness.engines.agent --new-key"
+REQUEST_BYTES = 1 << 20  # an agent's requests are a few hundred bytes: a longer frame is refused unread
 HEX = frozenset("0123456789abcdefABCDEF")
 BASE64 = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_+/")
 # what a key must not contain (any case): the documentation's old example, the usual stand-ins
@@ -277,7 +278,7 @@ class Agent:
     def handle(self, conn: authframe.Channel):
         if not conn.poll(10):
             return
-        msg = conn.recv()  # authenticated before it is unpickled (FrameError otherwise)
+        msg = conn.recv(REQUEST_BYTES)  # authenticated before it is unpickled (FrameError otherwise)
         kind = msg[0] if isinstance(msg, tuple) and msg else None
         if kind == "describe":
             conn.send(("ok", self.describe()))
