@@ -143,6 +143,7 @@ class Row:
     steps: int = 0
     agreed: int = 0
     allowance: float = 0.0
+    worst: float = 0.0  # the largest relative difference between the versions in the steps that agreed
     sides: tuple = ("", "")  # the loop check's status on each version (the spec against its own one device)
     deviations: list = dataclasses.field(default_factory=list)  # [id, "appears" | "disappears" | "both"]
     seconds: float = 0.0
@@ -155,6 +156,7 @@ class Row:
         return {"spec": self.spec, "status": self.status, "attribution": self.attribution,
                 "attribution_text": ATTRIBUTIONS[self.attribution], "lines": self.lines,
                 "steps": self.steps, "agreed_steps": self.agreed, "rounding_allowance": self.allowance,
+                "worst_relative_difference": self.worst,
                 "loop_check": {"from": self.sides[0], "to": self.sides[1]},
                 "first_diverging_step": self.first_step, "seconds": round(self.seconds, 2),
                 "known_deviations": [{"id": i, "change": c} for i, c in self.deviations],
@@ -189,9 +191,9 @@ def judge_row(spec: str, a_runs: list, a_again: list, b_runs: list, va, vb, one_
     a, again, b = (differential.stitch(r) for r in (a_runs, a_again, b_runs))
     a, b, notes = align(a, b)
     slack = allowance(a, align(again, again)[0]) if again is not None else 0.0
-    agreed, _, found = differential.compare(a, b, rtol + 2 * slack, atol)
+    agreed, worst, found = differential.compare(a, b, rtol + 2 * slack, atol)
     row = Row(spec, "PASS", "same", steps=min(len(a.steps), len(b.steps)), agreed=agreed, mismatches=found,
-              allowance=slack, sides=(va.status, vb.status))
+              allowance=slack, sides=(va.status, vb.status), worst=worst)
     raised = [x for x in (_raised_line(a, labels[0]), _raised_line(b, labels[1])) if x]
     differs = bool(found) or (a.raised is None) != (b.raised is None) or len(a.steps) != len(b.steps)
     named_a, named_b = _named(va), _named(vb)
@@ -239,9 +241,9 @@ def judge_one_device(a, b, labels: tuple, rtol: float, atol: float, remedied=Non
     remedy makes that version train what the other trains."""
     raw = (a, b)
     a, b, notes = align(a, b)
-    agreed, _, found = differential.compare(a, b, rtol, atol)
+    agreed, worst, found = differential.compare(a, b, rtol, atol)
     row = Row("default", "PASS", "same", steps=min(len(a.steps), len(b.steps)), agreed=agreed, mismatches=found,
-              sides=("", ""), lines=notes)
+              sides=("", ""), lines=notes, worst=worst)
     if not found and len(a.steps) == len(b.steps):
         return row
     first = [f"first difference at step {found[0].step}: {found[0].line()} ({labels[1]} against {labels[0]})"] \
@@ -332,13 +334,14 @@ class UpgradeReport:
 
     def table(self) -> str:
         rows = [("spec", f"from: {self.labels[0]}", f"to: {self.labels[1]}", "verdict", "steps agreed",
-                 "allowance", "first difference", "attribution", "time")]
+                 "allowance", "worst agreeing", "first difference", "attribution", "time")]
         for r in self.rows:
             first = "" if r.first_step is None else f"step {r.first_step}"
             named = ", ".join(f"{i} ({c})" for i, c in r.deviations if c != "both")
             what = named if r.attribution in ("appears", "disappears") and named else ATTRIBUTIONS[r.attribution]
             rows.append((r.spec, r.sides[0] or "–", r.sides[1] or "–", r.status, f"{r.agreed}/{r.steps}",
-                         f"{r.allowance:.2g}", first, what, f"{r.seconds:.1f} s"))
+                         f"{r.allowance:.2g}", f"{r.worst:.2g}" if r.agreed else "–", first, what,
+                         f"{r.seconds:.1f} s"))
         widths = [max(len(x[i]) for x in rows) for i in range(len(rows[0]))]
         out = ["  ".join(c.ljust(w) for c, w in zip(x, widths)).rstrip() for x in rows]
         return "\n".join(out[:1] + ["  ".join("-" * w for w in widths)] + out[1:])
