@@ -30,7 +30,6 @@ on one version is an input error (exit 2), not a difference.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import sys
@@ -42,7 +41,7 @@ from ..engines import versions
 from ..engines.pool import EngineError, EnginePool, EngineUnavailable
 from ..verdict import deviations
 from . import differential
-from .usercheck import EXIT, Checker, CheckInputError
+from .usercheck import EXIT, Checker, CheckInputError, carry_out
 
 ATTRIBUTIONS = {
     "same": "trains the same on both versions",
@@ -470,24 +469,7 @@ def main(args) -> int:
         print("error: --strategies: with --from/--to give plain specs (no @ENV, no cluster): each runs on both versions",
               file=sys.stderr)
         return EXIT["USAGE"]
-    pool = EnginePool(python=args.engine_python, call_timeout=args.engine_timeout)
-    progress = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
-    try:
-        report = run(args.workload, args.env_from, args.env_to, specs, pool, args.steps, args.global_batch, args.rtol,
-                     args.atol, args.seed, progress=progress)
-    except CheckInputError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT["USAGE"]
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return EXIT["USAGE"]
-    finally:
-        pool.close()
-    if args.json == "-":
-        print(json.dumps(report.as_json(), indent=1))
-    else:
-        print(report.text())
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump(report.as_json(), f, indent=1)
-    return report.exit_code(args.accept_known)
+    return carry_out(args, lambda pool, progress: run(args.workload, args.env_from, args.env_to, specs, pool,
+                                                     args.steps, args.global_batch, args.rtol, args.atol, args.seed,
+                                                     progress=progress),
+                     lambda report: report.text())

@@ -332,11 +332,20 @@ def main(argv=None) -> int:
     except agent.AgentError as exc:
         print(f"error: --cluster-agents: {str(exc).splitlines()[0]}", file=sys.stderr)
         return EXIT["USAGE"]
+    return carry_out(args, lambda pool, progress: run(args.workload, specs, pool, args.steps, args.global_batch,
+                                                     args.rtol, args.atol, args.seed, progress),
+                     lambda report: report.text(args.verbose))
+
+
+def carry_out(args, compute, text) -> int:
+    """Run ``compute(pool, progress)`` in a pool of the options' engines (closed after), print its
+    report (``text(report)``, or ``--json -``), write ``--json FILE``; the exit status: the
+    report's, or 2 with one line for input the check cannot use (the loop check and the upgrade
+    check alike)."""
     pool = EnginePool(python=args.engine_python, call_timeout=args.engine_timeout)
     progress = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     try:
-        report = run(args.workload, specs, pool, args.steps, args.global_batch, args.rtol, args.atol, args.seed,
-                     progress)
+        report = compute(pool, progress)
     except CheckInputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT["USAGE"]
@@ -348,7 +357,7 @@ def main(argv=None) -> int:
     if args.json == "-":
         print(json.dumps(report.as_json(), indent=1))
     else:
-        print(report.text(args.verbose))
+        print(text(report))
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(report.as_json(), f, indent=1)
