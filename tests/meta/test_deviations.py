@@ -113,6 +113,9 @@ MODEL_CASES = {
     # repros/keras3_loss_scale_finiteness_replica_0.py: the scale 16384 after a skipped step, Keras 3 keeps 32768
     "alternative_outcome": ("mirrored:2", 16384.0, {"alternative": 32768.0}, 32768.0),
     "replicas_apply_their_own_gradients": ("mirrored:2", -1.0, {"unsummed": -0.5}, -0.5),
+    # the repro on Keras 3.7.0: replica 0's own update 0.5, replica 1's 6.0, both copies their mean
+    "replica_copies_averaged": ("mirrored:2", np.array([0.5, 0.5]), {"averaged": np.array([3.25, 3.25])},
+                                np.array([3.25, 3.25])),
     # two replicas per worker: replica 2 draws replica 0's mask, replicas 1 and 3 their own
     "same_on_every_worker": ("multi_worker:2x2", [False, False, False], {"per_worker": [False, True, False]},
                              [False, True, False]),
@@ -340,6 +343,13 @@ def test_a_result_equal_to_the_reference_where_a_model_predicts_otherwise_fails(
 
 # entry -> a test id it covers (the spec is the id's first parameter)
 COVERED = {
+    "keras3-central-storage-loss-scale-updates":
+        "tests/properties/test_blocks.py::test_loss_scaling_skips_a_non_finite_step_on_every_replica"
+        "[central_storage:2-mixed_float16-dynamic]",
+    "keras3-seed-state-mean-aggregation-3.7":
+        "tests/properties/test_blocks.py::test_seeded_random_draws_repeat_and_replicas_draw_their_own[mirrored:2-dropout]",
+    "keras3-variables-mean-aggregation-3.7":
+        "tests/properties/test_blocks.py::test_unsynchronized_batch_norm_normalises_each_replica_by_itself[mirrored:2]",
     "keras3-muon-update-step-reads-keras-path":
         "tests/properties/test_training.py::test_optimizer_variables_created_lazily_in_a_distributed_step[mirrored:2-Muon]",
     "keras3-gradients-not-summed-before-3.5":

@@ -330,6 +330,17 @@ def replicas_apply_their_own_gradients(seen: Seen):
     return value if isinstance(value, bool) else np.asarray(value, np.float64)
 
 
+def replica_copies_averaged(seen: Seen):
+    """Keras 3.7.0 hands tf.Variable each keras.Variable's aggregation, "mean" by default
+    (keras-team/keras#20695): a mirrored variable assigned in replica context (an unsynchronized
+    BatchNormalization's moving statistics) takes on every copy the mean of what the replicas
+    assigned. ``given``: ``{"averaged": the mean over the replicas of each one's own value}``
+    (no prediction without it)."""
+    if not isinstance(seen.given, dict) or "averaged" not in seen.given:
+        return NOTHING
+    return np.asarray(seen.given["averaged"], np.float64)
+
+
 def same_on_every_worker(seen: Seen):
     """Each worker draws what the first worker draws (the same seed in every worker process):
     whether replica r's draw equals replica 0's is whether r is the first replica of its worker.
@@ -505,7 +516,8 @@ MODELS: dict[str, Callable[[Seen], Any]] = {f.__name__: f for f in (
     partial_last_step_dropped,
     partial_last_step_missing,
     integer_sum_restored_by_division, momentum_set_on_the_building_replica_only, increments_lost_between_workers,
-    alternative_rule, alternative_outcome, replicas_apply_their_own_gradients, same_on_every_worker,
+    alternative_rule, alternative_outcome, replicas_apply_their_own_gradients, replica_copies_averaged,
+    same_on_every_worker,
     one_pass_variance_bounds,
     one_pass_variance_in_float32,
     empty_replica_skipped_bounds, nan_on_an_empty_replica)}
