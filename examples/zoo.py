@@ -261,6 +261,47 @@ def _sequential(ctx, mistake=None, opt="adam", distribute="function", n=EXAMPLES
                     distribute=distribute)
 
 
+# == style 4: a subclassed keras.Model called by a plain step function =========================
+class TwoLayer(keras.Model):
+    """A subclassed binary classifier (8 -> 10 tanh with an L2 penalty -> 2 logits), as keras.io's
+    custom-loop examples subclass keras.Model; the loop's step is a plain function beside it."""
+
+    def __init__(self, l2=0.01):
+        super().__init__()
+        self.hidden = keras.layers.Dense(10, activation="tanh", kernel_regularizer=keras.regularizers.L2(l2))
+        self.out = keras.layers.Dense(2)
+
+    def call(self, x, training=False):
+        return self.out(self.hidden(x))
+
+
+def _two_layer(ctx, mistake=None, opt="sgd"):
+    model = TwoLayer()
+    model(np.zeros((1, 8), np.float32))  # built here: the check loads the reference's initial values
+    optimizer = _optimizer(opt, ctx, mistake)
+    optimizer.build(model.trainable_variables)
+    loss_object = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+    x, y, _ = classification()
+    y = (y > 0).astype(np.int64)  # two classes
+
+    def step(batch):
+        features, labels = batch
+        with tf.GradientTape() as tape:
+            per_example = loss_object(labels, model(features, training=True))
+            penalty = tf.nn.scale_regularization_loss(tf.add_n(model.losses))
+            if mistake == "loss_averaged_per_replica":
+                scaled = tf.reduce_mean(per_example) + penalty
+            else:
+                scaled = tf.nn.compute_average_loss(per_example, global_batch_size=ctx.global_batch_size) + penalty
+            # the mistake gradient_of_per_replica_mean: the tape on the replica's own mean, the returned loss right
+            taped = tf.reduce_mean(per_example) + penalty if mistake == "gradient_of_per_replica_mean" else scaled
+        grads = tape.gradient(taped, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return scaled
+
+    return Workload(model, optimizer, loss_object, _pipeline((x, y), ctx, "dataset", mistake), step=step)
+
+
 # == right loops: must PASS =======================================================================
 def right_functional_dict_adam(ctx):
     return _functional(ctx, inputs="dict", opt="adam")
@@ -318,6 +359,13 @@ def right_metrics(ctx):
     """A Mean of the per-example losses and an accuracy (CentralStorage, Keras 3: known deviation
     keras3-central-storage-metric-accumulation)."""
     return _functional(ctx, inputs="tuple", opt="sgd", metric=True)
+
+
+def right_subclassed_model_plain_step(ctx):
+    """A subclassed keras.Model (its layers Keras' own) trained by a plain step function with
+    compute_average_loss and the scaled L2 penalty: right; its classes are the user's, so a control
+    on it cannot tell them from Keras' (the stand-in control can speak for the optimizer)."""
+    return _two_layer(ctx)
 
 
 # == one catalogued mistake =======================================================================
@@ -421,6 +469,16 @@ def weighted_loss_normalized_per_replica_subclassed(ctx):
     return _subclassed(ctx, "weighted_loss_normalized_per_replica", opt="adam", distribute="function", weighted=True)
 
 
+def loss_averaged_per_replica_subclassed_plain_step(ctx):
+    return _two_layer(ctx, "loss_averaged_per_replica")
+
+
+def gradient_of_per_replica_mean_subclassed(ctx):
+    """The returned loss is compute_average_loss's, but the tape differentiates the replica's own
+    tf.reduce_mean."""
+    return _two_layer(ctx, "gradient_of_per_replica_mean")
+
+
 # == the tables ===================================================================================
 EXPECTED: dict[str, str | None] = {
     "right_functional_dict_adam": None,
@@ -434,6 +492,9 @@ EXPECTED: dict[str, str | None] = {
     "right_functional_regularized_function": None,
     "right_clipnorm_in_optimizer": None,
     "right_metrics": None,
+    "right_subclassed_model_plain_step": None,
+    "loss_averaged_per_replica_subclassed_plain_step": "loss_averaged_per_replica",
+    "gradient_of_per_replica_mean_subclassed": "gradient_of_per_replica_mean",
     "loss_averaged_per_replica_functional": "loss_averaged_per_replica",
     "loss_averaged_per_replica_subclassed": "loss_averaged_per_replica",
     "loss_divided_twice_subclassed": "loss_divided_twice",
@@ -474,6 +535,9 @@ STYLE: dict[str, str] = {
     "right_functional_regularized_function": "functional, dict inputs, SGD, function; L2 + scale_regularization_loss",
     "right_clipnorm_in_optimizer": "Sequential regression, tuple, SGD(global_clipnorm), dataset",
     "right_metrics": "functional, tuple inputs, SGD, dataset; Mean + accuracy metrics",
+    "right_subclassed_model_plain_step": "subclassed binary classifier, tuple, SGD, dataset; step function beside it",
+    "loss_averaged_per_replica_subclassed_plain_step": "subclassed binary classifier, tuple, SGD, dataset",
+    "gradient_of_per_replica_mean_subclassed": "subclassed binary classifier, tuple, SGD, dataset; reported loss right",
     "loss_averaged_per_replica_functional": "functional, dict inputs, Adam, dataset",
     "loss_averaged_per_replica_subclassed": "subclassed regression, {x,y} dict, SGD, function",
     "loss_divided_twice_subclassed": "subclassed regression, {x,y,w} dict (weighted), SGD, dataset",

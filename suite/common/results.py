@@ -18,6 +18,9 @@ Arrays = list  # numpy arrays, one per replica / variable / step
 MESSAGE_CHARS = 8000  # whole TF messages (deviation signatures match them); Check shortens them for display
 
 
+FACTORY_RAISED = "the factory"  # the ``where`` of a workload factory that raised under a strategy
+
+
 @record
 class Raised:
     """An exception a probe caught: its type name, message, the probe (and step) it came from,

@@ -55,6 +55,8 @@ class WorkloadError(Exception):
     something that is not a Workload, its dataset is too small. The message is one line naming
     the workload."""
 
+    original: BaseException | None = None  # what the factory itself raised, where it raised
+
 
 @dataclasses.dataclass(frozen=True)
 class WorkloadContext:
@@ -128,7 +130,11 @@ def build(target: str, ctx: WorkloadContext, path: str | None = None) -> Workloa
     except WorkloadError:
         raise
     except Exception as exc:
-        raise WorkloadError(f"workload {target!r}: the factory raised {type(exc).__name__}: {_line(exc)}") from None
+        # with no strategy the workload cannot be used; under a strategy TensorFlow/Keras may refuse what
+        # the factory builds there (a known deviation's raises signature, judged by ``original``'s frames)
+        error = WorkloadError(f"workload {target!r}: the factory raised {type(exc).__name__}: {_line(exc)}")
+        error.original = exc
+        raise error from None
     if not is_workload(wl):
         raise WorkloadError(f"workload {target!r}: the factory returned a {type(wl).__name__}, "
                             "not a tf_distribute_suite.engine.workload.Workload (suite.engine.workload in a checkout)")

@@ -108,7 +108,7 @@ def expected(mistake: str, spec, versions: dict) -> tuple[list[str], str | None]
 
 # causes whose loops live in examples/zoo.py only (judged with --zoo, tests/workloads/test_zoo.py)
 IN_THE_ZOO_ONLY = ("gradients_aggregated_by_hand", "optimizer_scaled_by_replicas", "input_not_sharded_per_worker",
-                   "weighted_loss_normalized_per_replica")
+                   "weighted_loss_normalized_per_replica", "gradient_of_per_replica_mean")
 
 
 @pytest.mark.specs(lambda spec: spec.replicas > 1, without_deep=trimmed(ONE_PER_KIND))

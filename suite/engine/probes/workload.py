@@ -20,9 +20,10 @@ import numpy as np
 import tensorflow as tf
 
 from ...common import matching
-from ...common.results import Raised, WorkloadRun, WorkloadStep
+from ...common.results import FACTORY_RAISED, Raised, WorkloadRun, WorkloadStep
 from .. import compat, mutants, workload
 from ..steps import TrainStep
+from ..workloads import stand_in as stand_ins
 from .common import failed
 from .registry import probe
 
@@ -211,12 +212,14 @@ def _regularization(model) -> float | None:
 
 @probe
 def run(ctx, target, steps, global_batch, seed=0, canonical=False, init=None, path=None, dense_gradients=False,
-        init_names=None, init_trainable=None):
+        init_names=None, init_trainable=None, stand_in=False):
     """Build the workload (fresh), load ``init`` (every model variable), train ``steps`` steps of
     its dataset with its own step (``canonical``: the suite's) and report each step.
     ``dense_gradients``: hand apply_gradients dense tensors for tf.IndexedSlices (a remedy the
     upgrade check tries, suite/harness/loopcheck/upgrade.py). ``init_names``, ``init_trainable``:
-    ``init`` is another build's (another version's), matched by suite/common/matching.py."""
+    ``init`` is another build's (another version's), matched by suite/common/matching.py.
+    ``stand_in``: train the stand-in control of the workload instead (suite/engine/workloads/stand_in.py:
+    the suite's own Keras model with the workload's optimizer class and hyper-parameters)."""
     strategy = ctx.strategy
     if not _DETERMINISTIC:
         tf.config.experimental.enable_op_determinism()
@@ -224,7 +227,17 @@ def run(ctx, target, steps, global_batch, seed=0, canonical=False, init=None, pa
     keras.backend.clear_session()
     keras.utils.set_random_seed(seed)
     wctx = workload.WorkloadContext(strategy, int(global_batch), strategy.num_replicas_in_sync, seed)
-    wl = workload.build(target, wctx, path)
+    try:
+        wl = workload.build(target, wctx, path)
+    except workload.WorkloadError as exc:
+        if exc.original is None or ctx.spec.kind == "default":
+            raise  # with no strategy: the workload cannot be used (an input error)
+        # under a strategy: the run's outcome, judged by the known deviations' raises signatures
+        return WorkloadRun(strategy.num_replicas_in_sync, ctx.local_replica_ids, [], [], [], [], [],
+                           {"factory_raised": True}, None, failed(ctx, exc.original, FACTORY_RAISED))
+    if stand_in:
+        with strategy.scope():
+            wl = stand_ins.build(wl, int(global_batch), seed)
     model, opt = wl.model, wl.optimizer
     built_variables = len(compat.optimizer_variables(opt))
     facts = _facts(ctx, wl, strategy, built_variables)

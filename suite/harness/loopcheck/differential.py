@@ -24,7 +24,7 @@ import re
 
 import numpy as np
 
-from ...common.results import Raised
+from ...common.results import FACTORY_RAISED, Raised
 from ..verdict import deviations
 from ..verdict.signatures import Seen
 
@@ -108,6 +108,12 @@ CAUSES = {
         "gradients aggregated by hand before apply_gradients",
         "pass each replica's own gradients to optimizer.apply_gradients: it sums them over the replicas itself; "
         "remove the replica_context.all_reduce(SUM, gradients) (or strategy.reduce) before it"),
+    "gradient_of_per_replica_mean": Cause(
+        "gradients taken from a per-replica mean",
+        "take the gradient of the scaled loss the step returns: tape.gradient(tf.nn.compute_average_loss("
+        "per_example_loss, global_batch_size=GLOBAL_BATCH_SIZE) + the scaled penalty, variables), not of "
+        "tf.reduce_mean(per_example_loss): apply_gradients sums the replicas' gradients, so each must be its share of "
+        "the global mean"),
     "optimizer_scaled_by_replicas": Cause(
         "optimizer hyper-parameters scaled by the replica count",
         "keep one device's learning rate (and other step sizes): the loss is already the global batch's mean, so "
@@ -588,6 +594,11 @@ def diagnose(ref, dist, mismatches: list, global_batch: int) -> list[Diagnosis]:
             add("gradients_aggregated_by_hand", *evidence,
                 f"every replica handed apply_gradients the gradients of the whole global batch (each equals one "
                 f"device's), so apply_gradients' own sum over the {n} replicas counted them {n} times")
+        elif not equal_to_summed and not equal_to_each_other and _is(ratio, n) and cosine > 0.99:
+            add("gradient_of_per_replica_mean", *evidence,
+                f"yet their gradients are each replica's own (they differ from each other and from one device's "
+                f"whole-batch gradients) and sum to {n} x one device's ({n}, the replica count): each replica took the "
+                "gradient of its own batch's mean, not of the loss it returned")
         elif (not equal_to_each_other and norms_equal and not _is(ratio, 1.0) and min(norms) > 0
               and abs(ref_norm - norms[0]) <= 1e-3 * ref_norm):
             add("clipped_before_aggregation",
@@ -655,6 +666,9 @@ class Control:
     same_as_loop: bool
     evidence: str
     causes: tuple = ()  # the catalogued causes the control's own divergence shows: not the loop's where it shows them too
+    user_classes: bool = False  # it diverges as the loop does, but the model or optimizer has classes of the user's own
+    entries: tuple | None = None  # the only known deviations it may name (those the stand-in control's divergence shows)
+    notes: tuple = ()  # what the verdict says beside it (the user's classes not verified)
 
 
 def control_of(loop_ref, canonical_ref, control_run: list, dist_runs: list, rtol: float = RTOL,
@@ -696,10 +710,11 @@ def control_of(loop_ref, canonical_ref, control_run: list, dist_runs: list, rtol
                       f"trains on one device ({agreed} steps): the divergence is the loop's")
     _, _, apart = compare(control, dist, rtol, atol, metrics=False)
     if not apart and not loop_ref.facts.get("keras_own_model"):
-        return judged(False, f"the control diverges here the same way (step {found[0].step}: "
-                      f"{found[0].line()}), so the loop's step is not the cause; the model or "
-                      "optimizer has classes of the user's own, so the control cannot tell their "
-                      "code from TensorFlow's/Keras'")
+        return dataclasses.replace(
+            judged(False, f"the control diverges here the same way (step {found[0].step}: "
+                   f"{found[0].line()}), so the loop's step is not the cause; the model or "
+                   "optimizer has classes of the user's own, so the control cannot tell their "
+                   "code from TensorFlow's/Keras'"), user_classes=True)
     if apart:
         return judged(False, f"the control diverges here too (step {found[0].step}: {found[0].line()}), but "
                       f"not as the loop does ({apart[0].line()})")
@@ -709,15 +724,55 @@ def control_of(loop_ref, canonical_ref, control_run: list, dist_runs: list, rtol
                   "deviation records it")
 
 
+def stand_in_of(control: Control, stand_ref, stand_runs: list, rtol: float = RTOL, atol: float = ATOL,
+                judge=None) -> Control:
+    """Judge the stand-in control (suite/engine/workloads/stand_in.py: the suite's own Keras model
+    with the user's optimizer class and hyper-parameters) where ``control`` diverges as the loop
+    does but cannot speak for the user's classes: where the stand-in diverges under the spec too,
+    TensorFlow/Keras diverges with that optimizer there, so ``control`` speaks for the loop, naming
+    only the known deviations that explain every difference of the stand-in's own divergence
+    (none: an unrecorded one); where it trains what it trains on one device, ``control`` as it was."""
+    stand = stitch(stand_runs)
+    unverified = ("the model has classes of the user's own, which no control verifies: the stand-in (the suite's "
+                  "own Keras model with the loop's optimizer) speaks for TensorFlow/Keras and the optimizer only",)
+    if stand.raised is not None:
+        return dataclasses.replace(control, evidence=control.evidence + f"; the stand-in control (the suite's own Keras "
+                                   f"model with the loop's optimizer) raised {stand.raised.type} here")
+    agreed, _, found = compare(stand_ref, stand, rtol, atol, metrics=False)
+    if not found:
+        return dataclasses.replace(control, evidence=control.evidence + f"; the stand-in control (the suite's own Keras "
+                                   f"model with the loop's optimizer) trains here what it trains on one device "
+                                   f"({agreed} steps): the divergence comes from the workload's own model or data")
+    recorded: list = []
+    _, _, unexplained = compare(stand_ref, stand, rtol, atol, metrics=False, judge=judge, explained=recorded,
+                                control=stand) if judge is not None else (0, 0.0, found)
+    entries = tuple(dict.fromkeys(i for i, _ in recorded)) if recorded and not unexplained else ()
+    shown = (f"as known deviation {', '.join(entries)} predicts" if entries
+             else "as no known deviation predicts")
+    evidence = (f"the control, the suite's canonical step on the workload's own model, optimizer and data, diverges "
+                f"here the same way (step {control_first(control)}), and so does the stand-in control, the suite's own "
+                f"Keras model with the loop's optimizer class and hyper-parameters, {shown} (step {found[0].step}: "
+                f"{found[0].line()}): TensorFlow/Keras, not the loop")
+    return dataclasses.replace(control, same_as_loop=True, entries=entries, evidence=evidence,
+                               notes=(evidence,) + unverified)
+
+
+def control_first(control: Control) -> str:
+    """The control's evidence cut to the step and quantity it first diverged at."""
+    text = control.evidence
+    return text[text.find("(step ") + 6:text.find(")", text.find("(step "))] if "(step " in text else "?"
+
+
 SCOPE = "loop-check[{spec}]"  # what an entry's ``tests`` name to cover the check of a user's loop under a spec
 STEP = "the step"  # the quantity of a step that raised
+FACTORY = FACTORY_RAISED  # the quantity of a factory that raised under the spec (building the model, say)
 RANDOM_LAYERS_RAISED = "the model's random layers in training mode"  # they raised before training
 SHARED_DRAWS = "whether each replica's first draw equals replica 0's"  # as the random-draws property names it
 
 
 # the quantities the loop check names (docs/check.md); a signature speaks for it only when its
 # quantity starts with one of them (a property's "* after step *" does not)
-QUANTITIES = ("loss after step ", "variable ", "optimizer variable ", "metric ", STEP, RANDOM_LAYERS_RAISED,
+QUANTITIES = ("loss after step ", "variable ", "optimizer variable ", "metric ", STEP, FACTORY, RANDOM_LAYERS_RAISED,
               SHARED_DRAWS)
 
 
@@ -761,6 +816,11 @@ def verdict(spec: str, ref, runs: list, global_batch: int, rtol: float = RTOL, a
     def judge(what, got, expected, given, same):
         return led.judge(Seen(what, got, expected, same, spec_obj, given))
 
+    if control is not None and control.entries is not None:  # only what the stand-in control's divergence shows
+        def judge(what, got, expected, given, same):
+            entry = led.judge(Seen(what, got, expected, same, spec_obj, given))
+            return entry if entry is not None and entry.id in control.entries else None
+
     explained: list = []
     speaks = control is not None and control.same_as_loop  # only a control that matches the loop predicts it
     agreed, worst, mismatches = compare(ref, dist, rtol, atol, judge=judge, explained=explained,
@@ -795,20 +855,23 @@ def verdict(spec: str, ref, runs: list, global_batch: int, rtol: float = RTOL, a
     v.deviations = [[i, line] for i, line in explained]
     if raised is not None:
         v.error = f"{raised.where} raised {raised.type}: {short_error(raised.message, 300)}"
-        what = RANDOM_LAYERS_RAISED if raised.where == RANDOM_LAYERS_RAISED else STEP
+        what = raised.where if raised.where in (RANDOM_LAYERS_RAISED, FACTORY) else STEP
         # a deviation's condition reads what the engine saw of the workload (an optimizer built in the step)
         entry = led.judge(Seen(what, raised, None, lambda a, b: a == b, spec_obj, dist.facts), raised=True)
         if entry is not None:
             v.deviations.insert(0, [entry.id, f"{v.error}. " + _summary(entry)])
         v.status = "BLOCKED" if entry is not None and not v.diagnoses else "FAIL"
         return v
+    if control is not None:
+        v.notes.extend(control.notes)
     if mismatches and not v.diagnoses and speaks:
         # the suite's known-right step diverges here as the loop does: TensorFlow's/Keras', unrecorded
         v.deviations.append(["unrecorded", control.evidence])
         v.status = "DEVIATION"
+
     elif mismatches or v.diagnoses:
         v.status = "FAIL"
-        if control is not None:
+        if control is not None and control.evidence not in v.notes:
             v.notes.append(control.evidence)
     elif v.deviations:
         v.status = "DEVIATION"  # the loop is right; TensorFlow/Keras is not
@@ -859,6 +922,7 @@ def details(v: Verdict, limit: int | None = 6) -> str:
         out = [f"{v.spec}: {head}"]
         out.extend(f"  known deviation {i}: {e}" if i != "unrecorded" else f"  unrecorded deviation: {e}"
                    for i, e in v.deviations[:limit])
+        out.extend(f"  control: {n}" for n in v.notes if all(n != e for _, e in v.deviations))
         return "\n".join(out)
     out = [f"{v.spec}: {v.status}" + (f", first divergence at step {v.first_step}" if v.first_step else "")]
     if v.error:

@@ -148,6 +148,7 @@ class Checker:
         self.notes: list[str] = []
         self.ref = None
         self.canonical_ref = None  # the canonical step on one device (the control's reference), once run
+        self.stand_in_ref = None  # the stand-in control on one device, once run
         # ``env``: every spec runs on that tox env's or interpreter's TensorFlow (SPEC@ENV); ``init``: the
         # model's initial values, the probe's init options (the upgrade check gives both versions one's)
         self.env, self.init = env, init
@@ -253,8 +254,20 @@ class Checker:
             control = self._run(spec, canonical=True, init=self.ref.initial)
         except EngineError:
             return None
-        return differential.control_of(self.ref, self.canonical_ref, control, runs, self.rtol, self.atol,
-                                       self.global_batch, differential.judge_for(spec, self.versions))
+        judge = differential.judge_for(spec, self.versions)
+        judged = differential.control_of(self.ref, self.canonical_ref, control, runs, self.rtol, self.atol,
+                                         self.global_batch, judge)
+        if not judged.user_classes:
+            return judged
+        # it diverges as the loop does, but cannot speak for the user's classes: the stand-in can speak for
+        # TensorFlow/Keras with the loop's optimizer (suite/engine/workloads/stand_in.py)
+        try:
+            if self.stand_in_ref is None:
+                self.stand_in_ref = self._run(self.default, stand_in=True)[0]
+            stand = self._run(spec, stand_in=True, init=self.stand_in_ref.initial)
+        except EngineError:
+            return judged
+        return differential.stand_in_of(judged, self.stand_in_ref, stand, self.rtol, self.atol, judge)
 
 
 def run(target: str, specs: list, pool: EnginePool, steps: int = 3, global_batch: int = 48,

@@ -1,0 +1,90 @@
+"""The check of a user's loop on the Keras releases whose deviations a right loop meets, with
+engines of those tox envs (``SPEC@ENV``; .ci/run builds them): a right loop is never blamed.
+
+- TF 2.17 / Keras 3.4 (keras3-gradients-not-summed-before-3.5): a right loop whose model is a
+  subclassed keras.Model diverges as the control does, but that control cannot speak for the
+  user's classes; the stand-in control (the suite's own Keras model with the loop's optimizer)
+  diverges as the entry predicts, so the verdict is DEVIATION naming it and says the user's
+  classes were not verified. The same model with a mistake of its own keeps its cause.
+- TF 2.18 / Keras 3.7.0 (keras3-seed-state-mean-aggregation-3.7): a right loop with Keras'
+  Dropout cannot even be built under MirroredStrategy: BLOCKED naming the entry, exit 4, not an
+  input error. On Keras 3.8.0 the same loop builds and trains, and no spec names the entry.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from suite.common.specs import parse_spec
+from suite.harness.engines import versions
+from suite.harness.loopcheck import differential, usercheck
+from suite.harness.verdict.judgment import Check
+from tests.helpers import ROOT
+from tests.workloads.test_examples import right
+
+NOT_SUMMED = "keras3-gradients-not-summed-before-3.5"
+SEED_MEAN = "keras3-seed-state-mean-aggregation-3.7"
+
+
+def _built(env: str) -> bool:
+    return Path(versions.interpreter(env)[0]).exists()
+
+
+def needs(env: str):
+    return pytest.mark.skipif(not _built(env), reason=f"no {env} env: tox run --notest -e {env} (.ci/run builds it)")
+
+
+_CHECKERS: dict = {}
+
+
+def check_on(pool, env: str, target: str, spec: str = "mirrored:2") -> differential.Verdict:
+    """The verdict of ``target`` under ``spec`` with the engines of ``env`` (one reference per loop and env)."""
+    key = (env, target)
+    if key not in _CHECKERS:
+        _CHECKERS[key] = usercheck.Checker(pool, target, path=str(ROOT), canonical=False, env=env)
+    return _CHECKERS[key].check(_CHECKERS[key].on(parse_spec(spec)))
+
+
+@needs("tf217-keras34")
+def test_on_keras34_a_right_subclassed_model_is_the_deviation_not_the_loop(pool):
+    v = check_on(pool, "tf217-keras34", "examples.zoo:right_subclassed_model_plain_step")
+    check = Check("mirrored:2@tf217-keras34")
+    named = [i for i, _ in v.deviations]
+    check.equal((v.status, NOT_SUMMED in named, "unrecorded" in named, [d.cause for d in v.diagnoses]),
+                ("DEVIATION", True, False, []), "the verdict of a right loop with a subclassed model",
+                differential.details(v))
+    check.that(any("classes of the user's own" in n for n in v.notes), "the verdict's notes", v.notes,
+               "a note that the user's own classes were not verified")
+
+
+@needs("tf217-keras34")
+def test_on_keras34_a_wrong_subclassed_model_keeps_its_own_cause(pool):
+    v = check_on(pool, "tf217-keras34", "examples.zoo:loss_averaged_per_replica_subclassed_plain_step")
+    Check("mirrored:2@tf217-keras34").equal((v.status, [d.cause for d in v.diagnoses]),
+                                            ("FAIL", ["loss_averaged_per_replica"]),
+                                            "the verdict of a subclassed model's loop that averages per replica",
+                                            differential.details(v))
+
+
+@needs("tf218-keras37")
+def test_on_keras37_a_dropout_loop_is_blocked_at_build_time_by_the_entry(pool):
+    checker = usercheck.Checker(pool, "examples.mistakes:right_with_dropout", path=str(ROOT), canonical=False,
+                                env="tf218-keras37")
+    v = checker.check(checker.on(parse_spec("mirrored:2")))
+    check = Check("mirrored:2@tf218-keras37")
+    check.equal((v.status, v.deviation[0] if v.deviation else None, v.diagnoses), ("BLOCKED", SEED_MEAN, []),
+                "the verdict of a right loop with Keras' Dropout", differential.details(v))
+    check.contains(v.error or "", ["the factory raised ValueError", "aggregation=MEAN and a non-floating dtype"],
+                   "what raised")
+    report = usercheck.Report("examples.mistakes:right_with_dropout", checker.versions, 48, 3, 1e-4, 1e-7, [], [v])
+    check.equal(report.exit_code(), usercheck.EXIT["KNOWN"], "the check's exit status (4: known deviations only)")
+
+
+@needs("tf218-keras38")
+def test_on_keras38_the_dropout_loop_builds_and_no_spec_names_the_entry(pool):
+    v = check_on(pool, "tf218-keras38", "examples.mistakes:right_with_dropout")
+    Check("mirrored:2@tf218-keras38").equal((right(v), SEED_MEAN in [i for i, _ in v.deviations], v.steps),
+                                            (True, False, 3), "the verdict of the Dropout loop on Keras 3.8.0",
+                                            differential.details(v))
