@@ -215,7 +215,8 @@ def test_each_gradient_cause_is_named_only_with_all_of_its_evidence():
     also named 'loss averaged' and 'clipped' here); the losses right and each replica's own
     gradients at one device's norm (clipped before aggregation); the losses and gradients right
     (the optimizer scaled by the replica count); the losses right only when weighted by each
-    replica's example weights (normalised by its own weights)."""
+    replica's example weights (normalised by its own weights); the losses right and each replica's
+    own gradients summing to 2 x (the gradient of a per-replica mean)."""
     check = Check("differential.diagnose")
     two = run(scale=2.0, replicas=2)
     own = [[g + d for g, d in zip(G, D)], [g - d for g, d in zip(G, D)]]  # each replica's own gradients, summing to 2G
@@ -231,6 +232,8 @@ def test_each_gradient_cause_is_named_only_with_all_of_its_evidence():
         "gradients_aggregated_by_hand": _with_step1(two, [0.5, 0.5], [G, G]),
         "clipped_before_aggregation": _with_step1(two, [0.5, 0.5], [at_norm(rep, ref_norm) for rep in own]),
         "optimizer_scaled_by_replicas": _with_step1(two, [0.5, 0.5], half),
+        # the losses right, each replica's own gradients (of its own batch's mean) summing to 2 x one device's
+        "gradient_of_per_replica_mean": _with_step1(two, [0.5, 0.5], own),
         # replica 0 weighs 22 and returns 1.2, replica 1 weighs 26 and returns 26 / 26 x (48 - 22 x 1.2) / 26
         "weighted_loss_normalized_per_replica": _with_step1(two, [1.2, (48.0 - 22 * 1.2) / 26], own,
                                                              weights=[22.0, 26.0]),

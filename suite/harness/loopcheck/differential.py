@@ -594,17 +594,17 @@ def diagnose(ref, dist, mismatches: list, global_batch: int) -> list[Diagnosis]:
             add("gradients_aggregated_by_hand", *evidence,
                 f"every replica handed apply_gradients the gradients of the whole global batch (each equals one "
                 f"device's), so apply_gradients' own sum over the {n} replicas counted them {n} times")
-        elif not equal_to_summed and not equal_to_each_other and _is(ratio, n) and cosine > 0.99:
-            add("gradient_of_per_replica_mean", *evidence,
-                f"yet their gradients are each replica's own (they differ from each other and from one device's "
-                f"whole-batch gradients) and sum to {n} x one device's ({n}, the replica count): each replica took the "
-                "gradient of its own batch's mean, not of the loss it returned")
         elif (not equal_to_each_other and norms_equal and not _is(ratio, 1.0) and min(norms) > 0
               and abs(ref_norm - norms[0]) <= 1e-3 * ref_norm):
             add("clipped_before_aggregation",
                 f"every replica handed apply_gradients gradients of its own direction but of the same global norm "
                 f"{norms[0]:.6g} (on all {n}), and one device's norm is {ref_norm:.6g} too: a clip bound each "
                 f"replica's gradients before apply_gradients summed them; their sum is {ratio:.4g} x one device's")
+        elif not equal_to_summed and not equal_to_each_other and _is(ratio, n) and cosine > 0.99:
+            add("gradient_of_per_replica_mean", *evidence,
+                f"yet their gradients are each replica's own (they differ from each other and from one device's "
+                f"whole-batch gradients) and sum to {n} x one device's ({n}, the replica count): each replica took the "
+                "gradient of its own batch's mean, not of the loss it returned")
     if n > 1 and _is(data_ratio, 1.0) and grads is not None and grads_agree:
         moved = [m for m in mismatches if m.ratio is not None and math.isfinite(m.ratio)
                  and not m.quantity.startswith(("optimizer ", "metric ", "loss")) and "against replica" not in m.quantity]
