@@ -4,7 +4,7 @@ beyond the one style of examples/mistakes.py (a Sequential MLP, tuple inputs, SG
 Each factory ``name(ctx) -> Workload`` (suite/engine/workload.py) is a loop a user might write:
 a right one (it must PASS, some of them look wrong but are distribution-correct) or one with a
 single mistake. ``EXPECTED`` (module end) names the cause the check must diagnose for each
-(None: a right loop), ``STYLE`` says how it is written, and ``HARMLESS_ON`` names the spec kinds
+(None: a right loop; "random_draws": a right loop the check cannot compare, status RANDOM), ``STYLE`` says how it is written, and ``HARMLESS_ON`` names the spec kinds
 under which the mistake trains what one device trains.
 
     python -m suite.check examples.zoo:right_weighted_global_weight_sum --strategies mirrored:2
@@ -302,6 +302,34 @@ def _two_layer(ctx, mistake=None, opt="sgd"):
     return Workload(model, optimizer, loss_object, _pipeline((x, y), ctx, "dataset", mistake), step=step)
 
 
+# == style 5: a Sequential classifier with input noise of the loop's own ===========================
+def _noisy(ctx, mistake=None):
+    """Gaussian input noise drawn in the step from a tf.random.Generator made in the scope (the
+    guide's advice for per-replica streams): right, but one device and the replicas cannot draw the
+    same numbers, so the check can only say that it cannot compare them."""
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(3)])
+    optimizer = _optimizer("sgd", ctx)
+    optimizer.build(model.trainable_variables)
+    noise = tf.random.Generator.from_seed(3)
+    loss_object = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+    x, y, _ = classification()
+
+    def step(batch):
+        features, labels = batch
+        features = features + 0.1 * noise.normal(tf.shape(features))
+        with tf.GradientTape() as tape:
+            per_example = loss_object(labels, model(features, training=True))
+            if mistake == "loss_averaged_per_replica":
+                loss = tf.reduce_mean(per_example)
+            else:
+                loss = tf.nn.compute_average_loss(per_example, global_batch_size=ctx.global_batch_size)
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    return Workload(model, optimizer, loss_object, _pipeline((x, y), ctx, "dataset", mistake), step=step)
+
+
 # == right loops: must PASS =======================================================================
 def right_functional_dict_adam(ctx):
     return _functional(ctx, inputs="dict", opt="adam")
@@ -366,6 +394,11 @@ def right_subclassed_model_plain_step(ctx):
     compute_average_loss and the scaled L2 penalty: right; its classes are the user's, so a control
     on it cannot tell them from Keras' (the stand-in control can speak for the optimizer)."""
     return _two_layer(ctx)
+
+
+def right_input_noise_from_a_generator(ctx):
+    """Input noise from a tf.random.Generator made in the scope: the check says it cannot compare."""
+    return _noisy(ctx)
 
 
 # == one catalogued mistake =======================================================================
@@ -493,6 +526,7 @@ EXPECTED: dict[str, str | None] = {
     "right_clipnorm_in_optimizer": None,
     "right_metrics": None,
     "right_subclassed_model_plain_step": None,
+    "right_input_noise_from_a_generator": "random_draws",
     "loss_averaged_per_replica_subclassed_plain_step": "loss_averaged_per_replica",
     "gradient_of_per_replica_mean_subclassed": "gradient_of_per_replica_mean",
     "loss_averaged_per_replica_functional": "loss_averaged_per_replica",
@@ -536,6 +570,7 @@ STYLE: dict[str, str] = {
     "right_clipnorm_in_optimizer": "Sequential regression, tuple, SGD(global_clipnorm), dataset",
     "right_metrics": "functional, tuple inputs, SGD, dataset; Mean + accuracy metrics",
     "right_subclassed_model_plain_step": "subclassed binary classifier, tuple, SGD, dataset; step function beside it",
+    "right_input_noise_from_a_generator": "Sequential classifier, tuple, SGD, dataset; tf.random.Generator input noise",
     "loss_averaged_per_replica_subclassed_plain_step": "subclassed binary classifier, tuple, SGD, dataset",
     "gradient_of_per_replica_mean_subclassed": "subclassed binary classifier, tuple, SGD, dataset; reported loss right",
     "loss_averaged_per_replica_functional": "functional, dict inputs, Adam, dataset",

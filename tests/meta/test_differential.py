@@ -11,7 +11,7 @@ import numpy as np
 
 from suite.common.results import Raised, WorkloadRun, WorkloadStep
 from suite.common.specs import parse_spec
-from suite.harness.loopcheck import differential
+from suite.harness.loopcheck import differential, usercheck
 from suite.harness.verdict import deviations
 from suite.harness.verdict.judgment import Check, PropertyFailure
 
@@ -277,3 +277,30 @@ def test_the_control_tells_tensorflows_divergence_from_the_loops():
                                  control=control)
         check.equal((v.status, v.deviation[0] if v.deviation else None), want,
                     f"Keras' own model {keras_own}, clipping {clips}, control x{control_scale}", differential.details(v))
+
+
+def test_a_step_with_random_draws_of_its_own_is_random_where_it_differs_and_never_fail():
+    """Random ops in the traced step (facts["random_ops"]): where the runs differ, RANDOM (exit 5),
+    not FAIL, even where a cause's evidence holds (a note says so); where they agree, PASS; the
+    same difference without random ops stays FAIL with its cause."""
+    check = Check("differential.verdict with random draws")
+    ref = run()
+    drawn = {"random_ops": ["RngReadAndSkip", "StatelessRandomNormalV2"]}
+    two = dataclasses.replace(run(scale=2.0, replicas=2), facts=dict(drawn))
+    averaged = _with_step1(two, [1.0, 1.0], [[g + d for g, d in zip(G, D)], [g - d for g, d in zip(G, D)]])
+    ref = _with_step1(ref, [1.0], [G], rows=(48,))
+    spec = parse_spec("mirrored:2")
+    v = differential.verdict("mirrored:2", ref, [averaged], 48, spec_obj=spec, versions=KERAS3)
+    check.equal((v.status, v.diagnoses), ("RANDOM", []), "the verdict where the runs differ", differential.details(v))
+    check.contains(v.error or "", ["RngReadAndSkip", "StatelessRandomNormalV2", "cannot be compared"], "what it says")
+    check.that(any("loss averaged per replica" in n for n in v.notes), "the notes", v.notes,
+               "the cause whose evidence holds too, as a note")
+    report = usercheck.Report("t", KERAS3, 48, 2, 1e-4, 1e-7, [], [v])
+    check.equal((report.exit_code(), report.exit_code(accept_known=True)), (5, 5), "the exit status")
+    same = dataclasses.replace(run(replicas=2), facts=dict(drawn))
+    check.equal(differential.verdict("mirrored:2", run(), [same], 48, spec_obj=spec, versions=KERAS3).status, "PASS",
+                "the verdict where the runs agree")
+    plain = dataclasses.replace(averaged, facts={})
+    v = differential.verdict("mirrored:2", ref, [plain], 48, spec_obj=spec, versions=KERAS3)
+    check.equal((v.status, [d.cause for d in v.diagnoses]), ("FAIL", ["loss_averaged_per_replica"]),
+                "the verdict of the same difference without random ops")

@@ -16,6 +16,7 @@ from tests.helpers import ROOT
 from tests.workloads.test_examples import checker
 
 ZOO_SPECS = ("mirrored:2", "central_storage:2", "multi_worker:2x1")
+RANDOM_DRAWS = "random_draws"  # EXPECTED's word for a right loop whose own random draws cannot be compared
 
 
 def _zoo():
@@ -33,6 +34,8 @@ EXPECTED, HARMLESS_ON = _zoo()
 def expected_outcome(name: str, kind: str) -> tuple[tuple[str, ...], list[str]]:
     """(the verdicts allowed, the causes that must be named) for loop ``name`` under a spec kind."""
     cause = EXPECTED[name]
+    if cause == RANDOM_DRAWS:  # draws of the loop's own: the check says it cannot compare, never FAIL
+        return ("RANDOM",), []
     if cause is None or kind in HARMLESS_ON.get(name, ()):
         # right (here): PASS, or DEVIATION where a known deviation predicted every difference
         return ("PASS", "DEVIATION"), []

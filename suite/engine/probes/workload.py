@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import threading
 
 import numpy as np
@@ -200,6 +201,25 @@ def _digest(batch) -> str:
     return h.hexdigest()[:16]
 
 
+# TensorFlow's ops that draw random numbers (stateful, stateless and generator-backed); Keras' random
+# layers, switched off for the comparison (their rate or stddev 0), draw none
+RANDOM_OP = re.compile(r"(Random|StatelessRandom|StatelessTruncatedNormal|StatelessMultinomial|StatelessParameterized"
+                       r"|StatefulUniform|StatefulStandardNormal|StatefulTruncatedNormal|StatefulRandomBinomial"
+                       r"|RngReadAndSkip|RngSkip|Multinomial|TruncatedNormal|ParameterizedTruncatedNormal"
+                       r"|NonDeterministicInts|AnonymousSeedGenerator)\w*")
+
+
+def _random_ops(step_fn, batch) -> list | None:
+    """The random ops in the traced step (its graph and the functions it calls, the replica step
+    inside ``strategy.run`` among them), by op type; None where its graph cannot be read."""
+    try:
+        graph = step_fn.get_concrete_function(batch).graph.as_graph_def()
+    except Exception:  # noqa: BLE001  (a step traced elsewhere: nothing known, nothing claimed)
+        return None
+    ops = {n.op for n in graph.node} | {n.op for f in graph.library.function for n in f.node_def}
+    return sorted(op for op in ops if RANDOM_OP.fullmatch(op))
+
+
 def _regularization(model) -> float | None:
     """The model's weight penalties (``add_n(model.losses)``) at the current weights, read
     eagerly; None when they cannot be read outside the step (activity penalties)."""
@@ -334,6 +354,7 @@ def run(ctx, target, steps, global_batch, seed=0, canonical=False, init=None, pa
     facts["first_batch_rows"] = first_rows
     facts["sparse_gradients"] = capture.sparse
     facts["batch_digests"] = digests
+    facts["random_ops"] = _random_ops(step_fn, first) if history else None
     return WorkloadRun(strategy.num_replicas_in_sync, ctx.local_replica_ids, [_name(v) for v in model.variables],
                        [any(v is t for t in model.trainable_variables) for v in model.variables],
                        [_name(v) for v in compat.optimizer_variables(opt)], initial, history, facts, masks, raised)

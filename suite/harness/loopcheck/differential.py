@@ -139,6 +139,8 @@ STATUSES = {
     "DEVIATION": "the loop is right; TensorFlow/Keras computes something else, as a known deviation predicts",
     "BLOCKED": "the loop is right but cannot train on this spec with these versions: a known deviation raises",
     "ERROR": "the suite could not run the spec (the engine failed or timed out)",
+    "RANDOM": "the step draws random numbers of its own: one device and the replicas cannot draw the same numbers, "
+              "so their runs cannot be compared value for value (neither right nor wrong is known)",
 }
 
 
@@ -864,6 +866,19 @@ def verdict(spec: str, ref, runs: list, global_batch: int, rtol: float = RTOL, a
         return v
     if control is not None:
         v.notes.extend(control.notes)
+    drawn = (ref.facts.get("random_ops") or []) + (dist.facts.get("random_ops") or [])
+    if mismatches and drawn:  # what differs may be the draws themselves: no verdict on the loop
+        v.status = "RANDOM"
+        v.error = (f"the step draws random numbers of its own ({', '.join(sorted(set(drawn)))} in its traced graph, "
+                   "outside Keras' random layers, which the check switches off): one device and the spec's replicas do "
+                   "not draw the same numbers (each replica draws for its own batch, and a tf.random.Generator made in "
+                   "a strategy's scope gives each replica a stream of its own), so the runs cannot be compared value "
+                   "for value; take the draws out of the step (or make them a Keras random layer) to check it")
+        if v.diagnoses:
+            v.notes.append("the evidence of " + ", ".join(d.title for d in v.diagnoses) + " holds too, but the draws "
+                           "alone may explain what differs")
+        v.diagnoses = []
+        return v
     if mismatches and not v.diagnoses and speaks:
         # the suite's known-right step diverges here as the loop does: TensorFlow's/Keras', unrecorded
         v.deviations.append(["unrecorded", control.evidence])
@@ -900,6 +915,8 @@ def table(verdicts: list[Verdict]) -> str:
         elif v.error and not first:
             first = "raised"
         cause = v.diagnoses[0].title if v.diagnoses else ("" if v.status == "PASS" else "no catalogued cause")
+        if v.status == "RANDOM":
+            cause = "random draws of the step's own"
         if v.status in ("DEVIATION", "BLOCKED"):
             named = [i for i, _ in v.deviations if i != "unrecorded"]
             cause = ("known deviation " + ", ".join(dict.fromkeys(named))) if named else "unrecorded deviation"
@@ -916,6 +933,11 @@ def details(v: Verdict, limit: int | None = 6) -> str:
     diagnosis, or the known deviation and its evidence."""
     if v.status == "PASS":
         return ""
+    if v.status == "RANDOM":
+        out = [f"{v.spec}: RANDOM: the runs cannot be compared" + (f" (they differ from step {v.first_step})"
+                                                                   if v.first_step else ""), f"  {v.error}"]
+        out.extend(f"  note: {n}" for n in v.notes)
+        return "\n".join(out)
     if v.status in ("DEVIATION", "BLOCKED"):
         head = ("DEVIATION: the loop is right; TensorFlow/Keras computes something else" if v.status == "DEVIATION"
                 else "BLOCKED: the loop is right but cannot train on this spec with these versions")

@@ -12,7 +12,8 @@ known deviation explains it); 2 the input cannot be checked (an unknown spec, a 
 not import or build, a dataset smaller than one global batch, a reference that does not repeat
 itself, no TensorFlow for the engines); 3 the suite could not run some spec (ERROR) and none
 FAILs; 4 the only findings are known deviations of TensorFlow/Keras (DEVIATION, BLOCKED): the
-loop is right, and ``--accept-known`` makes that 0.
+loop is right, and ``--accept-known`` makes that 0; 5 some spec could not be compared because the
+step draws random numbers of its own (RANDOM), and none FAILs or is ERROR.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from ..engines.pool import EngineError, EnginePool, EngineStartError, EngineUnav
 from ..engines.versions import engine_versions
 from . import differential
 
-EXIT = {"PASS": 0, "FAIL": 1, "USAGE": 2, "ERROR": 3, "KNOWN": 4}
+EXIT = {"PASS": 0, "FAIL": 1, "USAGE": 2, "ERROR": 3, "KNOWN": 4, "RANDOM": 5}
 
 
 class CheckInputError(Exception):
@@ -61,6 +62,8 @@ class Report:
             return EXIT["FAIL"]
         if "ERROR" in statuses:
             return EXIT["ERROR"]
+        if "RANDOM" in statuses:
+            return EXIT["RANDOM"]
         if statuses & {"DEVIATION", "BLOCKED"} and not accept_known:
             return EXIT["KNOWN"]
         return EXIT["PASS"]
@@ -89,6 +92,9 @@ class Report:
                     f"({', '.join(count['FAIL'])}): see each spec's diagnosis")
         if count["ERROR"]:
             return f"ERROR: the suite could not run {', '.join(count['ERROR'])}: see the error, then run again"
+        if count["RANDOM"]:
+            return (f"RANDOM: the step draws random numbers of its own, so the check cannot compare it under "
+                    f"{', '.join(count['RANDOM'])} (neither right nor wrong is known there); exit {EXIT['RANDOM']}")
         known = count["DEVIATION"] + count["BLOCKED"]
         if known:
             return (f"KNOWN DEVIATIONS: the loop is right; TensorFlow/Keras deviates under {', '.join(known)} "
