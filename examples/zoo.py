@@ -4,8 +4,9 @@ beyond the one style of examples/mistakes.py (a Sequential MLP, tuple inputs, SG
 Each factory ``name(ctx) -> Workload`` (suite/engine/workload.py) is a loop a user might write:
 a right one (it must PASS, some of them look wrong but are distribution-correct) or one with a
 single mistake. ``EXPECTED`` (module end) names the cause the check must diagnose for each
-(None: a right loop; "random_draws": a right loop the check cannot compare, status RANDOM), ``STYLE`` says how it is written, and ``HARMLESS_ON`` names the spec kinds
-under which the mistake trains what one device trains.
+(None: a right loop; "random_draws": a right loop the check cannot compare, status RANDOM),
+``STYLE`` says how it is written, and ``HARMLESS_ON`` names the spec kinds under which the
+mistake trains what one device trains.
 
     python -m suite.check examples.zoo:right_weighted_global_weight_sum --strategies mirrored:2
 
