@@ -331,6 +331,100 @@ def _noisy(ctx, mistake=None):
     return Workload(model, optimizer, loss_object, _pipeline((x, y), ctx, "dataset", mistake), step=step)
 
 
+# == style 6: several models and optimizers (a GAN; a student distilled from a frozen teacher) ====
+def gan_data(n: int = EXAMPLES, seed: int = 4):
+    """Real samples (n, 4) on a curve, and the generator's input noise (n, 2), drawn here (the step
+    draws nothing: random draws of the step's own could not be compared)."""
+    rng = np.random.default_rng(seed)
+    t = rng.uniform(-1, 1, size=(n, 1))
+    real = np.concatenate([t, t ** 2, np.sin(2 * t), 0.5 * t], axis=1).astype(np.float32)
+    return real, rng.normal(size=(n, 2)).astype(np.float32)
+
+
+def _gan(ctx, mistake=None):
+    """A GAN as the custom-training guide motivates custom loops: two discriminator steps per generator
+    step on each batch, each model with its own optimizer; the step returns each model's loss (the
+    discriminator's of its first step, at the weights both runs share)."""
+    generator = keras.Sequential([keras.Input((2,)), keras.layers.Dense(8, activation="tanh"), keras.layers.Dense(4)],
+                                 name="generator")
+    discriminator = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="tanh"),
+                                      keras.layers.Dense(1)], name="discriminator")
+    g_opt = keras.optimizers.Adam(0.01)
+    d_opt = keras.optimizers.Adam(0.01) if mistake == "gradients_aggregated_by_hand" else keras.optimizers.SGD(0.1)
+    g_opt.build(generator.trainable_variables)
+    d_opt.build(discriminator.trainable_variables)
+    bce = keras.losses.BinaryCrossentropy(from_logits=True, reduction="none")
+    real, noise = gan_data()
+    gb = ctx.global_batch_size
+
+    def scaled(per_example, model_name):
+        if mistake == f"{model_name}_loss_averaged_per_replica":
+            return tf.reduce_mean(per_example)
+        return tf.nn.compute_average_loss(per_example, global_batch_size=gb)
+
+    def step(batch):
+        x, z = batch
+        d_losses = []
+        for _ in range(2):  # two discriminator steps
+            with tf.GradientTape() as tape:
+                fake = generator(z, training=True)
+                real_logits, fake_logits = discriminator(x, training=True), discriminator(fake, training=True)
+                per_example = (bce(tf.ones_like(real_logits), real_logits)
+                               + bce(tf.zeros_like(fake_logits), fake_logits))
+                d_loss = scaled(per_example, "discriminator")
+            grads = tape.gradient(d_loss, discriminator.trainable_variables)
+            if mistake == "gradients_aggregated_by_hand":  # summed here, and again by apply_gradients
+                grads = tf.distribute.get_replica_context().all_reduce(SUM, grads)
+            d_opt.apply_gradients(zip(grads, discriminator.trainable_variables))
+            d_losses.append(d_loss)
+        with tf.GradientTape() as tape:
+            fake_logits = discriminator(generator(z, training=True), training=True)
+            g_loss = scaled(bce(tf.ones_like(fake_logits), fake_logits), "generator")
+        grads = tape.gradient(g_loss, generator.trainable_variables)
+        g_opt.apply_gradients(zip(grads, generator.trainable_variables))
+        return {"generator": g_loss, "discriminator": d_losses[0]}
+
+    def dataset(global_batch_size, input_context):
+        return tf.data.Dataset.from_tensor_slices((real, noise)).batch(global_batch_size)
+
+    return Workload(None, None, bce, dataset, step=step, models={"generator": generator, "discriminator": discriminator},
+                    optimizers={"generator": g_opt, "discriminator": d_opt})
+
+
+def _distillation(ctx, mistake=None):
+    """keras.io's knowledge distillation as a custom loop: a frozen teacher (its own model, never
+    trained) and a student trained on the labels and the teacher's softened outputs."""
+    teacher = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(3)],
+                               name="teacher")
+    teacher.trainable = False
+    student = keras.Sequential([keras.Input((8,)), keras.layers.Dense(6, activation="relu"), keras.layers.Dense(3)],
+                               name="student")
+    optimizer = _optimizer("adam", ctx)
+    optimizer.build(student.trainable_variables)
+    x, y, _ = classification()
+    hard = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+    soft = keras.losses.KLDivergence(reduction="none")
+    temperature, alpha = 3.0, 0.3
+
+    def step(batch):
+        features, labels = batch
+        teacher_probs = tf.nn.softmax(teacher(features, training=False) / temperature)
+        with tf.GradientTape() as tape:
+            logits = student(features, training=True)
+            per_example = (alpha * hard(labels, logits)
+                           + (1 - alpha) * temperature ** 2 * soft(teacher_probs, tf.nn.softmax(logits / temperature)))
+            if mistake == "loss_averaged_per_replica":
+                loss = tf.reduce_mean(per_example)
+            else:
+                loss = tf.nn.compute_average_loss(per_example, global_batch_size=ctx.global_batch_size)
+        grads = tape.gradient(loss, student.trainable_variables)
+        optimizer.apply_gradients(zip(grads, student.trainable_variables))
+        return {"student": loss}
+
+    return Workload(None, None, hard, _pipeline((x, y), ctx, "dataset", mistake), step=step,
+                    models={"student": student, "teacher": teacher}, optimizers={"student": optimizer})
+
+
 # == right loops: must PASS =======================================================================
 def right_functional_dict_adam(ctx):
     return _functional(ctx, inputs="dict", opt="adam")
@@ -400,6 +494,16 @@ def right_subclassed_model_plain_step(ctx):
 def right_input_noise_from_a_generator(ctx):
     """Input noise from a tf.random.Generator made in the scope: the check says it cannot compare."""
     return _noisy(ctx)
+
+
+def right_gan_two_discriminator_steps(ctx):
+    """A GAN with two optimizers, two discriminator steps per generator step."""
+    return _gan(ctx)
+
+
+def right_distillation_frozen_teacher(ctx):
+    """A student distilled from a frozen teacher: two models, one optimizer."""
+    return _distillation(ctx)
 
 
 # == one catalogued mistake =======================================================================
@@ -513,6 +617,25 @@ def gradient_of_per_replica_mean_subclassed(ctx):
     return _two_layer(ctx, "gradient_of_per_replica_mean")
 
 
+def gan_generator_loss_averaged_per_replica(ctx):
+    return _gan(ctx, "generator_loss_averaged_per_replica")
+
+
+def gan_discriminator_loss_averaged_per_replica(ctx):
+    return _gan(ctx, "discriminator_loss_averaged_per_replica")
+
+
+def gan_discriminator_gradients_aggregated_by_hand(ctx):
+    """The discriminator's gradients all-reduced before its Adam's apply_gradients sums them again:
+    Adam's steps hardly change with the scale of its gradients, so what differs first may be its
+    moments alone, the second optimizer's state."""
+    return _gan(ctx, "gradients_aggregated_by_hand")
+
+
+def distillation_loss_averaged_per_replica(ctx):
+    return _distillation(ctx, "loss_averaged_per_replica")
+
+
 # == the tables ===================================================================================
 EXPECTED: dict[str, str | None] = {
     "right_functional_dict_adam": None,
@@ -528,6 +651,12 @@ EXPECTED: dict[str, str | None] = {
     "right_metrics": None,
     "right_subclassed_model_plain_step": None,
     "right_input_noise_from_a_generator": "random_draws",
+    "right_gan_two_discriminator_steps": None,
+    "right_distillation_frozen_teacher": None,
+    "gan_generator_loss_averaged_per_replica": "generator: loss_averaged_per_replica",
+    "gan_discriminator_loss_averaged_per_replica": "discriminator: loss_averaged_per_replica",
+    "gan_discriminator_gradients_aggregated_by_hand": "discriminator: gradients_aggregated_by_hand",
+    "distillation_loss_averaged_per_replica": "student: loss_averaged_per_replica",
     "loss_averaged_per_replica_subclassed_plain_step": "loss_averaged_per_replica",
     "gradient_of_per_replica_mean_subclassed": "gradient_of_per_replica_mean",
     "loss_averaged_per_replica_functional": "loss_averaged_per_replica",
@@ -572,6 +701,12 @@ STYLE: dict[str, str] = {
     "right_metrics": "functional, tuple inputs, SGD, dataset; Mean + accuracy metrics",
     "right_subclassed_model_plain_step": "subclassed binary classifier, tuple, SGD, dataset; step function beside it",
     "right_input_noise_from_a_generator": "Sequential classifier, tuple, SGD, dataset; tf.random.Generator input noise",
+    "right_gan_two_discriminator_steps": "GAN: two Sequential models, Adam + SGD, 2 discriminator steps per generator step",
+    "right_distillation_frozen_teacher": "distillation: a student and a frozen teacher, one Adam, KL + hard labels",
+    "gan_generator_loss_averaged_per_replica": "GAN, the generator's loss a per-replica mean",
+    "gan_discriminator_loss_averaged_per_replica": "GAN, the discriminator's loss a per-replica mean",
+    "gan_discriminator_gradients_aggregated_by_hand": "GAN, two Adams, the discriminator's gradients all-reduced by hand",
+    "distillation_loss_averaged_per_replica": "distillation, the student's loss a per-replica mean",
     "loss_averaged_per_replica_subclassed_plain_step": "subclassed binary classifier, tuple, SGD, dataset",
     "gradient_of_per_replica_mean_subclassed": "subclassed binary classifier, tuple, SGD, dataset; reported loss right",
     "loss_averaged_per_replica_functional": "functional, dict inputs, Adam, dataset",

@@ -347,6 +347,9 @@ class WorkloadStep:
     metrics: dict  # name -> result() after the step
     regularization: float | None = None  # add_n(model.losses) before the step (weight penalties), if readable
     weights: list | None = None  # per local replica, the sum of its batch's example weights (None: no weights seen)
+    # a step that returned a loss per model: {name: {"loss": reduced, "replicas": [each local replica's],
+    # "regularization": that model's add_n(losses) before the step}}; ``loss`` is then their sum
+    named: dict | None = None
 
 
 @record

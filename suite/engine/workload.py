@@ -86,7 +86,15 @@ class Workload:
     ``input_context.get_per_replica_batch_size(global_batch_size)``); ``step(batch)``: the user's
     per-replica step, run in ``strategy.run``, returning the replica's scaled loss; ``metrics``:
     Keras metrics the step updates, by name; ``loss_reduction``: the ``tf.distribute.ReduceOp``
-    name the user's loop reduces the step's loss with for reporting (the guide's ``"SUM"``)."""
+    name the user's loop reduces the step's loss with for reporting (the guide's ``"SUM"``).
+
+    Several models and optimizers (a GAN, a student and its frozen teacher): ``models`` and
+    ``optimizers``, each a dict by name (``{"generator": g, "discriminator": d}``), ``model`` and
+    ``optimizer`` then None (or one of them); every model's variables and every optimizer's state
+    are compared, and the gradients each optimizer's ``apply_gradients`` gets are captured for the
+    diagnosis, the optimizer named as a model applying to that model's trainable variables. The
+    step then returns a dict of losses by model name (each the replica's scaled loss of that model),
+    so that a diagnosis can name the model it concerns."""
 
     model: Any
     optimizer: Any
@@ -96,6 +104,16 @@ class Workload:
     metrics: dict = dataclasses.field(default_factory=dict)
     loss_reduction: str = "SUM"
     distribute: str = "dataset"
+    models: dict = dataclasses.field(default_factory=dict)
+    optimizers: dict = dataclasses.field(default_factory=dict)
+
+
+def parts(wl: Workload) -> tuple[dict, dict]:
+    """The workload's models and optimizers by name: ``models`` and ``optimizers``, with ``model``
+    and ``optimizer`` under the name "" where given (a one-model workload: ``{"": model}``)."""
+    models = {**({"": wl.model} if wl.model is not None else {}), **wl.models}
+    optimizers = {**({"": wl.optimizer} if wl.optimizer is not None else {}), **wl.optimizers}
+    return models, optimizers
 
 
 def resolve(target: str, path: str | None = None) -> Callable:
@@ -144,9 +162,20 @@ def build(target: str, ctx: WorkloadContext, path: str | None = None) -> Workloa
                                 f"got {type(getattr(wl, field)).__name__}")
     if wl.step is not None and not callable(wl.step):
         raise WorkloadError(f"workload {target!r}: Workload.step must be callable or None")
-    if not hasattr(wl.model, "trainable_variables") or not hasattr(wl.optimizer, "apply_gradients"):
-        raise WorkloadError(f"workload {target!r}: Workload.model must be a Keras model and Workload.optimizer "
-                            f"a Keras optimizer (got {type(wl.model).__name__}, {type(wl.optimizer).__name__})")
+    if not isinstance(wl.models, dict) or not isinstance(wl.optimizers, dict):
+        raise WorkloadError(f"workload {target!r}: Workload.models and Workload.optimizers must be dicts by name")
+    models, optimizers = parts(wl)
+    if not models or not optimizers:
+        raise WorkloadError(f"workload {target!r}: a Workload needs a model (or models) and an optimizer (or "
+                            "optimizers)")
+    for name, m in models.items():
+        if not hasattr(m, "trainable_variables"):
+            raise WorkloadError(f"workload {target!r}: Workload.model{'s[' + repr(name) + ']' if name else ''} must be "
+                                f"a Keras model (got {type(m).__name__})")
+    for name, o in optimizers.items():
+        if not hasattr(o, "apply_gradients"):
+            raise WorkloadError(f"workload {target!r}: Workload.optimizer{'s[' + repr(name) + ']' if name else ''} "
+                                f"must be a Keras optimizer (got {type(o).__name__})")
     if wl.loss_reduction not in ("SUM", "MEAN"):
         raise WorkloadError(f"workload {target!r}: Workload.loss_reduction must be 'SUM' or 'MEAN'")
     if wl.distribute not in ("dataset", "function"):

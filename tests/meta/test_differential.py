@@ -304,3 +304,26 @@ def test_a_step_with_random_draws_of_its_own_is_random_where_it_differs_and_neve
     v = differential.verdict("mirrored:2", ref, [plain], 48, spec_obj=spec, versions=KERAS3)
     check.equal((v.status, [d.cause for d in v.diagnoses]), ("FAIL", ["loss_averaged_per_replica"]),
                 "the verdict of the same difference without random ops")
+
+
+def test_a_run_where_only_the_second_optimizers_state_differs_fails():
+    """Several optimizers (a GAN's): every one's state is compared, so a run whose variables and
+    first optimizer agree but whose second optimizer's moments differ is FAIL, the difference named
+    by that optimizer."""
+    def gan(second: float, replicas: int):
+        steps = [WorkloadStep(1.0, [1.0 / replicas] * replicas, [48 // replicas] * replicas,
+                              [[v + u for _ in range(replicas)] for v, u in zip(INITIAL, UPDATE)],
+                              [[np.full(2, 0.5)] * replicas, [np.full(2, second)] * replicas], None, {})]
+        facts = {"models": ["generator", "discriminator"], "optimizers": ["generator", "discriminator"]}
+        return WorkloadRun(replicas, list(range(replicas)), ["generator/kernel", "discriminator/bias"], [True, True],
+                           ["generator/adam/m", "discriminator/adam/m"], [v.copy() for v in INITIAL], steps, facts)
+    spec = parse_spec("mirrored:2")
+    check = Check("differential.verdict of several optimizers")
+    check.equal(differential.verdict("mirrored:2", gan(0.25, 1), [gan(0.25, 2)], 48, spec_obj=spec,
+                                     versions=KERAS3).status, "PASS", "both optimizers agreeing")
+    v = differential.verdict("mirrored:2", gan(0.25, 1), [gan(0.5, 2)], 48, spec_obj=spec, versions=KERAS3)
+    check.equal((v.status, [m.quantity for m in v.mismatches]),
+                ("FAIL", ["optimizer discriminator/adam/m (replica 0)", "optimizer discriminator/adam/m (replica 1)"]),
+                "the second optimizer's moments differing", differential.details(v))
+    check.that(usercheck.Checker.control_fits(gan(0.25, 1)) is not None, "the control", "fits",
+               "no control for two models and two optimizers")

@@ -39,7 +39,7 @@ def expected_outcome(name: str, kind: str) -> tuple[tuple[str, ...], list[str]]:
     if cause is None or kind in HARMLESS_ON.get(name, ()):
         # right (here): PASS, or DEVIATION where a known deviation predicted every difference
         return ("PASS", "DEVIATION"), []
-    if cause not in differential.CAUSES:
+    if cause.rsplit(": ", 1)[-1] not in differential.CAUSES:  # "MODEL: cause" in a workload of several models
         return ("FAIL",), []  # no catalogued cause: the honest answer
     return ("FAIL",), [cause]
 
@@ -47,7 +47,7 @@ def expected_outcome(name: str, kind: str) -> tuple[tuple[str, ...], list[str]]:
 def classify(name: str, kind: str, v) -> str:
     """right cause / no cause / wrong cause / wrong verdict / right verdict (for a right loop)."""
     allowed, causes = expected_outcome(name, kind)
-    named = [d.cause for d in v.diagnoses]
+    named = [f"{d.model}: {d.cause}" if d.model else d.cause for d in v.diagnoses]
     if v.status not in allowed or any(i == "unrecorded" for i, _ in v.deviations):
         return "wrong verdict"  # an unrecorded deviation is a finding to record, not a right verdict
     if not causes:

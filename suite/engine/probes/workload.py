@@ -61,15 +61,24 @@ def _layers(model):
     return out
 
 
+def _prefixed(name: str, v) -> str:
+    """A variable's name in the check: its own, after the model's or optimizer's name in a workload
+    of several (``generator/dense/kernel``)."""
+    return f"{name}/{_name(v)}" if name else _name(v)
+
+
 def _facts(ctx, wl, strategy, built_variables: int) -> dict:
     """What the engine can see of the workload before it trains: evidence for diagnoses."""
-    layers = _layers(wl.model)
+    models, optimizers = workload.parts(wl)
+    layers = [layer for m in models.values() for layer in _layers(m)]
+    inner = [getattr(o, "inner_optimizer", o) for o in optimizers.values()]
     facts = {
         "loss_reduction": wl.loss_reduction,
         "loss_object_reduction": str(getattr(wl.loss, "reduction", "")) or None,
         "user_step": wl.step is not None,
         "optimizer_variables_before_step": built_variables,
-        "optimizer_built": getattr(getattr(wl.optimizer, "inner_optimizer", wl.optimizer), "built", None),
+        "optimizer_built": (False if any(getattr(o, "built", None) is False for o in inner)
+                            else getattr(inner[0], "built", None)),
         "batch_norm": [[layer.name, bool(getattr(layer, "synchronized", False))] for layer in layers
                        if type(layer).__name__ == "BatchNormalization"],
         "random_layers": [layer.name for layer in layers if _random_attr(layer)
@@ -78,12 +87,15 @@ def _facts(ctx, wl, strategy, built_variables: int) -> dict:
         "random_layers_keras": all(type(layer).__name__ in RANDOM_LAYERS
                                    and type(layer).__module__.startswith(("keras", "tf_keras"))
                                    for layer in layers if _random_attr(layer)),
-        "regularized": bool(wl.model.losses),
+        "regularized": any(bool(m.losses) for m in models.values()),
         # whether the model, every layer and the optimizer are Keras' own classes: only then can the
         # control (the suite's step on them) speak for TensorFlow/Keras rather than the user's code
-        "keras_own_model": all(_keras_own(obj) for obj in [wl.model, wl.optimizer, *layers]),
-        "optimizer_clips": any(getattr(getattr(wl.optimizer, "inner_optimizer", wl.optimizer), attr, None) is not None
+        "keras_own_model": all(_keras_own(obj) for obj in [*models.values(), *optimizers.values(), *layers]),
+        "optimizer_clips": any(getattr(o, attr, None) is not None for o in inner
                                for attr in ("clipnorm", "global_clipnorm", "clipvalue")),
+        # the names of several models and optimizers ([""] for one of each): the canonical-step control
+        # fits one model with one optimizer only
+        "models": list(models), "optimizers": list(optimizers),
         # each metric's state, by its variables' last names: ("count", "total") is a mean (its
         # result total / count), which a deviation model of metric accumulation can predict
         "metric_states": {name: sorted(_name(v).rsplit("/", 1)[-1] for v in m.variables)
@@ -92,8 +104,9 @@ def _facts(ctx, wl, strategy, built_variables: int) -> dict:
     if ctx.spec.kind != "default":
         extended = strategy.extended
         facts["outside_scope"] = sorted(
-            {_name(v) for v in wl.model.variables if not extended.variable_created_in_scope(compat.tf_variable(v))}
-            | {"optimizer: " + _name(v) for v in compat.optimizer_variables(wl.optimizer)
+            {_prefixed(k, v) for k, m in models.items() for v in m.variables
+             if not extended.variable_created_in_scope(compat.tf_variable(v))}
+            | {"optimizer: " + _prefixed(k, v) for k, o in optimizers.items() for v in compat.optimizer_variables(o)
                if not extended.variable_created_in_scope(compat.tf_variable(v))})
     return facts
 
@@ -114,7 +127,15 @@ class _Capture:
             self.sparse = self.sparse or any(isinstance(g, tf.IndexedSlices) for g, _ in pairs)
             if dense:  # the remedy ``dense_gradients`` (known_deviations.toml): the optimizer's dense path
                 pairs = [(tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g, v) for g, v in pairs]
-            self.local.grads = {self.index.get(id(v)): g for g, v in pairs}
+            given = {self.index.get(id(v)): g for g, v in pairs}
+            before = getattr(self.local, "grads", None)
+            if before:  # called again in the same step (a GAN's discriminator steps): the gradients summed
+                try:
+                    given = {i: tf.convert_to_tensor(g) + tf.convert_to_tensor(before[i]) if i in before else g
+                             for i, g in given.items()}
+                except Exception:  # noqa: BLE001  (another call's tensors in another graph: the last call's)
+                    pass
+            self.local.grads = given
             context = tf.distribute.get_replica_context()
             if mutants.on("double_gradient_aggregation") and context is not None:  # summed twice: once here
                 pairs = [(context.all_reduce(tf.distribute.ReduceOp.SUM, g), v) for g, v in pairs]
@@ -128,8 +149,12 @@ class _Capture:
     def start(self):
         self.local.grads = None
 
-    def take(self):
+    def take(self, zeros: bool = False):
+        """The gradients handed over in this step, per variable (zeros where a variable got none);
+        [] where apply_gradients was not called (``zeros``: zeros for every variable then)."""
         grads = getattr(self.local, "grads", None)
+        if grads is None and zeros:
+            grads = {}
         if grads is None:
             return []
         return [tf.zeros_like(tf.convert_to_tensor(v)) if grads.get(i) is None else tf.convert_to_tensor(grads[i])
@@ -258,8 +283,13 @@ def run(ctx, target, steps, global_batch, seed=0, canonical=False, init=None, pa
     if stand_in:
         with strategy.scope():
             wl = stand_ins.build(wl, int(global_batch), seed)
-    model, opt = wl.model, wl.optimizer
-    built_variables = len(compat.optimizer_variables(opt))
+    models, optimizers = workload.parts(wl)
+    model, opt = next(iter(models.values())), next(iter(optimizers.values()))  # the one model (the canonical step's)
+    variables = [v for m in models.values() for v in m.variables]
+    names = [_prefixed(k, v) for k, m in models.items() for v in m.variables]
+    trainable = [v for m in models.values() for v in m.trainable_variables]
+    optimizer_variables = lambda: [v for o in optimizers.values() for v in compat.optimizer_variables(o)]  # noqa: E731
+    built_variables = len(optimizer_variables())
     facts = _facts(ctx, wl, strategy, built_variables)
     batches = _dataset(ctx, wl, strategy, global_batch)
     try:
@@ -267,7 +297,7 @@ def run(ctx, target, steps, global_batch, seed=0, canonical=False, init=None, pa
     except StopIteration:
         raise workload.WorkloadError(f"workload {target!r}: its dataset is empty") from None
     masks = None
-    if facts["random_layers"] and ctx.coordinator is None and ctx.spec.kind != "default":
+    if facts["random_layers"] and ctx.coordinator is None and ctx.spec.kind != "default" and len(models) == 1:
         saved = [np.array(compat.local_values(strategy, v)[0]) for v in model.variables]
         # the same input on every replica of every worker: ones shaped like one example
         x0 = tf.ones_like(tf.convert_to_tensor(tf.nest.flatten(strategy.experimental_local_results(first)[0])[0])[:1])
@@ -280,37 +310,49 @@ def run(ctx, target, steps, global_batch, seed=0, canonical=False, init=None, pa
                 ctx.request_restart()
         for v, value in zip(model.variables, saved):
             v.assign(value)
-    for layer in _layers(model):
-        attr = _random_attr(layer)
-        if attr:
-            setattr(layer, attr, 0.0)
+    for m in models.values():
+        for layer in _layers(m):
+            attr = _random_attr(layer)
+            if attr:
+                setattr(layer, attr, 0.0)
     if init is not None and init_names is not None:  # another build's values, matched variable by variable
-        mine = [(_name(v), tuple(v.shape), any(v is t for t in model.trainable_variables)) for v in model.variables]
+        mine = [(n, tuple(v.shape), any(v is t for t in trainable)) for n, v in zip(names, variables)]
         theirs = [(n, tuple(np.shape(x)), t) for n, x, t in zip(init_names, init, init_trainable)]
-        for v, i in zip(model.variables, matching.match(theirs, mine)):
+        for v, i in zip(variables, matching.match(theirs, mine)):
             if i is not None:
                 v.assign(np.asarray(init[i]))
     elif init is not None:
-        if len(init) != len(model.variables):
-            raise workload.WorkloadError(f"workload {target!r}: the factory built {len(model.variables)} model "
+        if len(init) != len(variables):
+            raise workload.WorkloadError(f"workload {target!r}: the factory built {len(variables)} model "
                                          f"variables here and {len(init)} for the reference: it must build the "
                                          "same model whatever the strategy")
-        for v, value in zip(model.variables, init):
+        for v, value in zip(variables, init):
             v.assign(np.asarray(value))
-    initial = [np.array(compat.local_values(strategy, v)[0]) for v in model.variables]
-    capture = _Capture(opt, model.trainable_variables, dense=dense_gradients)
-    canonical_step = TrainStep(model, opt, wl.loss)
+    initial = [np.array(compat.local_values(strategy, v)[0]) for v in variables]
+    # each optimizer's gradients, over the variables of the model of its name (else every model's)
+    captures = [_Capture(o, models[k].trainable_variables if k in models and len(optimizers) > 1 else trainable,
+                         dense=dense_gradients) for k, o in optimizers.items()]
+    facts["gradient_groups"] = [[k, len(c.variables)] for k, c in zip(optimizers, captures)]
+    canonical_step = TrainStep(model, opt, wl.loss) if len(models) == 1 and len(optimizers) == 1 else None
+    if canonical and canonical_step is None:
+        raise workload.WorkloadError(f"workload {target!r}: the canonical step trains one model with one optimizer")
     user_step = wl.step if wl.step is not None and not canonical else None
     op = getattr(tf.distribute.ReduceOp, wl.loss_reduction)
+    loss_names: list = []  # the names of the losses a step returns as a dict (set while tracing)
 
     def replica(batch):
-        capture.start()
+        for c in captures:
+            c.start()
         if user_step is not None:
             loss = user_step(batch)
         else:
             x, y = batch
             loss = canonical_step(x, y, global_batch_size=global_batch)
-        return tf.convert_to_tensor(loss), _rows(batch), capture.take(), _weight_sum(batch)
+        if isinstance(loss, dict):  # one loss per model: a vector in the order of their names
+            loss_names[:] = sorted(loss)
+            loss = tf.stack([tf.cast(tf.convert_to_tensor(loss[k]), tf.float32) for k in loss_names])
+        grads = [g for c in captures for g in c.take(zeros=len(captures) > 1)]
+        return tf.convert_to_tensor(loss), _rows(batch), grads, _weight_sum(batch)
 
     def distributed(batch):
         per_replica = strategy.run(replica, args=(batch,))
@@ -325,7 +367,8 @@ def run(ctx, target, steps, global_batch, seed=0, canonical=False, init=None, pa
                 batch = next(batches)
             except StopIteration:
                 break
-        regularization = _regularization(model)
+        penalties = {k: _regularization(m) for k, m in models.items()}
+        regularization = None if None in penalties.values() else sum(penalties.values())
         if ctx.spec.kind == "default":  # what one device trains on, for the upgrade check: the same data on both
             digests.append(_digest(batch))
         try:
@@ -342,22 +385,30 @@ def run(ctx, target, steps, global_batch, seed=0, canonical=False, init=None, pa
         except Exception as exc:
             raised = failed(ctx, exc, f"step {k}")
             break
+        reported = np.asarray(reported, np.float64)
+        losses = [np.asarray(v, np.float64) for v in losses]
+        named = None
+        if loss_names:  # the step returned a loss per model: each reduced across the replicas, and its sum
+            named = {name: {"loss": float(reported[i]), "replicas": [float(v[i]) for v in losses],
+                            "regularization": penalties.get(name)} for i, name in enumerate(loss_names)}
         history.append(WorkloadStep(
-            float(np.asarray(reported)), [float(np.asarray(v)) for v in losses], [int(np.asarray(v)) for v in rows],
-            [compat.local_values(strategy, v) for v in model.variables],
-            [compat.local_values(strategy, v) for v in compat.optimizer_variables(opt)],
+            float(np.sum(reported)), [float(np.sum(v)) for v in losses], [int(np.asarray(v)) for v in rows],
+            [compat.local_values(strategy, v) for v in variables],
+            [compat.local_values(strategy, v) for v in optimizer_variables()],
             [[np.asarray(g) for g in gs] for gs in grads] if all(len(gs) for gs in grads) else None,
             {name: float(np.asarray(m.result())) for name, m in wl.metrics.items()}, regularization,
-            None if any(float(np.asarray(w)) < 0 for w in weights) else [float(np.asarray(w)) for w in weights]))
+            None if any(float(np.asarray(w)) < 0 for w in weights) else [float(np.asarray(w)) for w in weights],
+            named))
     first_rows = sum(history[0].rows) if history else None
-    facts["optimizer_variables_after"] = len(compat.optimizer_variables(opt))
+    facts["optimizer_variables_after"] = len(optimizer_variables())
     facts["first_batch_rows"] = first_rows
-    facts["sparse_gradients"] = capture.sparse
+    facts["sparse_gradients"] = any(c.sparse for c in captures)
     facts["batch_digests"] = digests
     facts["random_ops"] = _random_ops(step_fn, first) if history else None
-    return WorkloadRun(strategy.num_replicas_in_sync, ctx.local_replica_ids, [_name(v) for v in model.variables],
-                       [any(v is t for t in model.trainable_variables) for v in model.variables],
-                       [_name(v) for v in compat.optimizer_variables(opt)], initial, history, facts, masks, raised)
+    return WorkloadRun(strategy.num_replicas_in_sync, ctx.local_replica_ids, names,
+                       [any(v is t for t in trainable) for v in variables],
+                       [_prefixed(k, v) for k, o in optimizers.items() for v in compat.optimizer_variables(o)],
+                       initial, history, facts, masks, raised)
 
 
 @probe

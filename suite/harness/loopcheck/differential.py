@@ -163,10 +163,11 @@ class Mismatch:
 class Diagnosis:
     cause: str
     evidence: list
+    model: str = ""  # the model (and its optimizer) it concerns, in a workload of several
 
     @property
     def title(self) -> str:
-        return CAUSES[self.cause].title
+        return f"{self.model}: {CAUSES[self.cause].title}" if self.model else CAUSES[self.cause].title
 
     @property
     def fix(self) -> str:
@@ -205,7 +206,7 @@ class Verdict:
                 "first_diverging_step": self.first_step, "error": self.error,
                 "known_deviations": [{"id": i, "evidence": e} for i, e in self.deviations], "notes": self.notes,
                 "mismatches": [dataclasses.asdict(m) for m in self.mismatches],
-                "diagnoses": [{"cause": d.cause, "title": d.title, "evidence": d.evidence, "fix": d.fix}
+                "diagnoses": [{"cause": d.cause, "model": d.model, "title": d.title, "evidence": d.evidence, "fix": d.fix}
                               for d in self.diagnoses]}
 
 
@@ -255,7 +256,10 @@ def stitch(runs: list):
             weights=None if any(p.weights is None for p in parts) else [v for p in parts for v in p.weights],
             variables=[[c for p in parts for c in p.variables[i]] for i in range(len(parts[0].variables))],
             optimizer=[[c for p in parts for c in p.optimizer[i]] for i in range(len(parts[0].optimizer))],
-            gradients=grads))
+            gradients=grads,
+            named=None if any(p.named is None for p in parts) else {
+                name: {**value, "replicas": [v for p in parts for v in p.named[name]["replicas"]]}
+                for name, value in parts[0].named.items()}))
     raised = next((r.raised for r in runs if r.raised is not None), None)
     masks = None if first.masks is None else [m for r in runs for m in (r.masks or [])]
     return dataclasses.replace(first, steps=steps, raised=raised, masks=masks, facts={**first.facts, "workers": len(runs)},
@@ -352,8 +356,13 @@ def compare(ref, dist, rtol: float = RTOL, atol: float = ATOL, metrics: bool = T
             return None if c is None else {"alternative": value, "control_copies_differ": spread,
                                            **{f: dist.facts.get(f) for f in CONDITION_FACTS}}
 
-        take(_scalar(k, "loss", d.loss, r.loss, rtol, atol), (d.loss, r.loss), _same(rtol, atol),
-             alternative(c.loss if c else None))
+        if r.named and d.named:  # a loss per model: each compared on its own
+            for name, value in r.named.items():
+                got = d.named.get(name, {}).get("loss", math.nan)
+                take(_scalar(k, f"loss {name}", got, value["loss"], rtol, atol), (got, value["loss"]), _same(rtol, atol))
+        else:
+            take(_scalar(k, "loss", d.loss, r.loss, rtol, atol), (d.loss, r.loss), _same(rtol, atol),
+                 alternative(c.loss if c else None))
         for i, (name, init, rv, dv) in enumerate(zip(ref.names, ref.initial, r.variables, d.variables)):
             for rep, copy in enumerate(dv):
                 want = rv[rep] if len(rv) == len(dv) else rv[0]  # replica by replica where ``ref`` ran on as many
@@ -492,9 +501,41 @@ def _same_batches_on_every_worker(d, workers: int) -> bool:
 LOSS_REDUCTIONS_THAT_AVERAGE = ("sum_over_batch_size", "auto", "Reduction.AUTO", "Reduction.SUM_OVER_BATCH_SIZE")
 
 
+def _group(run, name: str, offset: int, count: int):
+    """``run`` as the diagnosis of one model and its optimizer sees it, in a workload of several: the
+    gradients of that optimizer, the loss the step returned for that model and its weight penalty."""
+    def step(st):
+        named = (st.named or {}).get(name)
+        return dataclasses.replace(
+            st, gradients=None if st.gradients is None else [rep[offset:offset + count] for rep in st.gradients],
+            **({"loss": named["loss"], "replica_losses": list(named["replicas"]),
+                "regularization": named["regularization"], "named": None} if named else
+               {"loss": math.nan, "replica_losses": [math.nan] * len(st.replica_losses), "named": None}))
+    return dataclasses.replace(run, steps=[step(st) for st in run.steps],
+                               facts={**run.facts, "gradient_groups": None})
+
+
+def _per_model(ref, dist, mismatches: list, global_batch: int) -> list[Diagnosis]:
+    """The causes of each model of several, each from its own optimizer's gradients, the loss the
+    step returned for it and the differences of its own variables and optimizer state; a cause is
+    named with the model (``generator: loss averaged per replica``)."""
+    out, offset = [], 0
+    for name, count in dist.facts["gradient_groups"]:
+        mine = [m for m in mismatches if m.quantity.startswith((f"{name}/", f"optimizer {name}/", f"loss {name}"))]
+        if mine:
+            found = diagnose(_group(ref, name, offset, count), _group(dist, name, offset, count), mine, global_batch)
+            out.extend(dataclasses.replace(d, model=name) for d in found)
+        offset += count
+    return out
+
+
 def diagnose(ref, dist, mismatches: list, global_batch: int) -> list[Diagnosis]:
     """The catalogued causes the evidence of the first diverging step supports (first the
-    strongest); empty when none does."""
+    strongest); empty when none does. In a workload of several models and optimizers, each model's
+    (``_per_model``)."""
+    several = len(dist.facts.get("gradient_groups") or ()) > 1 or len(dist.facts.get("models") or ()) > 1
+    if several and dist.facts.get("gradient_groups") and dist.raised is None:
+        return _per_model(ref, dist, mismatches, global_batch)
     n = dist.replicas
     facts = dist.facts
     out: list[Diagnosis] = []

@@ -195,7 +195,7 @@ class Checker:
             raise CheckInputError(f"workload {self.target!r} does not repeat itself with no strategy: {moved} differs "
                                   "between two runs with the same seeds (an unseeded random op, a non-deterministic "
                                   "kernel); fix that before checking it under strategies")
-        if first.facts.get("user_step") and self.canonical:
+        if first.facts.get("user_step") and self.canonical and self.control_fits(first) is None:
             try:
                 canonical = self._run(default, canonical=True, init=first.initial)[0]
             except EngineError as exc:
@@ -238,7 +238,9 @@ class Checker:
                                         error=str(exc).splitlines()[0])
         v = differential.verdict(spec.text, ref, runs, self.global_batch, self.rtol, self.atol,
                                  seconds=time.monotonic() - started, spec_obj=spec, versions=self.versions)
-        if v.status == "FAIL" and v.mismatches and v.error is None:
+        if v.status == "FAIL" and v.mismatches and v.error is None and self.control_fits(ref) is not None:
+            v.notes.append(self.control_fits(ref))
+        elif v.status == "FAIL" and v.mismatches and v.error is None:
             # the control tells TensorFlow's/Keras' divergence from the loop's, named cause or not
             control = self.control(spec, runs)
             if control is not None:
@@ -247,6 +249,16 @@ class Checker:
                                          control=control)
         v.start_seconds = started - began
         return v
+
+    @staticmethod
+    def control_fits(ref) -> str | None:
+        """None where the canonical-step control fits the workload (one model, one optimizer); else
+        why there is no control (what the verdict says instead of a control's finding)."""
+        models, optimizers = ref.facts.get("models") or [""], ref.facts.get("optimizers") or [""]
+        if len(models) == 1 and len(optimizers) == 1:
+            return None
+        return (f"no control: the suite's canonical step trains one model with one optimizer, and this workload has "
+                f"{len(models)} models ({', '.join(models)}) and {len(optimizers)} optimizers ({', '.join(optimizers)})")
 
     def control(self, spec, runs) -> differential.Control | None:
         """The suite's canonical step on the workload under ``spec`` and on one device (each once),
