@@ -327,3 +327,45 @@ def test_a_run_where_only_the_second_optimizers_state_differs_fails():
                 "the second optimizer's moments differing", differential.details(v))
     check.that(usercheck.Checker.control_fits(gan(0.25, 1)) is not None, "the control", "fits",
                "no control for two models and two optimizers")
+
+
+def _copies_apart(run_: WorkloadRun) -> WorkloadRun:
+    """``run_`` with replica 1's copy of every variable moved off replica 0's (as each replica moving
+    by its own gradient leaves them: Keras 3.0-3.4)."""
+    steps = [dataclasses.replace(st, variables=[[c[0], c[1] + 0.01 * (k + 1)] for c in st.variables])
+             for k, st in enumerate(run_.steps)]
+    return dataclasses.replace(run_, steps=steps)
+
+
+def test_the_stand_in_speaks_for_tensorflow_where_the_users_classes_stop_the_control():
+    """The control diverges as the loop does but the model has classes of the user's own: where the
+    stand-in (the suite's own Keras model with the loop's optimizer) trains right, the control speaks
+    for nothing (FAIL); where it diverges as an entry predicts (its copies apart on Keras 3.4:
+    keras3-gradients-not-summed-before-3.5), the loop's verdict is DEVIATION naming that entry only,
+    with a note that the user's classes were not verified; where it diverges as no entry predicts,
+    DEVIATION unrecorded."""
+    check = Check("differential.stand_in_of")
+    facts = {"user_step": True, "keras_own_model": False}
+    ref = dataclasses.replace(run(), facts=dict(facts))
+    dist = dataclasses.replace(_copies_apart(run(scale=2.0, replicas=2)), facts=dict(facts))
+    control = differential.control_of(ref, ref, [dist], [dist])
+    check.equal((control.user_classes, control.same_as_loop), (True, False), "the control on the user's classes")
+    spec, keras34 = parse_spec("mirrored:2"), {"tensorflow": "2.17.1", "keras": "3.4.1"}
+    judge = differential.judge_for(spec, keras34)
+    right = differential.stand_in_of(control, run(), [run(replicas=2)], judge=judge)
+    check.equal(right.same_as_loop, False, "the control where the stand-in trains right")
+    v = differential.verdict("mirrored:2", ref, [dist], 48, spec_obj=spec, versions=keras34, control=right)
+    check.equal(v.status, "FAIL", "the verdict where the stand-in trains right", differential.details(v))
+    apart = differential.stand_in_of(control, run(), [_copies_apart(run(scale=2.0, replicas=2))], judge=judge)
+    check.equal((apart.same_as_loop, apart.entries), (True, ("keras3-gradients-not-summed-before-3.5",)),
+                "the control where the stand-in's copies are apart on Keras 3.4")
+    v = differential.verdict("mirrored:2", ref, [dist], 48, spec_obj=spec, versions=keras34, control=apart)
+    check.equal((v.status, sorted({i for i, _ in v.deviations})), ("DEVIATION", ["keras3-gradients-not-summed-before-3.5"]),
+                "the loop's verdict", differential.details(v))
+    check.that(any("classes of the user's own" in n for n in v.notes), "the notes", v.notes, "the classes unverified")
+    alike = dataclasses.replace(run(scale=2.0, replicas=2), facts=dict(facts))  # copies together, 2 x the update
+    moved = differential.stand_in_of(differential.control_of(ref, ref, [alike], [alike]), run(),
+                                     [run(scale=2.0, replicas=2)], judge=judge)
+    v = differential.verdict("mirrored:2", ref, [alike], 48, spec_obj=spec, versions=keras34, control=moved)
+    check.equal((moved.entries, v.status, [i for i, _ in v.deviations]), ((), "DEVIATION", ["unrecorded"]),
+                "a stand-in that diverges as no entry predicts", differential.details(v))

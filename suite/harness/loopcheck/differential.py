@@ -712,6 +712,7 @@ class Control:
     user_classes: bool = False  # it diverges as the loop does, but the model or optimizer has classes of the user's own
     entries: tuple | None = None  # the only known deviations it may name (those the stand-in control's divergence shows)
     notes: tuple = ()  # what the verdict says beside it (the user's classes not verified)
+    first: str = ""  # where and how it first diverged from its own one-device run
 
 
 def control_of(loop_ref, canonical_ref, control_run: list, dist_runs: list, rtol: float = RTOL,
@@ -746,7 +747,7 @@ def control_of(loop_ref, canonical_ref, control_run: list, dist_runs: list, rtol
             causes = tuple(d.cause for d in diagnose(canonical_ref, control, found, global_batch))
 
     def judged(same: bool, evidence: str) -> Control:
-        return Control(control, same, evidence, causes)
+        return Control(control, same, evidence, causes, first=f"step {found[0].step}: {found[0].line()}" if found else "")
 
     if not found:
         return judged(False, f"the control (the suite's canonical step on this workload) trains here what it "
@@ -793,17 +794,11 @@ def stand_in_of(control: Control, stand_ref, stand_runs: list, rtol: float = RTO
     shown = (f"as known deviation {', '.join(entries)} predicts" if entries
              else "as no known deviation predicts")
     evidence = (f"the control, the suite's canonical step on the workload's own model, optimizer and data, diverges "
-                f"here the same way (step {control_first(control)}), and so does the stand-in control, the suite's own "
+                f"here the same way ({control.first}), and so does the stand-in control, the suite's own "
                 f"Keras model with the loop's optimizer class and hyper-parameters, {shown} (step {found[0].step}: "
                 f"{found[0].line()}): TensorFlow/Keras, not the loop")
     return dataclasses.replace(control, same_as_loop=True, entries=entries, evidence=evidence,
                                notes=(evidence,) + unverified)
-
-
-def control_first(control: Control) -> str:
-    """The control's evidence cut to the step and quantity it first diverged at."""
-    text = control.evidence
-    return text[text.find("(step ") + 6:text.find(")", text.find("(step "))] if "(step " in text else "?"
 
 
 SCOPE = "loop-check[{spec}]"  # what an entry's ``tests`` name to cover the check of a user's loop under a spec
