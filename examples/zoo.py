@@ -304,7 +304,7 @@ def _two_layer(ctx, mistake=None, opt="sgd"):
 
 
 # == style 5: a Sequential classifier with input noise of the loop's own ===========================
-def _noisy(ctx, mistake=None):
+def _noisy(ctx):
     """Gaussian input noise drawn in the step from a tf.random.Generator made in the scope (the
     guide's advice for per-replica streams): right, but one device and the replicas cannot draw the
     same numbers, so the check can only say that it cannot compare them."""
@@ -319,16 +319,13 @@ def _noisy(ctx, mistake=None):
         features, labels = batch
         features = features + 0.1 * noise.normal(tf.shape(features))
         with tf.GradientTape() as tape:
-            per_example = loss_object(labels, model(features, training=True))
-            if mistake == "loss_averaged_per_replica":
-                loss = tf.reduce_mean(per_example)
-            else:
-                loss = tf.nn.compute_average_loss(per_example, global_batch_size=ctx.global_batch_size)
+            loss = tf.nn.compute_average_loss(loss_object(labels, model(features, training=True)),
+                                              global_batch_size=ctx.global_batch_size)
         grads = tape.gradient(loss, model.trainable_variables)
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
         return loss
 
-    return Workload(model, optimizer, loss_object, _pipeline((x, y), ctx, "dataset", mistake), step=step)
+    return Workload(model, optimizer, loss_object, _pipeline((x, y), ctx, "dataset"), step=step)
 
 
 # == style 6: several models and optimizers (a GAN; a student distilled from a frozen teacher) ====
