@@ -89,7 +89,10 @@ def _user_state(state, ctx, target: str, global_batch: int, plain: bool, path: s
     canonical = TrainStep(wl.model, wl.optimizer, wl.loss)
 
     def replica_step(batch):
-        return wl.step(batch) if wl.step is not None else canonical(*batch, global_batch_size=global_batch)
+        if wl.step is None:
+            return canonical(*batch, global_batch_size=global_batch)
+        loss = wl.step(batch)  # a loss per model (several models and optimizers): their sum is the step's
+        return tf.add_n([tf.cast(v, tf.float32) for v in loss.values()]) if isinstance(loss, dict) else loss
 
     op = getattr(tf.distribute.ReduceOp, wl.loss_reduction)
     if plain:
@@ -109,7 +112,8 @@ def _user_state(state, ctx, target: str, global_batch: int, plain: bool, path: s
                 lambda ic: wl.dataset(global_batch, ic).repeat()))
         else:
             state.iterator = iter(strategy.experimental_distribute_dataset(wl.dataset(global_batch, None).repeat()))
-    state.parameters = int(sum(np.prod(v.shape) for v in wl.model.trainable_variables))
+    models, _ = user_workload.parts(wl)
+    state.parameters = int(sum(np.prod(v.shape) for m in models.values() for v in m.trainable_variables))
     state.built = None
 
 
