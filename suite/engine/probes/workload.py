@@ -350,7 +350,7 @@ def run(ctx, target, steps, global_batch, seed=0, canonical=False, init=None, pa
             loss = canonical_step(x, y, global_batch_size=global_batch)
         if isinstance(loss, dict):  # one loss per model: a vector in the order of their names
             loss_names[:] = sorted(loss)
-            loss = tf.stack([tf.cast(tf.convert_to_tensor(loss[k]), tf.float32) for k in loss_names])
+            loss = tf.stack([tf.cast(tf.convert_to_tensor(loss[k]), tf.float64) for k in loss_names])  # exact
         grads = [g for c in captures for g in c.take(zeros=len(captures) > 1)]
         return tf.convert_to_tensor(loss), _rows(batch), grads, _weight_sum(batch)
 

@@ -851,13 +851,12 @@ def verdict(spec: str, ref, runs: list, global_batch: int, rtol: float = RTOL, a
     dist = stitch(runs)
     led = ledger(spec_obj, versions or {}) if spec_obj is not None else deviations.Ledger(())
 
-    def judge(what, got, expected, given, same):
-        return led.judge(Seen(what, got, expected, same, spec_obj, given))
+    # with a stand-in control, only the entries its own divergence shows may explain the loop's
+    allowed = control.entries if control is not None else None
 
-    if control is not None and control.entries is not None:  # only what the stand-in control's divergence shows
-        def judge(what, got, expected, given, same):
-            entry = led.judge(Seen(what, got, expected, same, spec_obj, given))
-            return entry if entry is not None and entry.id in control.entries else None
+    def judge(what, got, expected, given, same):
+        entry = led.judge(Seen(what, got, expected, same, spec_obj, given))
+        return entry if entry is not None and (allowed is None or entry.id in allowed) else None
 
     explained: list = []
     speaks = control is not None and control.same_as_loop  # only a control that matches the loop predicts it
@@ -919,7 +918,6 @@ def verdict(spec: str, ref, runs: list, global_batch: int, rtol: float = RTOL, a
         # the suite's known-right step diverges here as the loop does: TensorFlow's/Keras', unrecorded
         v.deviations.append(["unrecorded", control.evidence])
         v.status = "DEVIATION"
-
     elif mismatches or v.diagnoses:
         v.status = "FAIL"
         if control is not None and control.evidence not in v.notes:
