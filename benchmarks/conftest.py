@@ -3,7 +3,9 @@ and pool come from the top-level conftest). The pytest process never imports Ten
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -29,9 +31,15 @@ def pytest_addoption(parser):
     group.addoption("--bench-scaling", default="weak", choices=("weak", "strong", "both"),
                     help="weak: fixed per-replica batch, the global batch grows with the replicas (default); "
                          "strong: fixed global batch split over the replicas")
-    group.addoption("--bench-blocks", default=",".join(bench.BLOCKS),
+    group.addoption("--bench-full", action="store_true", default=False,
+                    help="the full sweep: every building block in every dtype (mixed precision included) on "
+                         "every spec, however long it takes (default: the selection below, which ends within "
+                         "minutes on 2 cores; smoke mode, --benchmark-disable, always runs the full sweep)")
+    group.addoption("--bench-blocks", default=None,
                     help=f"comma-separated building blocks to time on {' and '.join(bench.BLOCK_WORKLOADS)} "
-                         f"(default: all of {', '.join(bench.BLOCKS)}; 'none': no block benchmarks)")
+                         f"(default: {', '.join(bench.default_blocks(gpus=False))}, and "
+                         f"{', '.join(bench.GPU_ONLY_BLOCKS)} where a GPU is present or with --bench-full; "
+                         f"'none': no block benchmarks)")
     group.addoption("--workload-batch", type=int, default=32,
                     help="with --workload: the per-replica batch under weak scaling (default 32; strong: 3x it)")
     group.addoption("--bench-trace-rounds", type=int, default=3,
@@ -71,8 +79,18 @@ def _workloads(config) -> list[bench.Workload]:
     return [bench.WORKLOADS[n] for n in names]
 
 
+def _full(config) -> bool:
+    """The full sweep: ``--bench-full``, or smoke mode (each benchmark once: CI runs every one)."""
+    return bool(config.getoption("--bench-full") or config.getoption("benchmark_disable"))
+
+
 def _blocks(config) -> list[str]:
-    names = [n.strip() for n in config.getoption("--bench-blocks").split(",") if n.strip() and n.strip() != "none"]
+    """The blocks parametrized: those named by ``--bench-blocks``, else every block (the default
+    selection then deselects the GPU-only ones on a machine without GPUs: ``_default_selection``)."""
+    chosen = config.getoption("--bench-blocks")
+    if chosen is None:
+        return list(bench.BLOCKS)
+    names = [n.strip() for n in chosen.split(",") if n.strip() and n.strip() != "none"]
     unknown = [n for n in names if n not in bench.BLOCKS]
     if unknown:
         raise pytest.UsageError(f"--bench-blocks: unknown {', '.join(unknown)}; known: {', '.join(bench.BLOCKS)}, none")
@@ -107,13 +125,122 @@ def pytest_generate_tests(metafunc):
         workloads = _workloads(config)
         for i, w in enumerate(workloads):
             for scaling in _scalings(config):
-                for spec in state.of(config).specs:
+                for spec in _bench_specs(config):
                     got = w.batches_or_none(spec.replicas, scaling)
                     if got:
                         needed.add((i, got[0]))  # the same global batch: the overhead ratio
                         needed.add((i, got[1] if spec.synchronous else got[0]))  # one replica's: efficiency
         params = [(workloads[i], b) for i, b in sorted(needed)]
         metafunc.parametrize("plain_batch", params, ids=[f"{w.name}-B{b}" for w, b in params])
+
+
+def _trim_specs(config) -> bool:
+    """Whether the default selection narrows the specs: not with ``--bench-full`` (or smoke mode),
+    ``--strategies`` or ``--workload`` (a selection the user made, timed as asked)."""
+    return not _full(config) and not config.getoption("--strategies") and not config.getoption("--workload")
+
+
+def _bench_specs(config) -> list:
+    """The specs the benchmarks run on: every selected spec, or in the default selection one per
+    strategy kind (``bench.representative_specs``)."""
+    specs = state.of(config).specs
+    return bench.representative_specs(specs) if _trim_specs(config) else list(specs)
+
+
+def _default_selection(config, items) -> list:
+    """What the default run leaves out of the full sweep (``--bench-full``, what the default was
+    before): the blocks whose cost on a CPU means nothing (``bench.GPU_ONLY_BLOCKS``: mixed
+    precision) where no GPU is present, unless ``--bench-blocks`` names them; and unless
+    ``--strategies`` or ``--workload`` is given, the specs beyond one per strategy kind, the first
+    calls (traces), and the blocks on any workload but the MLP (``bench.DEFAULT_BLOCK_WORKLOADS``)
+    or under any spec but one (``bench.block_spec``: mirrored:2)."""
+    if _full(config):
+        return []
+    out = []
+    left_out = set()
+    if config.getoption("--bench-blocks") is None:
+        left_out = set(bench.BLOCKS) - set(bench.default_blocks(gpus=bool(machine.gpu_names())))
+    trim = _trim_specs(config)
+    kept = {s.text for s in _bench_specs(config)}
+    under = bench.block_spec(_bench_specs(config))
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        spec = params.get("any_spec")
+        kind = bench.kind_of(item.nodeid)
+        if params.get("block") in left_out:
+            out.append(item)
+        elif trim and spec is not None and (spec.text not in kept or kind == "first_call" or (
+                kind == "block_step" and (spec is not under
+                                          or params.get("block_workload") not in bench.DEFAULT_BLOCK_WORKLOADS))):
+            out.append(item)
+    return out
+
+
+def pytest_collection_modifyitems(config, items):
+    out = _default_selection(config, items)
+    if out:
+        config.hook.pytest_deselected(items=out)
+        items[:] = [i for i in items if i not in set(out)]
+        config.stash[_LEFT_OUT] = len(out)
+
+
+_LEFT_OUT = pytest.StashKey[int]()
+_SETUP_S = pytest.StashKey[float]()
+
+
+def _previous_run(config) -> tuple[str | None, dict]:
+    """The last run's JSON: the ``--benchmark-json`` file when it already exists, else the newest
+    run in pytest-benchmark's storage (``.benchmarks``, ``--benchmark-save``/``--benchmark-autosave``)."""
+    path = config.getoption("benchmark_json")
+    if path and Path(path).is_file():
+        try:
+            return str(path), json.loads(Path(path).read_text())
+        except (OSError, ValueError):
+            pass
+    bs = getattr(config, "_benchmarksession", None)
+    try:
+        runs = list(bs.storage.load()) if bs is not None else []
+    except Exception:  # storage is pytest-benchmark's: an unreadable one gives no estimate, not an error
+        runs = []
+    if runs:
+        found, data = runs[-1]
+        return str(found), data
+    return None, {}
+
+
+def pytest_collection_finish(session):
+    """Before the first benchmark: how many were selected and how long they should take (from
+    the last run's JSON where it timed them, else per kind, ``bench.SECONDS_PER_KIND``)."""
+    config = session.config
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    ids = [i.nodeid for i in session.items if i.nodeid.startswith("benchmarks/")]
+    if reporter is None or not ids:
+        return
+    source, data = _previous_run(config)
+    seconds, known = bench.estimate_seconds(ids, bench.previous_wall_seconds(data),
+                                            smoke=bool(config.getoption("benchmark_disable")))
+    how = (f"{known} of them as timed in {source}, the rest at the per-kind figures" if known
+           else "from the count, at the per-kind figures measured on 2 cores")
+    selection = "the full sweep" if _full(config) else "the default selection"
+    left_out = config.stash.get(_LEFT_OUT, 0)
+    extra = f", {left_out} left out here: --bench-full runs the full sweep" if left_out else ""
+    reporter.write_line(f"benchmarks: {len(ids)} selected ({selection}{extra}), estimated "
+                        f"{bench.duration_text(seconds)} ({how})")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Each benchmark's wall time (set-up and call: engine starts, calibration, controls) in its
+    ``extra_info["wall_s"]``, so the next run's estimate can read it from this run's JSON."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "setup":
+        item.stash[_SETUP_S] = report.duration
+    elif report.when == "call":
+        fixture = getattr(item, "funcargs", {}).get("benchmark")
+        info = getattr(fixture, "extra_info", None)
+        if isinstance(info, dict):
+            info["wall_s"] = item.stash.get(_SETUP_S, 0.0) + report.duration
 
 
 @pytest.fixture(scope="session")

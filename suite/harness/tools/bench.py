@@ -387,3 +387,91 @@ REQUIRED_WORKLOAD_INFO = (
 
 def missing_extra_info(info: dict, required: tuple[str, ...] = REQUIRED_EXTRA_INFO) -> list[str]:
     return [k for k in required if k not in info]
+
+
+# -- what `pytest benchmarks` selects, and how long it should take -------------------------
+# The default selection ends within minutes on a 2-core CPU machine; `--bench-full` selects the
+# whole sweep (every block, every dtype: what the default selected before). Blocks whose cost on
+# a CPU means nothing run by default only where a GPU is present: mixed_float16 runs about 100
+# times slower than float32 on a CPU without float16 units.
+GPU_ONLY_BLOCKS = ("mixed_precision",)
+
+
+def default_blocks(gpus: bool) -> list[str]:
+    """The blocks the default selection times: every block on a GPU machine, else those whose
+    cost on a CPU means something (float32)."""
+    return [b for b in BLOCKS if gpus or b not in GPU_ONLY_BLOCKS]
+
+
+# Seconds one benchmark of each kind takes, set-up included (engine starts spread over them),
+# measured on the 2-core VM (TF 2.21 / Keras 3.15.1, no GPU) with the default method (5 counted
+# rounds of at least 0.5 s, 3 trace rounds): the estimate when no earlier run's JSON times it.
+# (the default selection on 2 cores under a concurrent load: floors 3 s, plain steps 5 s, train steps
+# 9 s, block steps 14.5 s; first calls are estimated from three traces)
+SECONDS_PER_KIND = {"floor": 3.0, "plain_step": 5.0, "first_call": 6.0, "train_step": 9.0, "block_step": 14.5,
+                    "workload_step": 9.0}
+SECONDS_PER_KIND_SMOKE = 1.5  # --benchmark-disable: each benchmark once, K = 1
+SECONDS_DEFAULT = 8.0  # a benchmark of a kind not above
+
+
+def kind_of(nodeid: str) -> str:
+    """``benchmarks/bench_train_step.py::test_train_step[mlp-weak-default]`` -> ``train_step``."""
+    name = nodeid.rsplit("::", 1)[-1].split("[", 1)[0]
+    return {"test_harness_floor": "floor"}.get(name, name.removeprefix("test_"))
+
+
+def previous_wall_seconds(data: dict) -> dict[str, float]:
+    """``nodeid -> seconds`` the benchmarks of an earlier run took (``extra_info["wall_s"]``, set-up
+    and call), from its pytest-benchmark JSON; benchmarks without the field are left out."""
+    found = {}
+    for b in data.get("benchmarks", []):
+        wall = (b.get("extra_info") or {}).get("wall_s")
+        if isinstance(wall, (int, float)) and wall >= 0:
+            found[b.get("fullname", "")] = float(wall)
+    return found
+
+
+def estimate_seconds(nodeids: list[str], previous: dict[str, float], smoke: bool = False) -> tuple[float, int]:
+    """(seconds, how many of ``nodeids`` were timed in ``previous``): an earlier run's figure for
+    each benchmark it has, the per-kind figure for the others."""
+    total, known = 0.0, 0
+    for nodeid in nodeids:
+        if nodeid in previous:
+            total += previous[nodeid]
+            known += 1
+        elif smoke:
+            total += SECONDS_PER_KIND_SMOKE
+        else:
+            total += SECONDS_PER_KIND.get(kind_of(nodeid), SECONDS_DEFAULT)
+    return total, known
+
+
+def duration_text(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 60} min {seconds % 60:02d} s" if seconds >= 60 else f"{seconds} s"
+
+
+def representative_specs(specs) -> list:
+    """One spec of each strategy kind, for the default selection when ``--strategies`` is not
+    given: the first of its kind with more than one replica in sync where there is one
+    (``mirrored:2`` for MirroredStrategy), else the first; GPU and ``SPEC@ENV`` specs all stay."""
+    chosen: dict[str, object] = {}
+    for spec in specs:
+        if spec.gpus or spec.python:
+            continue
+        have = chosen.get(spec.kind)
+        if have is None or (have.replicas < 2 <= spec.replicas):
+            chosen[spec.kind] = spec
+    keep = set(id(s) for s in chosen.values())
+    return [s for s in specs if id(s) in keep or s.gpus or s.python]
+
+
+DEFAULT_BLOCK_WORKLOADS = ("mlp",)  # the default selection's blocks: on the MLP (the CNN's with --bench-full)
+
+
+def block_spec(specs):
+    """The spec the default selection times the blocks under: the first synchronous one with more
+    than one replica (``mirrored:2``: all-reduce, synchronized BatchNormalization across
+    replicas), else the first; None without specs."""
+    multi = [s for s in specs if s.synchronous and s.replicas > 1 and not s.python]
+    return (multi or list(specs) or [None])[0]
