@@ -20,6 +20,7 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 # name, so that an editable install (tf_distribute_suite mapped onto suite/) starts ``suite.engine``
 IMPORT_ROOT = PACKAGE_DIR.parent
 ENGINE_MODULE = f"{PACKAGE_DIR.name}.engine.worker"
+FORKSERVER_MODULE = f"{PACKAGE_DIR.name}.engine.forkserver"  # forks engines from one TensorFlow import
 # the checkout (None when installed): tox envs, docs and the measured runs live here
 REPO_ROOT = IMPORT_ROOT if (IMPORT_ROOT / "pyproject.toml").is_file() and (IMPORT_ROOT / "reference").is_dir() else None
 _INSTALLED_DEVIATIONS = PACKAGE_DIR / "known_deviations.toml"

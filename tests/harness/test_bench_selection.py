@@ -23,7 +23,8 @@ ESTIMATE = re.compile(r"^benchmarks: (\d+) selected \((the default selection|the
 
 def _collect(*args: str, **env) -> tuple[list[str], str]:
     done = run_pytest(["benchmarks", "--collect-only", *args], timeout=120, **env)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    Check("pytest benchmarks --collect-only", case={"options": list(args)}).equal(
+        done.returncode, 0, "exit status of the collection", done.stdout[-3000:] + done.stderr[-2000:])
     return [line for line in done.stdout.splitlines() if line.startswith("benchmarks/")], done.stdout
 
 

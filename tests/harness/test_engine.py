@@ -99,11 +99,9 @@ def test_no_engine_outlives_its_pool_or_its_parent(tmp_path):
         from suite.harness.engines.pool import EnginePool
         from suite.common.specs import parse_spec
         pool = EnginePool()
-        pids = []
         for s in ("default", "multi_worker:2x1"):
             pool.call(parse_spec(s), "engine.ping")
-            pids += pool.get(parse_spec(s)).pids()
-        print(" ".join(map(str, pids)), flush=True)
+        print(" ".join(map(str, pool.live_pids())), flush=True)  # the engines' and the fork server's
         if sys.argv[1] == "close":
             pool.close()
         else:
@@ -115,11 +113,73 @@ def test_no_engine_outlives_its_pool_or_its_parent(tmp_path):
                               env=dict(os.environ, TMPDIR=str(tmp_path)))
         pids = [int(p) for p in proc.stdout.split()]
         check = Check("default, multi_worker:2x1", case={"parent": mode})
-        check.equal(len(pids), 3, "engine processes the parent printed", proc.stderr[-2000:])
+        check.equal(len(pids), 4, "processes the parent printed (3 engine processes, 1 fork server)",
+                    proc.stderr[-2000:])
         deadline = time.monotonic() + 15
         while any(alive(p) for p in pids) and time.monotonic() < deadline:
             time.sleep(0.2)
         check.equal([p for p in pids if alive(p)], [], "engine processes alive 15 s after their parent ended")
+
+
+def parent_of(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def test_engines_are_forked_from_one_tensorflow_import_and_configure_their_own_devices():
+    """Every local engine process, cluster workers included, is a fork of the pool's one fork
+    server (which imported TensorFlow and never started its runtime), and each configures its own
+    devices after the fork: 2, 3 and 4 replicas, two workers with their own TF_CONFIG tasks.
+    TFDS_ENGINE_START=spawn (fork=False) starts each as a process of its own."""
+    pool = EnginePool(start_timeout=180, call_timeout=120)
+    try:
+        servers = pool.fork_servers.pids()
+        check = Check("mirrored:2, mirrored:3, mirrored:4:reduce_to_one, multi_worker:2x1")
+        check.equal(servers, [], "fork servers before the first engine")
+        replicas, tasks = {}, []
+        for text in ("mirrored:2", "mirrored:3", "mirrored:4:reduce_to_one", "multi_worker:2x1"):
+            infos = pool.call(parse_spec(text), "engine.info")
+            replicas[text] = [info.num_replicas_in_sync for info in infos]
+            tasks += [info.tf_config["task"] for info in infos if info.tf_config]
+            for pid in pool.get(parse_spec(text)).pids():
+                check.equal(parent_of(pid), pool.fork_servers.pids()[0], f"the parent of {text}'s process {pid}")
+        check.equal(len(pool.fork_servers.pids()), 1, "fork servers for one interpreter")
+        check.equal(replicas, {"mirrored:2": [2], "mirrored:3": [3], "mirrored:4:reduce_to_one": [4],
+                               "multi_worker:2x1": [2, 2]}, "replicas in sync per engine process")
+        check.equal(tasks, [{"type": "worker", "index": 0}, {"type": "worker", "index": 1}], "the workers' tasks")
+    finally:
+        pool.close()
+    spawned = EnginePool(start_timeout=180, call_timeout=60, fork=False)
+    try:
+        pid = spawned.call(parse_spec("mirrored:2"), "engine.info")[0].pid
+        Check("mirrored:2", case={"fork": False}).equal(parent_of(pid), os.getpid(), "the parent of a spawned engine")
+    finally:
+        spawned.close()
+
+
+def test_a_killed_fork_server_takes_its_engines_and_is_replaced():
+    """SIGKILL to the fork server: its engines die with it (PR_SET_PDEATHSIG), the next call on
+    one fails naming the spec, and the call after it gets an engine from a new server."""
+    pool = EnginePool(start_timeout=180, call_timeout=60)
+    try:
+        spec = parse_spec("mirrored:2")
+        old = pool.get(spec).pids()
+        server = pool.fork_servers.pids()[0]
+        os.kill(server, 9)
+        deadline = time.monotonic() + 15
+        while alive(old[0]) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        check = Check(spec)
+        check.equal(alive(old[0]), False, "the engine 15 s after its fork server was killed")
+        with pytest.raises(EngineDied) as info:
+            pool.call(spec, "engine.ping")
+        check.contains(str(info.value), [spec.text, "SIGKILL"], "the error of an engine whose server was killed")
+        new = pool.call(spec, "engine.info")[0]
+        check.equal(new.num_replicas_in_sync, 2, "replicas of the engine from the new server")
+        check.that(pool.fork_servers.pids() not in ([], [server]), "the fork servers after the kill",
+                   pool.fork_servers.pids(), f"a new one, not {server}")
+    finally:
+        pool.close()
 
 
 def test_engine_temporary_files_live_in_the_pools_folder(pool, any_spec):

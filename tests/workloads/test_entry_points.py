@@ -46,6 +46,43 @@ def test_the_cli_passes_a_right_loop_and_diagnoses_a_wrong_one(tmp_path):
                                              "from step 3"], "the notes")
 
 
+def _without_timings(report: dict) -> dict:
+    """A check's JSON less what measures time (the only fields that may differ between two runs)."""
+    report = {k: v for k, v in report.items() if k != "timings"}
+    report["specs"] = [{k: v for k, v in s.items() if k not in ("seconds", "engine_start_seconds")}
+                       for s in report["specs"]]
+    return report
+
+
+@pytest.mark.parametrize("target", ["examples.mistakes:right", "examples.mistakes:loss_averaged_per_replica"])
+def test_the_report_is_the_same_whatever_order_the_specs_finish_in(target):
+    """One spec at a time (-j1) and several at once (the default, the machine's processors, at least
+    2 here) give the same JSON but its timings, the same exit status, and the specs in the order
+    given; with progress on, ``--json -`` keeps stdout one JSON document and the progress on
+    stderr names the specs still running."""
+    specs = "mirrored:2,default,multi_worker:2x1"
+    runs = {}
+    for jobs in (["-j", "1"], ["-j", "3"]):
+        runs[jobs[1]] = subprocess.run([sys.executable, "-m", "suite.check", target, "--strategies", specs,
+                                        "--json", "-", *jobs], cwd=ROOT, env=_env(), capture_output=True,
+                                       text=True, timeout=300)
+    check = Check(specs, case={"workload": target})
+    reports = {}
+    for jobs, proc in runs.items():
+        try:
+            reports[jobs] = json.loads(proc.stdout)
+        except json.JSONDecodeError as exc:
+            check.that(False, f"stdout of --json - with -j {jobs} and progress on", proc.stdout[-500:],
+                       f"one JSON document ({exc})")
+    check.equal(runs["1"].returncode, runs["3"].returncode, "exit status with -j 3 (the -j 1 run's)")
+    check.equal([s["spec"] for s in reports["3"]["specs"]], specs.split(","), "the specs' order in the JSON")
+    check.equal(_without_timings(reports["3"]), _without_timings(reports["1"]), "the JSON with -j 3 less timings")
+    check.contains(runs["3"].stderr, ["reference (no strategy)", "[3/3] ", "; running: "],
+                   "progress on stderr with specs at once")
+    check.that("; running: " not in runs["1"].stderr, "progress with -j 1", runs["1"].stderr[-500:],
+               "no specs said to be running beside the one that finished")
+
+
 def test_pytest_workload_option_runs_only_the_check_of_that_workload():
     """One test per selected spec and nothing else (a passing run: the fixture's test below)."""
     check = Check("pytest tests --workload")

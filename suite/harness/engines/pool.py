@@ -19,6 +19,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from ... import layout
 from ...common import authframe, protocol
 from ...common.results import Raised
 from ...common.specs import Spec
-from . import agent, topology, versions
+from . import agent, forks, topology, versions
 
 
 class EngineError(RuntimeError):
@@ -77,34 +78,59 @@ def _set_pdeathsig():  # runs in the child between fork and exec
 
 
 class _Process:
-    """One local engine process: its Popen, its two pipe ends and its log file."""
+    """One local engine process: its two pipe ends, its log file, and either its Popen (a plain
+    start: TensorFlow imported anew) or the fork server it was forked from (suite/harness/engines/forks.py)."""
 
     def __init__(self, spec: Spec, task: topology.Task, worker_args: list[str], python: str, env: dict,
-                 log_dir: Path):
+                 log_dir: Path, server: forks.ForkServer | None = None):
         self.task = task
         slug = spec.text.replace(":", "_") + (f"-{task.type}{task.index}" if task.type else "")
         self.log_path = log_dir / f"{slug}-{time.time_ns()}.log"
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
-        cmd = [python, "-m", layout.ENGINE_MODULE, "--fd-in", str(to_child_r), "--fd-out", str(from_child_w),
-               *worker_args]
-        with open(self.log_path, "wb") as log:
-            self.popen = subprocess.Popen(
-                cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
-                cwd=str(layout.engine_cwd()), pass_fds=(to_child_r, from_child_w), start_new_session=True,
-                preexec_fn=_set_pdeathsig if sys.platform.startswith("linux") else None)
-        os.close(to_child_r)
-        os.close(from_child_w)
-        self.pid = self.popen.pid
+        self.popen, self.server, self._code = None, server, None
+        try:
+            if server is not None:
+                self.log_path.touch()
+                self.pid = server.request(("fork", worker_args, env, str(self.log_path), str(layout.engine_cwd())),
+                                          fds=(to_child_r, from_child_w))[1]
+            else:
+                cmd = [python, "-m", layout.ENGINE_MODULE, "--fd-in", str(to_child_r), "--fd-out", str(from_child_w),
+                       *worker_args]
+                with open(self.log_path, "wb") as log:
+                    self.popen = forks.launched(
+                        subprocess.Popen, cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+                        cwd=str(layout.engine_cwd()), pass_fds=(to_child_r, from_child_w), start_new_session=True,
+                        preexec_fn=_set_pdeathsig if sys.platform.startswith("linux") else None)
+                self.pid = self.popen.pid
+        except BaseException:
+            for fd in (to_child_w, from_child_r):
+                os.close(fd)
+            raise
+        finally:
+            os.close(to_child_r)
+            os.close(from_child_w)
         self.send_conn = protocol.writer(to_child_w)
         self.recv_conn = protocol.reader(from_child_r)
 
     def poll(self) -> int | None:
-        return self.popen.poll()
+        if self.popen is not None:
+            return self.popen.poll()
+        if self._code is None:
+            try:
+                self._code = self.server.request(("poll", self.pid))[1]
+            except forks.ForkServerError:
+                self._code = -int(signal.SIGKILL)  # its server is gone, and took its forks with it (PDEATHSIG)
+        return self._code
 
     def wait(self, timeout: float):
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.popen.wait(timeout=timeout)
+        if self.popen is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.popen.wait(timeout=timeout)
+            return
+        deadline = time.monotonic() + timeout
+        while self.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
 
     def log_tail(self, lines: int = 6) -> str:
         try:
@@ -115,9 +141,11 @@ class _Process:
         return " | ".join(useful)
 
     def kill(self):
-        if self.popen.poll() is None:
+        if self.poll() is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.popen.pid, signal.SIGKILL)
+                os.killpg(self.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(self.pid, signal.SIGKILL)  # a fork killed before its setsid() is no group leader yet
         self.wait(10)
         for conn in (self.send_conn, self.recv_conn):
             with contextlib.suppress(OSError):
@@ -191,13 +219,16 @@ class Engine:
     that dies fails the running call."""
 
     def __init__(self, spec: Spec, *, python: str, log_dir: Path, start_timeout: float,
-                 call_timeout: float, start_attempts: int = 3):
+                 call_timeout: float, start_attempts: int = 3, fork_servers: forks.ForkServers | None = None):
         self.spec = spec
+        self.fork_servers = fork_servers  # None: every process imports TensorFlow itself
+        self._calling = threading.RLock()  # one call at a time: replies are read in the order sent
         self.call_timeout = call_timeout
         # TF's own collective timeout fires first, leaving the 5 s grace for silent peers
         self.collective_timeout = max(call_timeout - 7.0, 1.0)
         self.alive = False
         self.start_seconds = None
+        self.started_at = 0.0  # time.monotonic() once started
         self._restart = False
         self.mutant = os.environ.get("TFDS_MUTANT") or None  # what its processes start with
         if spec.kind == "cluster":
@@ -220,7 +251,8 @@ class Engine:
                 if attempt < start_attempts and _port_taken(str(exc)):
                     continue
                 raise
-            self.start_seconds = time.monotonic() - began
+            self.started_at = time.monotonic()
+            self.start_seconds = self.started_at - began
             self.start_attempts = attempt
             break
         self.infos = [replies[i] for i in self.callees]
@@ -245,8 +277,16 @@ class Engine:
         base_env["TMPDIR"] = str(tmp)
         if not self.spec.gpus:
             base_env["CUDA_VISIBLE_DEVICES"] = ""  # CPU specs stay on (virtual) CPUs
-        self.procs = [_Process(self.spec, task, task.worker_args(self.spec, self.collective_timeout), python, env,
-                               log_dir) for task, env in topology.local_envs(self.spec, base_env)]
+        server = self.fork_servers.server(python, base_env) if self.fork_servers else None
+        self.procs = []
+        try:
+            for task, env in topology.local_envs(self.spec, base_env):
+                self.procs.append(_Process(self.spec, task, task.worker_args(self.spec, self.collective_timeout),
+                                           python, env, log_dir, server))
+        except forks.ForkServerError as exc:
+            for proc in self.procs:
+                proc.kill()
+            raise EngineStartError(f"engine {self.spec.text!r}: {exc}") from None
 
     def _launch_on_agents(self):
         """A real cluster: each agent starts the engine of its TF_CONFIG task (the tasks and what
@@ -354,6 +394,10 @@ class Engine:
     def call(self, probe: str, timeout: float | None = None, evaluator: bool = False, **kwargs) -> list:
         """Run ``probe`` on every probe-answering process; their results in worker order.
         ``evaluator=True`` runs it on the cluster's evaluator tasks instead."""
+        with self._calling:
+            return self._call(probe, timeout, evaluator, kwargs)
+
+    def _call(self, probe: str, timeout: float | None, evaluator: bool, kwargs: dict) -> list:
         if not self.alive:
             raise EngineError(f"engine {self.spec.text!r} is closed")
         targets = self.evaluators if evaluator else self.callees
@@ -371,6 +415,18 @@ class Engine:
         if self._restart:
             self.close()  # the pool starts a fresh one for the next call
         return [replies[i] for i in targets]
+
+    def trace_counts(self) -> dict | None:
+        """The engine's traces per probe; None when it is closed, failing, or busy with a call
+        (another thread's, which the pool's close is about to end)."""
+        if not self.alive or not self._calling.acquire(blocking=False):
+            return None
+        try:
+            return self._call("engine.trace_counts", 10, False, {})[0]
+        except EngineError:
+            return None
+        finally:
+            self._calling.release()
 
     def pids(self) -> list[int]:
         """Every process of the engine, servers included."""
@@ -423,13 +479,21 @@ class EnginePool:
     all closed by ``close()`` (conftest calls it at session end, and atexit as a backstop)."""
 
     def __init__(self, python: str | None = None, start_timeout: float = 180.0,
-                 call_timeout: float = 120.0):
+                 call_timeout: float = 120.0, fork: bool | None = None):
         self.python = python or sys.executable
         self.start_timeout = start_timeout
         self.call_timeout = call_timeout
         self._engines: dict[str, Engine] = {}
         self._start_failures: dict[str, EngineError] = {}
+        self._lock = threading.Lock()
+        self._starting: dict[str, threading.RLock] = {}
         self._log_dir = Path(tempfile.mkdtemp(prefix="tfds-engines-"))
+        # engines forked from one TensorFlow import per interpreter (forks.py); TFDS_ENGINE_START=spawn:
+        # every engine a fresh interpreter
+        fork = os.environ.get("TFDS_ENGINE_START", "fork") != "spawn" if fork is None else fork
+        self.fork_servers = forks.ForkServers(self._log_dir, start_timeout,
+                                              _set_pdeathsig if sys.platform.startswith("linux") else None) \
+            if fork and sys.platform.startswith("linux") else None
         self.starts: dict[str, int] = {}
         self.trace_report: dict[str, dict] = {}  # spec -> probe -> traces, read at close()
         # the meta tests' deliberately wrong engines (set_mutant); engines start with TFDS_MUTANT
@@ -456,6 +520,14 @@ class EnginePool:
         engine.mutant = name
 
     def get(self, spec: Spec) -> Engine:
+        """``spec``'s engine, started if it is not running (threads may ask at once: each spec's
+        engine starts once)."""
+        with self._lock:
+            lock = self._starting.setdefault(spec.text, threading.RLock())
+        with lock:
+            return self._get(spec)
+
+    def _get(self, spec: Spec) -> Engine:
         key = spec.text
         if key in self._start_failures:  # do not retry a start that cannot succeed
             raise self._start_failures[key]
@@ -463,7 +535,7 @@ class EnginePool:
         if engine is None or not engine.alive:
             try:
                 engine = Engine(spec, python=versions.interpreter(spec.python)[0] if spec.python else self.python,
-                                log_dir=self._log_dir,
+                                log_dir=self._log_dir, fork_servers=self.fork_servers,
                                 start_timeout=self.start_timeout, call_timeout=self.call_timeout)
             except (EngineStartError, EngineUnavailable) as exc:
                 self._start_failures[key] = exc
@@ -478,15 +550,17 @@ class EnginePool:
         return self.get(spec).call(probe, timeout=timeout, **kwargs)
 
     def live_pids(self) -> list[int]:
-        return [pid for e in self._engines.values() if e.alive for pid in e.pids()]
+        """Every running process of the pool: its engines' and its fork servers'."""
+        servers = self.fork_servers.pids() if self.fork_servers else []
+        return [pid for e in self._engines.values() if e.alive for pid in e.pids()] + servers
 
     def close(self):
-        for key, engine in self._engines.items():
-            if engine.alive:
-                try:
-                    self.trace_report[key] = engine.call("engine.trace_counts", timeout=10)[0]
-                except EngineError:
-                    pass
+        for key, engine in list(self._engines.items()):
+            counts = engine.trace_counts()
+            if counts is not None:
+                self.trace_report[key] = counts
             engine.close()
         self._engines.clear()
+        if self.fork_servers:
+            self.fork_servers.close()
         shutil.rmtree(self._log_dir, ignore_errors=True)

@@ -19,12 +19,15 @@ step draws random numbers of its own (RANDOM), and none FAILs or is ERROR.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import importlib.util
 import json
 import os
 import sys
+import threading
 import time
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
 from ...common.specs import DEFAULT_SPECS, SpecError, parse_spec, parse_specs
 from ..engines import agent, versions
@@ -49,6 +52,7 @@ class Report:
     atol: float
     notes: list
     verdicts: list
+    timings: dict = dataclasses.field(default_factory=dict)  # seconds: the whole check and its parts
 
     @property
     def passed(self) -> bool:
@@ -106,7 +110,8 @@ class Report:
         return {"workload": self.target, "versions": self.versions, "global_batch": self.global_batch,
                 "steps": self.steps, "rtol": self.rtol, "atol": self.atol, "notes": self.notes,
                 "passed": self.passed, "summary": self.summary(),
-                "exit_code": self.exit_code(), "specs": [v.as_json() for v in self.verdicts]}
+                "exit_code": self.exit_code(), "specs": [v.as_json() for v in self.verdicts],
+                "timings": {k: round(v, 2) for k, v in self.timings.items()}}
 
 
 def validate_target(target: str, path: str) -> None:
@@ -161,6 +166,8 @@ class Checker:
         self.default = self.on(parse_spec("default"))
         self.versions = engine_versions(*versions.interpreter(env)) if env else engine_versions(pool.python)
         self.runs: dict = {}  # each spec's last runs (its text: the engine's replies)
+        self.created_at = time.monotonic()
+        self._controls = threading.Lock()  # specs checked at once share the controls' one-device runs
 
     def on(self, spec):
         """``spec`` as this checker's engines run it (``mirrored:2@ENV`` for ``mirrored:2``)."""
@@ -222,9 +229,8 @@ class Checker:
 
     def check(self, spec) -> differential.Verdict:
         ref = self.reference()
-        began = time.monotonic()
         try:
-            self.pool.get(spec)  # started here if it is not running: its start is not the check's time
+            engine = self.pool.get(spec)  # started if it is not running: its start is not the check's time
             started = time.monotonic()
             runs = self._run(spec, init=ref.initial)
             self.runs[spec.text] = runs
@@ -234,8 +240,7 @@ class Checker:
             bad = _input_error(self.target, exc)
             if bad is not None:
                 raise bad from None
-            return differential.Verdict(spec.text, spec.replicas, "ERROR", seconds=time.monotonic() - began,
-                                        error=str(exc).splitlines()[0])
+            return differential.Verdict(spec.text, spec.replicas, "ERROR", error=str(exc).splitlines()[0])
         v = differential.verdict(spec.text, ref, runs, self.global_batch, self.rtol, self.atol,
                                  seconds=time.monotonic() - started, spec_obj=spec, versions=self.versions)
         if v.status == "FAIL" and v.mismatches and v.error is None and self.control_fits(ref) is not None:
@@ -247,8 +252,12 @@ class Checker:
                 v = differential.verdict(spec.text, ref, runs, self.global_batch, self.rtol, self.atol,
                                          seconds=time.monotonic() - started, spec_obj=spec, versions=self.versions,
                                          control=control)
-        v.start_seconds = started - began
+        v.start_seconds = self.engine_start(engine)
         return v
+
+    def engine_start(self, engine) -> float:
+        """How long ``engine`` took to start, if it started for this check (0: it was running)."""
+        return engine.start_seconds if engine.started_at >= self.created_at else 0.0
 
     @staticmethod
     def control_fits(ref) -> str | None:
@@ -263,11 +272,12 @@ class Checker:
     def control(self, spec, runs) -> differential.Control | None:
         """The suite's canonical step on the workload under ``spec`` and on one device (each once),
         judged against the loop's run (differential.control_of); None when it could not run."""
-        if self.canonical_ref is None:
-            try:
-                self.canonical_ref = self._run(self.default, canonical=True, init=self.ref.initial)[0]
-            except EngineError:
-                return None
+        with self._controls:
+            if self.canonical_ref is None:
+                try:
+                    self.canonical_ref = self._run(self.default, canonical=True, init=self.ref.initial)[0]
+                except EngineError:
+                    return None
         try:
             control = self._run(spec, canonical=True, init=self.ref.initial)
         except EngineError:
@@ -280,35 +290,100 @@ class Checker:
         # it diverges as the loop does, but cannot speak for the user's classes: the stand-in can speak for
         # TensorFlow/Keras with the loop's optimizer (suite/engine/workloads/stand_in.py)
         try:
-            if self.stand_in_ref is None:
-                self.stand_in_ref = self._run(self.default, stand_in=True)[0]
+            with self._controls:
+                if self.stand_in_ref is None:
+                    self.stand_in_ref = self._run(self.default, stand_in=True)[0]
             stand = self._run(spec, stand_in=True, init=self.stand_in_ref.initial)
         except EngineError:
             return judged
         return differential.stand_in_of(judged, self.stand_in_ref, stand, self.rtol, self.atol, judge)
 
 
+def default_jobs() -> int:
+    """Specs checked at once by default: the processors this process may run on."""
+    try:
+        return max(len(os.sched_getaffinity(0)), 1)
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
 def run(target: str, specs: list, pool: EnginePool, steps: int = 3, global_batch: int = 48,
-        rtol: float = differential.RTOL, atol: float = differential.ATOL, seed: int = 0, progress=None) -> Report:
-    checker = Checker(pool, target, steps, global_batch, rtol, atol, seed)
+        rtol: float = differential.RTOL, atol: float = differential.ATOL, seed: int = 0, progress=None,
+        jobs: int | None = None) -> Report:
+    """The check of ``target`` under ``specs``: the reference first, while every spec's engine starts,
+    then up to ``jobs`` specs at a time (default: default_jobs(); 1: one after another, engines
+    started as their specs come). The report lists the specs in the order given, whatever order they
+    finish in; ``progress`` gets a line per finished spec, naming those still running."""
+    jobs = max(jobs or default_jobs(), 1)
     began = time.monotonic()
-    checker.reference()
-    if progress:
-        progress(f"reference (no strategy): repeats itself; {time.monotonic() - began:.1f} s")
-    verdicts = []
-    for i, spec in enumerate(specs, 1):
-        try:
-            v = checker.check(spec)
-        except EngineUnavailable as exc:
-            if progress:
-                progress(f"[{i}/{len(specs)}] {spec.text}: skipped ({exc})")
-            continue
-        verdicts.append(v)
+    checker = Checker(pool, target, steps, global_batch, rtol, atol, seed)
+    starter = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="engine-start") if jobs > 1 else None
+    try:
+        if starter:  # engines start while the reference runs (a start that fails is remembered by the pool)
+            for spec in specs:
+                starter.submit(_start_quietly, pool, spec)
+        reference_began = time.monotonic()
+        checker.reference()
+        reference_seconds = time.monotonic() - reference_began
+        reference_start = checker.engine_start(pool.get(checker.default))
         if progress:
-            cause = f": {v.diagnoses[0].title}" if v.diagnoses else ""
-            progress(f"[{i}/{len(specs)}] {spec.text}: {v.status}{cause} ({v.seconds:.1f} s; engine start "
-                     f"{v.start_seconds:.1f} s)")
-    return Report(target, checker.versions, global_batch, steps, rtol, atol, checker.notes, verdicts)
+            progress(f"reference (no strategy): repeats itself; {reference_seconds:.1f} s")
+        verdicts = _check_specs(checker, specs, jobs, progress)
+    finally:
+        if starter:
+            starter.shutdown(wait=False, cancel_futures=True)
+    timings = {"wall": time.monotonic() - began, "reference": reference_seconds - reference_start,
+               "reference_engine_start": reference_start}
+    return Report(target, checker.versions, global_batch, steps, rtol, atol, checker.notes,
+                  [v for v in verdicts if v is not None], timings)
+
+
+def _start_quietly(pool: EnginePool, spec) -> None:
+    with contextlib.suppress(EngineError):
+        pool.get(spec)
+
+
+def _check_specs(checker: Checker, specs: list, jobs: int, progress) -> list:
+    """Each spec's verdict (None: skipped, its hardware absent), in ``specs``' order."""
+    verdicts: list = [None] * len(specs)
+    done = 0
+
+    def check(i):
+        try:
+            return checker.check(specs[i])
+        except EngineUnavailable as exc:
+            return exc
+
+    def finished(i, outcome, running):
+        nonlocal done
+        done += 1
+        if isinstance(outcome, EngineUnavailable):
+            line = f"{specs[i].text}: skipped ({outcome})"
+        else:
+            verdicts[i] = outcome
+            cause = f": {outcome.diagnoses[0].title}" if outcome.diagnoses else ""
+            line = (f"{specs[i].text}: {outcome.status}{cause} ({outcome.seconds:.1f} s; engine start "
+                    f"{outcome.start_seconds:.1f} s)")
+        if progress:
+            still = f"; running: {', '.join(specs[j].text for j in sorted(running))}" if running else ""
+            progress(f"[{done}/{len(specs)}] {line}{still}")
+
+    if jobs == 1:
+        for i in range(len(specs)):
+            finished(i, check(i), ())
+        return verdicts
+    executor = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="spec")
+    try:
+        futures = {executor.submit(check, i): i for i in range(len(specs))}
+        pending = set(futures)
+        while pending:
+            completed, pending = wait(pending, return_when=FIRST_COMPLETED)
+            running = {futures[f] for f in pending if f.running()}
+            for future in sorted(completed, key=futures.get):
+                finished(futures[future], future.result(), running)
+    finally:
+        executor.shutdown(wait=False, cancel_futures=True)
+    return verdicts
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -334,6 +409,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--accept-known", action="store_true",
                    help=f"exit 0 when the only findings are known deviations of TensorFlow/Keras (DEVIATION, BLOCKED: "
                         f"the loop is right), instead of {EXIT['KNOWN']}")
+    p.add_argument("-j", "--jobs", type=int, default=None,
+                   help=f"specs checked at once, each in engine processes of its own (default: the processors this "
+                        f"machine gives the check, here {default_jobs()}; 1: one after another)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     p.add_argument("--from", dest="env_from", metavar="ENV",
                    help="the upgrade check: compare the loop on ENV's TensorFlow/Keras (a tox env of the matrix or an "
@@ -354,6 +432,9 @@ def main(argv=None) -> int:
     if args.env_from:
         from .upgrade import main as upgrade  # it builds on this module's Checker
         return upgrade(args)
+    if args.jobs is not None and args.jobs < 1:
+        print(f"error: --jobs {args.jobs}: must be at least 1", file=sys.stderr)
+        return EXIT["USAGE"]
     resolve = (lambda: agent.resolve_cluster(args.cluster_agents.split(","))) if args.cluster_agents else None
     try:
         specs = parse_specs(args.strategies, resolve)
@@ -364,7 +445,7 @@ def main(argv=None) -> int:
         print(f"error: --cluster-agents: {str(exc).splitlines()[0]}", file=sys.stderr)
         return EXIT["USAGE"]
     return carry_out(args, lambda pool, progress: run(args.workload, specs, pool, args.steps, args.global_batch,
-                                                     args.rtol, args.atol, args.seed, progress),
+                                                     args.rtol, args.atol, args.seed, progress, args.jobs),
                      lambda report: report.text(args.verbose))
 
 
