@@ -15,6 +15,7 @@ from suite.harness.plugin import state
 from suite.harness.tools import bench
 
 WORKLOAD_BENCH = "bench_workload.py"  # the user's step per spec and TensorFlow version: only with --workload
+CHECK_BENCH = "bench_check.py"  # the check of the suite's own examples: not with --workload
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -62,8 +63,11 @@ def pytest_configure(config):
 
 def pytest_ignore_collect(collection_path, config):
     """The user's step across specs and versions (bench_workload.py) has nothing to time without
-    ``--workload``: not collected then, so the default run is unchanged."""
+    ``--workload``: not collected then, so the default run is unchanged; with it, the run times
+    that workload alone (not the check of the suite's examples, bench_check.py)."""
     if collection_path.name == WORKLOAD_BENCH and not config.getoption("--workload"):
+        return True
+    if collection_path.name == CHECK_BENCH and config.getoption("--workload"):
         return True
     return None
 

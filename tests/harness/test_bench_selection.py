@@ -64,7 +64,11 @@ def test_the_full_sweep_selects_everything_including_mixed_precision(default_run
     check = Check("pytest benchmarks --bench-full")
     # what the default selected before the default selection: every block and kind on every spec
     expected = (len(specs) * (1 + 2 * len(bench.WORKLOADS)) + len(bench.BLOCK_WORKLOADS) * len(bench.BLOCKS) * len(specs))
-    check.equal(len([i for i in ids if "::test_plain_step[" not in i]), expected, "benchmarks beside the plain controls")
+    check.equal(len([i for i in ids if "::test_plain_step[" not in i and "bench_check.py" not in i]), expected,
+                "step benchmarks beside the plain controls")
+    checks = ["benchmarks/bench_check.py::test_check[guide]", "benchmarks/bench_check.py::test_check[mistake]"]
+    for selection, selected in (("the full sweep", ids), ("the default selection", default_run[0])):
+        check.equal([i for i in selected if "bench_check.py" in i], checks, f"the check's benchmarks in {selection}")
     check.equal(len([i for i in ids if "mixed_precision" in i]), len(bench.BLOCK_WORKLOADS) * len(specs),
                 "mixed-precision benchmarks (every block workload and spec)")
     check.equal(sorted(set(default_run[0]) - set(ids)), [], "default benchmarks the full sweep lacks")
