@@ -77,6 +77,15 @@ def _set_pdeathsig():  # runs in the child between fork and exec
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
+def _pidfd(pid: int) -> int | None:
+    """A descriptor that turns readable when ``pid`` exits (Linux 5.3+), for a process that is not
+    this one's child; None where the kernel has none (the fork server is asked instead)."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
 class _Process:
     """One local engine process: its two pipe ends, its log file, and either its Popen (a plain
     start: TensorFlow imported anew) or the fork server it was forked from (suite/harness/engines/forks.py)."""
@@ -88,12 +97,13 @@ class _Process:
         self.log_path = log_dir / f"{slug}-{time.time_ns()}.log"
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
-        self.popen, self.server, self._code = None, server, None
+        self.popen, self.server, self._code, self._pidfd = None, server, None, None
         try:
             if server is not None:
                 self.log_path.touch()
                 self.pid = server.request(("fork", worker_args, env, str(self.log_path), str(layout.engine_cwd())),
                                           fds=(to_child_r, from_child_w))[1]
+                self._pidfd = _pidfd(self.pid)
             else:
                 cmd = [python, "-m", layout.ENGINE_MODULE, "--fd-in", str(to_child_r), "--fd-out", str(from_child_w),
                        *worker_args]
@@ -117,6 +127,8 @@ class _Process:
         if self.popen is not None:
             return self.popen.poll()
         if self._code is None:
+            if self._pidfd is not None and not select.select([self._pidfd], [], [], 0)[0]:
+                return None  # running: its pidfd turns readable when it exits (no call to the server)
             try:
                 self._code = self.server.request(("poll", self.pid))[1]
             except forks.ForkServerError:
@@ -150,6 +162,9 @@ class _Process:
         for conn in (self.send_conn, self.recv_conn):
             with contextlib.suppress(OSError):
                 conn.close()
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
 
 
 class _RemoteProcess:

@@ -411,7 +411,8 @@ def _parser() -> argparse.ArgumentParser:
                         f"the loop is right), instead of {EXIT['KNOWN']}")
     p.add_argument("-j", "--jobs", type=int, default=None,
                    help=f"specs checked at once, each in engine processes of its own (default: the processors this "
-                        f"machine gives the check, here {default_jobs()}; 1: one after another)")
+                        f"machine gives the check, here {default_jobs()}; 1: one after another; the upgrade check, "
+                        f"--from, runs its specs one after another)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     p.add_argument("--from", dest="env_from", metavar="ENV",
                    help="the upgrade check: compare the loop on ENV's TensorFlow/Keras (a tox env of the matrix or an "
