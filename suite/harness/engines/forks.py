@@ -5,9 +5,10 @@ A plain engine process pays TensorFlow's import (seconds of CPU) at every start;
 probes without starting TensorFlow's runtime, which each fork then starts for itself (its own
 logical CPUs, strategy and gRPC ports). ``ForkServers`` keeps one server per interpreter and
 import-time environment (what the engines' environments share once the per-engine variables are
-set aside); ``ForkedProcess`` is one engine forked from it, with the interface of the pool's
-plain ``_Process``. Where a server cannot serve (it does not start, or an import started the
-runtime), ``ForkServers.server`` returns None and the pool starts plain processes.
+set aside); the pool's ``_Process`` asks it for a fork (``ForkServer.request``) and, once the
+fork's pidfd says it exited, for its exit code. Where a server cannot serve (it does not start,
+or an import started the runtime), ``ForkServers.server`` returns None and the pool starts plain
+processes.
 """
 
 from __future__ import annotations
