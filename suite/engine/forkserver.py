@@ -29,7 +29,6 @@ import pickle
 import signal
 import socket
 import sys
-import time
 import traceback
 
 MAX_MESSAGE = 1 << 20
@@ -37,7 +36,6 @@ MAX_MESSAGE = 1 << 20
 
 def _preload() -> dict:
     """Import what every engine imports; whether TensorFlow's runtime is still unstarted."""
-    began = time.monotonic()
     try:
         import tensorflow  # noqa: F401
         from tensorflow.python.eager import context as eager_context
@@ -45,10 +43,10 @@ def _preload() -> dict:
         from . import compat, context  # noqa: F401
         from .probes import registry  # noqa: F401
     except Exception as exc:  # each fork imports again and reports it (worker.main)
-        return {"imported": False, "error": f"{type(exc).__name__}: {exc}", "seconds": time.monotonic() - began}
+        return {"imported": False, "error": f"{type(exc).__name__}: {exc}"}
     # private: the eager context's handle is made when the runtime starts (context.ensure_initialized)
     started = getattr(eager_context.context(), "_context_handle", None) is not None
-    return {"imported": True, "runtime_started": started, "seconds": time.monotonic() - began}
+    return {"imported": True, "runtime_started": started}
 
 
 def _set_pdeathsig():

@@ -60,7 +60,7 @@ def test_the_default_selection_times_every_strategy_kind_on_every_workload(defau
 
 def test_the_full_sweep_selects_everything_including_mixed_precision(default_run, full_run):
     ids, _ = full_run
-    specs = [s for s in DEFAULT_SPECS]
+    specs = list(DEFAULT_SPECS)
     check = Check("pytest benchmarks --bench-full")
     # what the default selected before the default selection: every block and kind on every spec
     expected = (len(specs) * (1 + 2 * len(bench.WORKLOADS)) + len(bench.BLOCK_WORKLOADS) * len(bench.BLOCKS) * len(specs))

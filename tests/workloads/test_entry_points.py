@@ -54,10 +54,11 @@ def _without_timings(report: dict) -> dict:
     return report
 
 
-@pytest.mark.parametrize("target", ["examples.mistakes:right", "examples.mistakes:loss_averaged_per_replica"])
-def test_the_report_is_the_same_whatever_order_the_specs_finish_in(target):
-    """One spec at a time (-j1) and several at once (the default, the machine's processors, at least
-    2 here) give the same JSON but its timings, the same exit status, and the specs in the order
+@pytest.mark.parametrize("target, status", [("examples.mistakes:right", 0),
+                                            ("examples.mistakes:loss_averaged_per_replica", 1)])
+def test_the_report_is_the_same_whatever_order_the_specs_finish_in(target, status):
+    """One spec at a time (-j 1) and all three at once (-j 3) give the same JSON but its timings,
+    the same exit status (0 for the right loop, 1 for the mistake: a FAIL), and the specs in the order
     given; with progress on, ``--json -`` keeps stdout one JSON document and the progress on
     stderr names the specs still running."""
     specs = "mirrored:2,default,multi_worker:2x1"
@@ -74,7 +75,8 @@ def test_the_report_is_the_same_whatever_order_the_specs_finish_in(target):
         except json.JSONDecodeError as exc:
             check.that(False, f"stdout of --json - with -j {jobs} and progress on", proc.stdout[-500:],
                        f"one JSON document ({exc})")
-    check.equal(runs["1"].returncode, runs["3"].returncode, "exit status with -j 3 (the -j 1 run's)")
+    check.equal((runs["1"].returncode, runs["3"].returncode), (status, status), "exit status with -j 1 and -j 3",
+                runs["3"].stderr[-1000:])
     check.equal([s["spec"] for s in reports["3"]["specs"]], specs.split(","), "the specs' order in the JSON")
     check.equal(_without_timings(reports["3"]), _without_timings(reports["1"]), "the JSON with -j 3 less timings")
     check.contains(runs["3"].stderr, ["reference (no strategy)", "[3/3] ", "; running: "],

@@ -69,9 +69,7 @@ class ForkServer:
         self.sock = ours
         self.pid = self.popen.pid
         self._lock = threading.Lock()
-        began = time.monotonic()
         self.preload = self._reply("ready", start_timeout)[1]
-        self.start_seconds = time.monotonic() - began
 
     @property
     def usable(self) -> bool:

@@ -506,8 +506,7 @@ class EnginePool:
         # engines forked from one TensorFlow import per interpreter (forks.py); TFDS_ENGINE_START=spawn:
         # every engine a fresh interpreter
         fork = os.environ.get("TFDS_ENGINE_START", "fork") != "spawn" if fork is None else fork
-        self.fork_servers = forks.ForkServers(self._log_dir, start_timeout,
-                                              _set_pdeathsig if sys.platform.startswith("linux") else None) \
+        self.fork_servers = forks.ForkServers(self._log_dir, start_timeout, _set_pdeathsig) \
             if fork and sys.platform.startswith("linux") else None
         self.starts: dict[str, int] = {}
         self.trace_report: dict[str, dict] = {}  # spec -> probe -> traces, read at close()

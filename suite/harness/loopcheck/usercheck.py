@@ -229,6 +229,7 @@ class Checker:
 
     def check(self, spec) -> differential.Verdict:
         ref = self.reference()
+        began = time.monotonic()
         try:
             engine = self.pool.get(spec)  # started if it is not running: its start is not the check's time
             started = time.monotonic()
@@ -240,7 +241,8 @@ class Checker:
             bad = _input_error(self.target, exc)
             if bad is not None:
                 raise bad from None
-            return differential.Verdict(spec.text, spec.replicas, "ERROR", error=str(exc).splitlines()[0])
+            return differential.Verdict(spec.text, spec.replicas, "ERROR", seconds=time.monotonic() - began,
+                                        error=str(exc).splitlines()[0])
         v = differential.verdict(spec.text, ref, runs, self.global_batch, self.rtol, self.atol,
                                  seconds=time.monotonic() - started, spec_obj=spec, versions=self.versions)
         if v.status == "FAIL" and v.mismatches and v.error is None and self.control_fits(ref) is not None:
@@ -332,7 +334,8 @@ def run(target: str, specs: list, pool: EnginePool, steps: int = 3, global_batch
     finally:
         if starter:
             starter.shutdown(wait=False, cancel_futures=True)
-    timings = {"wall": time.monotonic() - began, "reference": reference_seconds - reference_start,
+    # the reference waited for its engine's start (begun a moment earlier by a starter thread, if any)
+    timings = {"wall": time.monotonic() - began, "reference": max(reference_seconds - reference_start, 0.0),
                "reference_engine_start": reference_start}
     return Report(target, checker.versions, global_batch, steps, rtol, atol, checker.notes,
                   [v for v in verdicts if v is not None], timings)

@@ -463,8 +463,7 @@ def representative_specs(specs) -> list:
         have = chosen.get(spec.kind)
         if have is None or (have.replicas < 2 <= spec.replicas):
             chosen[spec.kind] = spec
-    keep = set(id(s) for s in chosen.values())
-    return [s for s in specs if id(s) in keep or s.gpus or s.python]
+    return [s for s in specs if s in chosen.values() or s.gpus or s.python]
 
 
 DEFAULT_BLOCK_WORKLOADS = ("mlp",)  # the default selection's blocks: on the MLP (the CNN's with --bench-full)
