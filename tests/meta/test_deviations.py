@@ -34,6 +34,16 @@ def test_file_parses_and_every_entry_has_existing_evidence():
                 Check(d.id).that((ROOT / path.split("::")[0]).exists(), "evidence file", path, "in the repository")
 
 
+def test_each_workaround_names_a_catalogued_cause():
+    """An entry's ``workaround`` is the cause whose fix avoids it in the user's code: it must be one
+    the loop check diagnoses (differential.CAUSES), or the BLOCKED verdict would show no way around."""
+    from suite.harness.loopcheck import differential
+
+    for d in ENTRIES:
+        if d.workaround is not None:
+            Check(d.id).that(d.workaround in differential.CAUSES, "workaround", d.workaround, "a catalogued cause")
+
+
 def test_patterns_name_existing_test_functions():
     """Every pattern names a test function of a module, or the check of a user's loop under
     specs (``loop-check[SPEC]``, SPEC a spec or a glob of specs, never a bare ``*``)."""

@@ -896,7 +896,11 @@ def verdict(spec: str, ref, runs: list, global_batch: int, rtol: float = RTOL, a
         # a deviation's condition reads what the engine saw of the workload (an optimizer built in the step)
         entry = led.judge(Seen(what, raised, None, lambda a, b: a == b, spec_obj, dist.facts), raised=True)
         if entry is not None:
-            v.deviations.insert(0, [entry.id, f"{v.error}. " + _summary(entry)])
+            # the cause whose fix avoids the deviation is the way around it, not the loop's mistake
+            around = [d for d in v.diagnoses if d.cause == entry.workaround]
+            v.diagnoses = [d for d in v.diagnoses if d.cause != entry.workaround]
+            way = f" Way around it: {CAUSES[entry.workaround].fix}." if around else ""
+            v.deviations.insert(0, [entry.id, f"{v.error}. " + _summary(entry) + way])
         v.status = "BLOCKED" if entry is not None and not v.diagnoses else "FAIL"
         return v
     if control is not None:

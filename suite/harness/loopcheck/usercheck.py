@@ -53,6 +53,8 @@ class Report:
     notes: list
     verdicts: list
     timings: dict = dataclasses.field(default_factory=dict)  # seconds: the whole check and its parts
+    kind: str = "workload"  # or "script": a training script run unchanged (scriptcheck.py)
+    skipped: list = dataclasses.field(default_factory=list)  # one line per spec not checked, and why
 
     @property
     def passed(self) -> bool:
@@ -75,13 +77,16 @@ class Report:
     def text(self, verbose: bool = False) -> str:
         """The report a user reads; ``verbose``: also the notes (the canonical step's comparison on
         one device) and every difference, not the first few."""
-        head = (f"workload {self.target}: TensorFlow {self.versions.get('tensorflow')}, Keras "
+        head = (f"{self.kind} {self.target}: TensorFlow {self.versions.get('tensorflow')}, Keras "
                 f"{self.versions.get('keras')}, global batch {self.global_batch}, {self.steps} steps, "
                 f"rtol {self.rtol:g}, atol {self.atol:g}")
-        parts = [head, "reference: the workload with no strategy on the global batch, run twice: it repeats "
-                       "itself bit for bit"]
-        parts += [f"note: {n}" for n in self.notes] if verbose else []
-        parts += ["", differential.table(self.verdicts)]
+        reference = ("reference: the workload with no strategy on the global batch, run twice: it repeats itself bit "
+                     "for bit" if self.kind == "workload" else
+                     "reference: the script on one device, told each spec's replica count (so it computes the same "
+                     "global batch), run twice: it repeats itself bit for bit")
+        parts = [head, reference]
+        parts += [f"note: {n}" for n in self.notes] if verbose or self.kind == "script" else []
+        parts += ["", differential.table(self.verdicts)] + self.skipped
         failing = [differential.details(v, None if verbose else 6) for v in self.verdicts if v.status != "PASS"]
         if failing:
             parts += [""] + failing
@@ -107,11 +112,12 @@ class Report:
         return "PASS: every spec trains what one device trains"
 
     def as_json(self) -> dict:
-        return {"workload": self.target, "versions": self.versions, "global_batch": self.global_batch,
+        return {self.kind: self.target, "versions": self.versions, "global_batch": self.global_batch,
                 "steps": self.steps, "rtol": self.rtol, "atol": self.atol, "notes": self.notes,
                 "passed": self.passed, "summary": self.summary(),
                 "exit_code": self.exit_code(), "specs": [v.as_json() for v in self.verdicts],
-                "timings": {k: round(v, 2) for k, v in self.timings.items()}}
+                "timings": {k: round(v, 2) for k, v in self.timings.items()},
+                **({"not_checked": self.skipped} if self.kind == "script" else {})}
 
 
 def validate_target(target: str, path: str) -> None:
@@ -391,10 +397,12 @@ def _check_specs(checker: Checker, specs: list, jobs: int, progress) -> list:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m suite.check",
+        prog="python -m suite.check", usage="%(prog)s [options] SCRIPT.py|package.module:factory [-- ARGS]",
+        epilog="ARGS after -- are a script's own arguments (its sys.argv[1:]).",
         description="Check that a training loop trains the same model under each tf.distribute strategy spec as "
                     "with no strategy on the global batch, and diagnose where it does not.")
-    p.add_argument("workload", help="the workload factory, package.module:factory (see README and docs/check.md)")
+    p.add_argument("workload", help="a training script (path/to/train.py, run unchanged) or a workload factory, "
+                                    "package.module:factory (see README and docs/check.md)")
     p.add_argument("--strategies", default=",".join(DEFAULT_SPECS),
                    help="comma-separated strategy specs (default: every default spec)")
     p.add_argument("--steps", type=int, default=3, help="steps to train and compare (default 3)")
@@ -429,7 +437,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    args = _parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    script_args = argv[argv.index("--") + 1:] if "--" in argv else []
+    args = _parser().parse_args(argv[:len(argv) - len(script_args) - 1] if "--" in argv else argv)
+    args.script_args = script_args
     if args.env_to and not args.env_from:
         print("error: --to needs --from (the version moved from)", file=sys.stderr)
         return EXIT["USAGE"]
@@ -447,6 +458,15 @@ def main(argv=None) -> int:
         return EXIT["USAGE"]
     except agent.AgentError as exc:
         print(f"error: --cluster-agents: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return EXIT["USAGE"]
+    from . import scriptcheck  # it builds on this module's Report
+    if scriptcheck.is_script(args.workload):
+        return carry_out(args, lambda pool, progress: scriptcheck.run(
+            args.workload, specs, pool, args.script_args, args.steps, args.rtol, args.atol, args.seed, progress),
+            lambda report: report.text(args.verbose))
+    if args.script_args:
+        print(f"error: {' '.join(args.script_args)}: arguments after the target are a script's, and "
+              f"{args.workload!r} is a workload factory", file=sys.stderr)
         return EXIT["USAGE"]
     return carry_out(args, lambda pool, progress: run(args.workload, specs, pool, args.steps, args.global_batch,
                                                      args.rtol, args.atol, args.seed, progress, args.jobs),

@@ -34,8 +34,11 @@ from .signatures import CONDITIONS, NOTHING, Seen, Signature, glob
 PATH = layout.DEVIATIONS_FILE
 REQUIRED = ("id", "tests", "tensorflow", "keras", "summary", "evidence", "first_seen", "signature")
 # ``remedy``: a change to the training the engine can make that removes the deviation's effect
-# (REMEDIES); the upgrade check tries it where the entry applies to one version only
-OPTIONAL = ("remedy",)
+# (REMEDIES); the upgrade check tries it where the entry applies to one version only. ``workaround``:
+# the catalogued cause (suite/harness/loopcheck/differential.py: CAUSES) whose fix avoids the deviation
+# in the user's code; where the loop check diagnoses that cause beside this entry's raise, the loop is
+# right but BLOCKED (the code is right elsewhere), and the cause's fix is shown as the way around it
+OPTIONAL = ("remedy", "workaround")
 REMEDIES = {
     "dense_gradients": "the gradients handed to apply_gradients made dense (tf.convert_to_tensor of each "
                        "tf.IndexedSlices), so the optimizer takes its dense path",
@@ -53,6 +56,7 @@ class Deviation:
     first_seen: str
     signatures: tuple[Signature, ...] = ()
     remedy: str | None = None  # REMEDIES
+    workaround: str | None = None  # a cause id of the loop check (see OPTIONAL)
 
     def applies_to(self, tf_version: str | None, keras_version: str | None) -> bool:
         if not tf_version or not keras_version:
@@ -83,7 +87,8 @@ def load(path: Path = PATH) -> list[Deviation]:
             raise ValueError(f"{where}: remedy {entry['remedy']!r} is none of {sorted(REMEDIES)}")
         out.append(Deviation(entry["id"], tuple(entry["tests"]), entry["tensorflow"],
                              entry["keras"], entry["summary"].strip(),
-                             tuple(entry["evidence"]), entry["first_seen"], signatures, entry.get("remedy")))
+                             tuple(entry["evidence"]), entry["first_seen"], signatures, entry.get("remedy"),
+                             entry.get("workaround")))
     ids = [d.id for d in out]
     if len(ids) != len(set(ids)):
         raise ValueError(f"{path.name}: duplicate deviation ids")

@@ -1,0 +1,235 @@
+"""A user's training script run unchanged under the engine's strategy (suite/engine/script.py
+watches it), reported as a workload run is (suite/common/results.py: WorkloadRun), so that the
+check compares and judges it as it does a workload.
+
+The reference is the same probe in the ``default`` engine with ``replicas`` set: the script's
+strategy is then one device's, telling the script the spec's ``num_replicas_in_sync``. A spec's
+run loads the reference's initial values into the model's variables at the first step boundary.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from ...common import matching
+from ...common.results import FACTORY_RAISED, WorkloadRun, WorkloadStep
+from .. import compat
+from ..script import ScriptError, Stop, Watcher, execute, isolated
+from .common import failed
+from .registry import probe
+from .workload import _DETERMINISTIC, _keras_own, _layers, _random_attr
+
+keras = compat.keras
+
+
+class _Found:
+    """The Keras models, optimizers and metrics the script's frames hold, by the name they are held
+    under (a global's or a local's; ``name[i]`` in a list, ``name.attr`` on an object of the script's)."""
+
+    def __init__(self):
+        self.models: dict = {}
+        self.optimizers: dict = {}
+        self.metrics: dict = {}
+
+    def _seen(self, obj) -> bool:
+        return any(obj is o for group in (self.models, self.optimizers, self.metrics) for o in group.values())
+
+    def _take(self, name: str, obj, depth: int = 0) -> None:
+        if isinstance(obj, keras.Model):
+            group = self.models
+        elif isinstance(obj, keras.metrics.Metric):
+            group = self.metrics
+        elif hasattr(obj, "apply_gradients") and hasattr(obj, "variables") and not isinstance(obj, type):
+            group = self.optimizers
+        elif depth == 0 and isinstance(obj, (list, tuple)):
+            for i, o in enumerate(obj[:32]):
+                self._take(f"{name}[{i}]", o, 1)
+            return
+        elif depth == 0 and isinstance(obj, dict):
+            for k, o in list(obj.items())[:32]:
+                self._take(f"{name}[{k!r}]", o, 1)
+            return
+        elif depth == 0 and type(obj).__module__ == "__main__" and hasattr(obj, "__dict__"):
+            for k, o in list(vars(obj).items())[:32]:
+                self._take(f"{name}.{k}", o, 1)
+            return
+        else:
+            return
+        if not self._seen(obj) and name not in group:
+            group[name] = obj
+
+    def update(self, frames) -> None:
+        for frame in frames:
+            for space in (frame.f_locals, frame.f_globals):
+                for name, obj in list(space.items()):
+                    if not name.startswith("__"):
+                        self._take(name, obj)
+
+    def variables(self, group: dict) -> list:
+        return [(name, v) for name, o in group.items()
+                for v in (compat.optimizer_variables(o) if group is self.optimizers else o.variables)]
+
+
+def _ids(pairs) -> set:
+    return {id(compat.tf_variable(v)) for _, v in pairs}
+
+
+def _keras_names(found: _Found) -> dict:
+    """id of a tf.Variable -> its name in the check: the Keras variable's path (or name), after the
+    model's name where the script holds several models."""
+    names = {}
+    several = len(found.models) > 1
+    for group in (found.models, found.optimizers):
+        for owner, v in found.variables(group):
+            base = getattr(v, "path", None) or compat.tf_variable(v).name.split(":")[0]
+            names.setdefault(id(compat.tf_variable(v)), f"{owner}/{base}" if several and group is found.models else base)
+    return names
+
+
+def _parts(watcher: Watcher, found: _Found, upto: int | None = None):
+    """The recorded variables (the first ``upto``) split into (model, optimizer) index lists, metrics
+    left out: a variable no model, optimizer or metric of the script holds counts as the model's."""
+    optimizer, metric = _ids(found.variables(found.optimizers)), _ids(found.variables(found.metrics))
+    model, opt = [], []
+    for i, v in enumerate(watcher.variables[:upto]):
+        if id(v) in metric:
+            continue
+        (opt if id(v) in optimizer else model).append(i)
+    return model, opt
+
+
+def _name(v, names: dict) -> str:
+    return names.get(id(v)) or v.name.split(":")[0]
+
+
+def _metric_results(found: _Found) -> dict:
+    out = {}
+    for name, m in found.metrics.items():
+        try:
+            value = np.asarray(m.result(), np.float64)
+        except Exception:  # noqa: BLE001  (a metric with nothing to report yet)
+            continue
+        if value.size == 1:
+            out[name] = float(value.ravel()[0])
+    return out
+
+
+@probe
+def run(ctx, target, folder, path=None, entry=None, args=(), steps=3, seed=0, replicas=None, init=None,
+        init_names=None, init_trainable=None):
+    """Run the script ``path`` (or the entry function ``entry``) with ``args`` until ``steps``
+    step boundaries, and report each step. ``replicas``: the reference (this engine's strategy is
+    one device's; the script is told ``replicas``). ``init``, ``init_names``, ``init_trainable``:
+    the reference's initial model values, loaded at the first boundary (suite/common/matching.py)."""
+    strategy = ctx.strategy
+    if not _DETERMINISTIC:
+        tf.config.experimental.enable_op_determinism()
+        _DETERMINISTIC.append(True)
+    keras.backend.clear_session()
+    keras.utils.set_random_seed(seed)
+    watcher = Watcher(strategy, steps, folder, reference_replicas=replicas)
+    found = _Found()
+    metrics: list = []  # per boundary, the metrics' results
+    facts: dict = {"script": True, "user_step": True, "loss_object_reduction": None}
+
+    def on_boundary(w):
+        found.update(w.user_frames())
+        metrics.append(_metric_results(found))
+
+    def on_first(w):
+        layers = [layer for m in found.models.values() for layer in _layers(m)]
+        for layer in layers:
+            attr = _random_attr(layer)
+            if attr and float(getattr(layer, attr, 0) or 0) > 0:
+                facts.setdefault("random_layers", []).append(layer.name)
+                setattr(layer, attr, 0.0)
+        facts["random_layers_keras"] = all(type(layer).__module__.startswith(("keras", "tf_keras"))
+                                           for layer in layers if _random_attr(layer))
+        model, opt = _parts(w, found)
+        facts["optimizer_variables_before_step"] = len(opt)
+        optimizers = [getattr(o, "inner_optimizer", o) for o in found.optimizers.values()]
+        facts["optimizer_built"] = (False if any(getattr(o, "built", None) is False for o in optimizers)
+                                    else getattr(optimizers[0], "built", None) if optimizers else None)
+        if init is not None:
+            names = _keras_names(found)
+            mine = [(_name(w.variables[i], names), tuple(w.variables[i].shape), bool(w.variables[i].trainable))
+                    for i in model]
+            theirs = [(n, tuple(np.shape(x)), t) for n, x, t in zip(init_names, init, init_trainable)]
+            for i, j in zip(model, matching.match(theirs, mine)):
+                if j is not None:
+                    w.variables[i].assign(np.asarray(init[j]))
+
+    watcher.on_boundary, watcher.on_first_boundary = on_boundary, on_first
+    raised = None
+    argv = [path or entry.partition(":")[0], *args]
+    with isolated(argv, folder), watcher.installed():
+        try:
+            execute(path, entry)
+        except Stop:
+            pass
+        except ScriptError:
+            raise
+        except SystemExit as exc:
+            if exc.code not in (None, 0) and not watcher.drawn:
+                raise ScriptError(f"script {target}: it exited with status {exc.code} before its first step") from None
+            watcher.finish()
+        except Exception as exc:  # noqa: BLE001  (the script's outcome: judged by the known deviations)
+            raised = failed(ctx, exc, f"step {watcher.drawn}" if watcher.drawn else FACTORY_RAISED)
+        else:
+            watcher.finish()
+    return _report(ctx, watcher, found, metrics, facts, raised)
+
+
+def _report(ctx, watcher, found, metrics, facts, raised) -> WorkloadRun:
+    strategy = ctx.strategy
+    names = _keras_names(found)
+    model, opt = _parts(watcher, found)
+    variables = watcher.variables
+    boundaries = watcher.boundaries
+    first = boundaries[0].values if boundaries else {}
+    initial = [first[i][0] if i in first else np.zeros(variables[i].shape, variables[i].dtype.as_numpy_dtype)
+               for i in model]
+
+    def values(b, i):
+        if i in b.values:
+            return b.values[i]
+        return [np.zeros(variables[i].shape, variables[i].dtype.as_numpy_dtype)] * len(ctx.local_replica_ids)
+
+    steps = []
+    for k, b in enumerate(boundaries[1:], 1):
+        op, reported, parts = b.reduced[-1] if b.reduced else ("SUM", np.zeros(()), [])
+        steps.append(WorkloadStep(
+            float(np.sum(np.asarray(reported, np.float64))), [float(np.sum(np.asarray(p, np.float64))) for p in parts],
+            b.rows or [], [values(b, i) for i in model], [values(b, i) for i in opt], None,
+            metrics[k] if k < len(metrics) else {}))
+    reduced = [r for b in boundaries for r in b.reduced]
+    optimizers = [getattr(o, "inner_optimizer", o) for o in found.optimizers.values()]
+    layers = [layer for m in found.models.values() for layer in _layers(m)]
+    facts.update({
+        "loss_reduction": reduced[-1][0] if reduced else "SUM",
+        "reported": bool(reduced),
+        "models": list(found.models) or [""], "optimizers": list(found.optimizers) or [""],
+        "metric_states": {name: sorted(getattr(v, "path", v.name).rsplit("/", 1)[-1].split(":")[0] for v in m.variables)
+                          for name, m in found.metrics.items()},
+        "keras_own_model": all(_keras_own(o) for o in [*found.models.values(), *found.optimizers.values(), *layers]),
+        "regularized": any(bool(getattr(m, "losses", None)) for m in found.models.values()),
+        "batch_norm": [[layer.name, bool(getattr(layer, "synchronized", False))] for layer in layers
+                       if type(layer).__name__ == "BatchNormalization"],
+        "optimizer_clips": any(getattr(o, attr, None) is not None for o in optimizers
+                               for attr in ("clipnorm", "global_clipnorm", "clipvalue")),
+        "optimizer_variables_after": len(opt),
+        "first_batch_rows": sum(boundaries[1].rows or []) if len(boundaries) > 1 else None,
+        "gradient_groups": [[name, 0] for name in found.optimizers],
+        "sparse_gradients": False, "random_ops": None,
+        "constructed": watcher.constructed, "device_config": watcher.device_config,
+        "replica_reads": watcher.replica_reads, "draws": watcher.drawn, "boundaries": len(boundaries),
+    })
+    facts.setdefault("random_layers", [])
+    if ctx.spec.kind != "default":
+        extended = strategy.extended
+        facts["outside_scope"] = sorted(_name(variables[i], names) for i in model
+                                        if not extended.variable_created_in_scope(variables[i]))
+    return WorkloadRun(strategy.num_replicas_in_sync, ctx.local_replica_ids, [_name(variables[i], names) for i in model],
+                       [bool(variables[i].trainable) for i in model], [_name(variables[i], names) for i in opt],
+                       initial, steps, facts, None, raised)

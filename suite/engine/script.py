@@ -1,0 +1,408 @@
+"""A user's training script run unchanged in an engine (engine side): the script's strategy
+constructors give the spec's strategy, its distributed datasets mark the step boundaries, and
+every variable it creates is recorded, so that suite/engine/probes/script.py can report the run
+as a workload run is reported.
+
+How a run is watched (docs/check.md, "A training script"):
+
+* **Strategies.** ``tf.distribute.MirroredStrategy``, ``OneDeviceStrategy``,
+  ``MultiWorkerMirroredStrategy`` and ``experimental.CentralStorageStrategy`` (and their
+  ``experimental`` names) are replaced, for the run, by subclasses of the real classes whose
+  construction returns the strategy the run checks: the spec's own, or for the reference a
+  ``Reference``: one device's strategy that tells the script the spec's ``num_replicas_in_sync``
+  (so it computes the same global batch) and forwards everything else. ``isinstance`` with the
+  replaced names still answers for the real classes. The arguments the script passed are kept
+  for the report.
+* **Step boundaries.** What the checked strategy's ``experimental_distribute_dataset`` and
+  ``distribute_datasets_from_function`` return is marked; each element drawn eagerly from it
+  (``for``, ``next``, ``get_next``) ends the step before it. The run stops, by raising ``Stop``,
+  at the draw after the last compared step. Draws inside a ``tf.function`` show no boundary.
+* **Variables.** A variable creator scope around the run, and one inside the checked strategy's
+  ``scope()`` (so that a distributed variable is recorded whole, not its per-device parts),
+  record every variable in creation order; at each boundary every one is read on every local
+  replica.
+* **Reported values.** ``strategy.reduce`` records what it returned (and each replica's value
+  it reduced) in every step, eagerly or, inside a ``tf.function``, through a ``py_function``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import os
+import runpy
+import shutil
+import sys
+import tempfile
+import threading
+
+import numpy as np
+import tensorflow as tf
+
+# the strategy names a script may build, by the attribute path under ``tf.distribute``
+CONSTRUCTORS = ("MirroredStrategy", "OneDeviceStrategy", "MultiWorkerMirroredStrategy",
+                "experimental.CentralStorageStrategy", "experimental.MultiWorkerMirroredStrategy")
+# configuration calls that raise once the engine has set its devices up: recorded and skipped
+DEVICE_CONFIG = ("config.set_logical_device_configuration", "config.experimental.set_virtual_device_configuration",
+                 "config.set_visible_devices", "config.experimental.set_visible_devices")
+
+
+class ScriptError(Exception):
+    """The script cannot be checked (it does not import, builds no strategy, draws no distributed
+    dataset); the message is one line naming the script."""
+
+
+class Stop(BaseException):
+    """Raised at the boundary after the last compared step (a BaseException: a script's
+    ``except Exception`` does not catch it)."""
+
+
+@dataclasses.dataclass
+class Boundary:
+    """What was read at a step boundary: every recorded variable's local copies (by its place in
+    creation order) and what ``reduce`` gave since the previous boundary."""
+
+    values: dict  # creation index -> [each local replica's copy]
+    reduced: list  # [(op name, reduced value, [each replica's value])] in call order
+    rows: list | None  # each local replica's examples in the element drawn for this step
+
+
+def _attr(root, dotted: str):
+    obj = root
+    for part in dotted.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return None
+    return obj
+
+
+def _set_attr(root, dotted: str, value) -> None:
+    *parents, last = dotted.split(".")
+    obj = root
+    for part in parents:
+        obj = getattr(obj, part)
+    setattr(obj, last, value)
+
+
+def _stand_in_class(real, construct):
+    """A subclass of ``real`` whose construction returns ``construct(real, args, kwargs)`` and
+    for which ``isinstance``/``issubclass`` answer as for ``real``."""
+    def call(cls, *args, **kwargs):
+        return construct(real, args, kwargs)
+
+    meta = type(f"_{real.__name__}Meta", (type(real),), {
+        "__call__": call,
+        "__instancecheck__": lambda cls, obj: isinstance(obj, real),
+        "__subclasscheck__": lambda cls, sub: issubclass(sub, real)})
+    return meta(real.__name__, (real,), {"__module__": real.__module__, "__doc__": real.__doc__,
+                                         "__qualname__": real.__qualname__})
+
+
+class Reference:
+    """The reference's strategy as the script sees it: one device's (``real``), with the spec's
+    ``num_replicas_in_sync``; everything else is the real strategy's, so TensorFlow and Keras
+    inside see one device. Each read of the replica count from the script's code is kept."""
+
+    def __init__(self, real, replicas: int, watcher):
+        self._real, self._replicas, self._watcher = real, replicas, watcher
+
+    @property
+    def num_replicas_in_sync(self) -> int:
+        self._watcher.read_replicas(sys._getframe(1))
+        return self._replicas
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+
+class Watcher:
+    """One run of a script: what it built, drew and created (see the module's docstring)."""
+
+    def __init__(self, strategy, steps: int, folder: str, reference_replicas: int | None = None):
+        self.real = strategy  # the strategy TensorFlow runs (the spec's, or the default strategy)
+        self.steps = steps
+        self.folder = os.path.realpath(folder)  # the script's folder: its frames are the user's code
+        self.shown = Reference(strategy, reference_replicas, self) if reference_replicas else strategy
+        self.constructed: list = []  # [class name, repr of the arguments] per strategy the script built
+        self.device_config: list = []  # the device configuration calls the script made (skipped)
+        self.replica_reads: dict = {}  # "file:line" -> times the script read num_replicas_in_sync
+        self.variables: list = []  # every variable, in creation order
+        self._ids: set = set()
+        self.boundaries: list = []  # of Boundary: [0] before the first step, [k] after step k
+        self.drawn = 0  # elements drawn from marked datasets
+        self.on_first_boundary = None  # called at the first boundary (loading initial values)
+        self.on_boundary = None  # called at each boundary, before it is read (finding the script's objects)
+        self._reduced: list = []
+        self._rows = None
+        self._local = threading.local()
+        self._marked: dict = {}  # id -> object: datasets and iterators whose draws are boundaries
+        self._patched: list = []  # (owner, attribute, previous value or _ABSENT)
+        self._wrapped_types: set = set()
+
+    # -- the script's view ---------------------------------------------------------------------
+    def construct(self, real_class, args, kwargs):
+        shown = ", ".join([repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()])
+        self.constructed.append([real_class.__name__, shown[:200]])
+        return self.shown
+
+    def read_replicas(self, frame) -> None:
+        while frame is not None and not self._users(frame.f_code.co_filename):
+            frame = frame.f_back
+        if frame is not None:
+            where = f"{os.path.relpath(frame.f_code.co_filename, self.folder)}:{frame.f_lineno}"
+            self.replica_reads[where] = self.replica_reads.get(where, 0) + 1
+
+    def _users(self, filename: str) -> bool:
+        return os.path.realpath(filename).startswith(self.folder + os.sep)
+
+    def user_frames(self, frame=None) -> list:
+        """The frames of the script's own code on the stack, innermost first."""
+        frame = frame or sys._getframe(1)
+        out = []
+        while frame is not None:
+            if self._users(frame.f_code.co_filename):
+                out.append(frame)
+            frame = frame.f_back
+        return out
+
+    # -- patching for the run --------------------------------------------------------------------
+    def _patch(self, owner, name, value):
+        """Set ``owner.name`` for the run; a class's or an object's own attribute is put back as it
+        was (or removed), a module's by value."""
+        own = isinstance(owner, type) or not isinstance(owner, type(sys))
+        previous = vars(owner).get(name, _ABSENT) if own else getattr(owner, name, _ABSENT)
+        self._patched.append((owner, name, previous))
+        setattr(owner, name, value)
+
+    @contextlib.contextmanager
+    def installed(self):
+        """The stand-in constructors, the skipped device configuration, the wrapped strategy and
+        the outer variable creator, for the duration of the run."""
+        distribute = tf.distribute
+        for dotted in CONSTRUCTORS:
+            real = _attr(distribute, dotted)
+            if real is not None:
+                parent = _attr(distribute, dotted.rpartition(".")[0]) if "." in dotted else distribute
+                self._patch(parent, dotted.rpartition(".")[2], _stand_in_class(real, self.construct))
+        for dotted in DEVICE_CONFIG:
+            if _attr(tf, dotted) is not None:
+                parent = _attr(tf, dotted.rpartition(".")[0])
+                self._patch(parent, dotted.rpartition(".")[2], self._skipped(dotted))
+        target = self.shown
+        for name, wrapper in (("scope", self._scope), ("reduce", self._reduce),
+                              ("experimental_distribute_dataset", self._distribute),
+                              ("distribute_datasets_from_function", self._distribute)):
+            self._patch(target, name, wrapper(getattr(self.real, name)))
+        try:
+            with tf.variable_creator_scope(self._outer):
+                yield self
+        finally:
+            for owner, name, previous in reversed(self._patched):
+                if previous is _ABSENT:
+                    with contextlib.suppress(AttributeError):
+                        delattr(owner, name)
+                else:
+                    setattr(owner, name, previous)
+            self._patched.clear()
+            self._marked.clear()
+
+    def _skipped(self, dotted):
+        def skipped(*args, **kwargs):
+            self.device_config.append(f"tf.{dotted}")
+        return skipped
+
+    # -- variables -------------------------------------------------------------------------------
+    def _add(self, v) -> None:
+        if id(v) not in self._ids:
+            self._ids.add(id(v))
+            self.variables.append(v)
+
+    def _outer(self, next_creator, **kwargs):
+        v = next_creator(**kwargs)
+        if not getattr(self._local, "inner", 0):  # not a part of a distributed variable being made
+            self._add(v)
+        return v
+
+    def _inner(self, next_creator, **kwargs):
+        self._local.inner = getattr(self._local, "inner", 0) + 1
+        try:
+            v = next_creator(**kwargs)
+        finally:
+            self._local.inner -= 1
+        if not self._local.inner:
+            self._add(v)
+        return v
+
+    def _scope(self, real_scope):
+        @contextlib.contextmanager
+        def scope():
+            with real_scope(), tf.variable_creator_scope(self._inner):
+                yield
+        return scope
+
+    # -- reported values -------------------------------------------------------------------------
+    def _reduce(self, real_reduce):
+        def reduce(reduce_op, value, axis=None):
+            out = real_reduce(reduce_op, value, axis=axis)
+            if getattr(self._local, "quiet", False):
+                return out  # the suite's own read (a metric's result at a boundary)
+            op = getattr(reduce_op, "name", str(reduce_op)).rsplit(".", 1)[-1].upper()
+            try:
+                parts = list(self.real.experimental_local_results(value))
+            except Exception:  # noqa: BLE001  (not a distributed value: one part)
+                parts = [value]
+            if tf.executing_eagerly():
+                self._reduced.append((op, np.asarray(out), [np.asarray(p) for p in parts]))
+            else:
+                def keep(reduced, *each):
+                    # copies: the arrays py_function hands over are reused once it returns
+                    self._reduced.append((op, np.array(reduced), [np.array(e) for e in each]))
+                    return 0
+                with contextlib.suppress(Exception):  # a value py_function cannot carry: not kept
+                    tf.py_function(keep, [out, *parts], [tf.int32])
+            return out
+        return reduce
+
+    # -- step boundaries -------------------------------------------------------------------------
+    def _distribute(self, real_distribute):
+        def distribute(*args, **kwargs):
+            out = real_distribute(*args, **kwargs)
+            self._mark(out)
+            return out
+        return distribute
+
+    def _mark(self, obj) -> None:
+        self._marked[id(obj)] = obj
+        cls = type(obj)
+        if ("iter", cls) in self._wrapped_types:
+            return
+        self._wrapped_types.add(("iter", cls))
+        original = cls.__iter__
+        watcher = self
+
+        def __iter__(self_):
+            it = original(self_)
+            if id(self_) in watcher._marked and tf.executing_eagerly():
+                watcher._mark_iterator(it)
+            return it
+
+        self._patch(cls, "__iter__", __iter__)
+
+    def _mark_iterator(self, it) -> None:
+        self._marked[id(it)] = it
+        cls = type(it)
+        if ("next", cls) in self._wrapped_types:
+            return
+        self._wrapped_types.add(("next", cls))
+        watcher = self
+        for name in ("__next__", "get_next", "get_next_as_optional"):
+            original = getattr(cls, name, None)
+            if original is None:
+                continue
+
+            def drawing(self_, *args, _original=original, **kwargs):
+                if id(self_) not in watcher._marked or getattr(watcher._local, "drawing", False) \
+                        or not tf.executing_eagerly():
+                    return _original(self_, *args, **kwargs)
+                watcher.boundary()
+                watcher._local.drawing = True
+                try:
+                    element = _original(self_, *args, **kwargs)
+                finally:
+                    watcher._local.drawing = False
+                watcher.drew(element)
+                return element
+
+            self._patch(cls, name, drawing)
+
+    def boundary(self) -> None:
+        """The script is about to draw an element: the previous step (if any) has ended."""
+        if len(self.boundaries) > self.drawn:
+            return  # read already (a draw that raised, then another)
+        with self._quiet():
+            if self.on_boundary is not None:
+                self.on_boundary(self)
+            if not self.boundaries and self.on_first_boundary is not None:
+                self.on_first_boundary(self)
+        self.read()
+        if len(self.boundaries) > self.steps:
+            raise Stop
+
+    @contextlib.contextmanager
+    def _quiet(self):
+        self._local.quiet = True
+        try:
+            yield
+        finally:
+            self._local.quiet = False
+
+    def drew(self, element) -> None:
+        self.drawn += 1
+        with contextlib.suppress(Exception):  # an optional, or an element of no tensors
+            parts = self.real.experimental_local_results(tf.nest.flatten(element)[0])
+            self._rows = [int(tf.shape(p)[0]) if p.shape.rank else 1 for p in parts]
+
+    def read(self) -> None:
+        values = {}
+        for i, v in enumerate(self.variables):
+            try:
+                values[i] = [np.array(tf.convert_to_tensor(c)) for c in self.real.experimental_local_results(v)]
+            except Exception:  # noqa: BLE001  (a variable not readable here: an uninitialized one)
+                continue
+        self.boundaries.append(Boundary(values, self._reduced, self._rows))
+        self._reduced, self._rows = [], None
+
+    def finish(self) -> None:
+        """The script ended (or raised): the step of the last element drawn has ended there."""
+        if self.drawn and len(self.boundaries) == self.drawn:
+            if self.on_boundary is not None:
+                with contextlib.suppress(Exception), self._quiet():
+                    self.on_boundary(self)
+            self.read()
+
+
+_ABSENT = object()
+
+
+@contextlib.contextmanager
+def isolated(argv: list, folder: str):
+    """``sys.argv``, ``sys.path`` (the script's folder first), the working folder (a fresh one,
+    removed after) and the modules the script imports, as in a process of its own."""
+    saved = list(sys.argv), list(sys.path), os.getcwd(), set(sys.modules)
+    work = tempfile.mkdtemp(prefix="tfds-script-")
+    sys.argv[:] = argv
+    sys.path.insert(0, folder)
+    os.chdir(work)
+    try:
+        yield work
+    finally:
+        sys.argv[:], sys.path[:] = saved[0], saved[1]
+        os.chdir(saved[2])
+        for name in set(sys.modules) - saved[3]:
+            module = sys.modules.get(name)
+            if getattr(module, "__file__", None) and os.path.realpath(module.__file__).startswith(
+                    os.path.realpath(folder) + os.sep):
+                del sys.modules[name]
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def execute(path: str | None, entry: str | None) -> None:
+    """Run the script at ``path`` as ``python path ARGS`` would (``__name__ == "__main__"``), or
+    call the entry function ``entry`` (``pkg.module:function``); ``sys.argv`` is set already."""
+    if path is not None:
+        runpy.run_path(path, run_name="__main__")
+        return
+    target = entry
+    module_name, _, attr = entry.partition(":")
+    sys.modules.pop(module_name, None)
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:
+        raise ScriptError(f"script {target!r}: module {module_name!r} does not import "
+                          f"({type(exc).__name__}: {str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ''})"
+                          ) from None
+    entry = getattr(module, attr, None)
+    if not callable(entry):
+        raise ScriptError(f"script {target!r}: module {module_name!r} has no function {attr!r}")
+    entry()

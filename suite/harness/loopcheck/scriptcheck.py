@@ -1,0 +1,204 @@
+"""Check a training script as the user wrote it (``tf-distribute-check path/to/train.py [-- ARGS]``;
+pytest side, no TensorFlow): the unchanged script runs in the engines under each one-process
+synchronous spec and in a one-device reference told the spec's replica count
+(suite/engine/script.py, suite/engine/probes/script.py), and each spec's run is compared and
+judged as a workload's is (suite/harness/loopcheck/differential.py), with the same statuses,
+report, JSON and exit codes (usercheck.EXIT).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import os
+import sys
+import time
+
+import numpy as np
+
+from ...common.specs import parse_spec
+from ..engines.pool import EngineError, EnginePool, EngineUnavailable, ProbeError
+from ..engines.versions import engine_versions
+from . import differential
+from .usercheck import CheckInputError, Report
+
+# the spec kinds whose strategy a script's constructors can be given here (one process, synchronous)
+SCRIPT_KINDS = ("default", "one_device", "mirrored", "central_storage")
+
+
+def is_script(target: str) -> bool:
+    """A file to run (``train.py``, ``path/to/train``) rather than ``package.module:attribute``."""
+    return target.endswith(".py") or os.sep in target or ":" not in target
+
+
+def not_checked(spec) -> str | None:
+    """Why scripts are not checked under ``spec`` (None: they are)."""
+    if spec.kind in SCRIPT_KINDS and not spec.gpus:
+        return None
+    return f"scripts are not checked under {spec.kind} specs yet (one-process specs only: {', '.join(SCRIPT_KINDS)})"
+
+
+@dataclasses.dataclass
+class Script:
+    """Where the script is, as the engine needs it."""
+
+    target: str  # as the user gave it
+    path: str | None  # the file to run, or None for an entry function
+    entry: str | None  # ``package.module:function``, or None for a file
+    folder: str  # put first on sys.path; its files are the user's code
+
+    @classmethod
+    def of(cls, target: str, cwd: str | None = None) -> Script:
+        cwd = cwd or os.getcwd()
+        if is_script(target):
+            path = os.path.abspath(os.path.join(cwd, target))
+            if not os.path.isfile(path):
+                raise CheckInputError(f"script {target!r}: no such file")
+            return cls(target, path, None, os.path.dirname(path))
+        module, _, attr = target.partition(":")
+        if not module or not attr.isidentifier():
+            raise CheckInputError(f"script {target!r}: expected a file or 'package.module:function'")
+        if cwd not in sys.path:
+            sys.path.insert(0, cwd)
+        try:
+            found = importlib.util.find_spec(module)
+        except (ImportError, ValueError):
+            found = None
+        if found is None or not found.origin:
+            raise CheckInputError(f"script {target!r}: no module named {module!r} (run from the folder that holds "
+                                  "it, or put it on PYTHONPATH)")
+        return cls(target, None, target, os.path.dirname(os.path.abspath(found.origin)))
+
+
+class ScriptChecker:
+    """Runs a script's references (one per replica count) and any spec against them."""
+
+    def __init__(self, pool: EnginePool, target: str, args: list | None = None, steps: int = 3,
+                 rtol: float = differential.RTOL, atol: float = differential.ATOL, seed: int = 0,
+                 cwd: str | None = None):
+        if steps < 1:
+            raise CheckInputError(f"script {target!r}: --steps must be positive")
+        self.script = Script.of(target, cwd)
+        self.pool, self.target, self.args, self.steps = pool, target, list(args or []), steps
+        self.rtol, self.atol, self.seed = rtol, atol, seed
+        self.default = parse_spec("default")
+        self.versions = engine_versions(pool.python)
+        self.refs: dict = {}  # replicas -> the reference run told that many replicas
+        self.notes: list[str] = []
+        self.created_at = time.monotonic()
+
+    def _run(self, spec, **kwargs) -> list:
+        s = self.script
+        return self.pool.call(spec, "script.run", target=s.target, folder=s.folder, path=s.path, entry=s.entry,
+                              args=self.args, steps=self.steps, seed=self.seed, **kwargs)
+
+    def _input_error(self, exc: EngineError) -> CheckInputError:
+        if isinstance(exc, ProbeError) and exc.raised.type == "ScriptError":
+            return CheckInputError(exc.raised.message)
+        return CheckInputError(f"script {self.target!r}: the reference run failed: {str(exc).splitlines()[0]}")
+
+    def reference(self, replicas: int = 1):
+        """The script on one device, told ``replicas`` replicas, run twice: it must repeat itself."""
+        if replicas in self.refs:
+            return self.refs[replicas]
+        try:
+            first = self._run(self.default, replicas=replicas)[0]
+            second = self._run(self.default, replicas=replicas, init=first.initial, init_names=first.names,
+                               init_trainable=first.trainable)[0]
+        except EngineError as exc:
+            raise self._input_error(exc) from None
+        told = f" (told {replicas} replicas)" if replicas > 1 else ""
+        if first.raised is not None:
+            raise CheckInputError(f"script {self.target!r}: on one device{told}, {first.raised.where} raised "
+                                  f"{first.raised.type}: {differential.short_error(first.raised.message, 200)}")
+        facts = first.facts
+        if not facts.get("constructed"):
+            raise CheckInputError(f"script {self.target!r}: it constructed no tf.distribute strategy "
+                                  "(MirroredStrategy, CentralStorageStrategy, OneDeviceStrategy, ...)")
+        if not facts.get("draws"):
+            raise CheckInputError(f"script {self.target!r}: it drew no element from a distributed dataset "
+                                  "(strategy.experimental_distribute_dataset or distribute_datasets_from_function) "
+                                  "outside a tf.function, so it shows no step")
+        if not first.steps:
+            raise CheckInputError(f"script {self.target!r}: it ended before its first step ended")
+        if not any(_moved(first)):
+            raise CheckInputError(f"script {self.target!r}: no variable changed in {len(first.steps)} steps on one "
+                                  "device: nothing to compare")
+        moved = differential.first_difference(first, second)
+        if moved is not None:
+            raise CheckInputError(f"script {self.target!r} does not repeat itself on one device{told}: {moved} differs "
+                                  "between two runs with the same seeds (an unseeded random op, a non-deterministic "
+                                  "kernel); fix that before checking it under strategies")
+        self.refs[replicas] = first
+        return first
+
+    def check(self, spec) -> differential.Verdict:
+        ref = self.reference(spec.replicas)
+        began = time.monotonic()
+        try:
+            engine = self.pool.get(spec)
+            started = time.monotonic()
+            runs = self._run(spec, init=ref.initial, init_names=ref.names, init_trainable=ref.trainable)
+        except EngineUnavailable:
+            raise
+        except EngineError as exc:
+            if isinstance(exc, ProbeError) and exc.raised.type == "ScriptError":
+                raise CheckInputError(exc.raised.message) from None
+            return differential.Verdict(spec.text, spec.replicas, "ERROR", seconds=time.monotonic() - began,
+                                        error=str(exc).splitlines()[0])
+        v = differential.verdict(spec.text, ref, runs, ref.facts.get("first_batch_rows") or 0, self.rtol, self.atol,
+                                 seconds=time.monotonic() - started, spec_obj=spec, versions=self.versions)
+        v.start_seconds = engine.start_seconds if engine.started_at >= self.created_at else 0.0
+        return v
+
+
+def _moved(run):
+    """Per model variable, whether it changed over the run (on replica 0)."""
+    last = run.steps[-1].variables
+    return [not np.array_equal(np.asarray(v[0]), np.asarray(init)) for v, init in zip(last, run.initial)]
+
+
+def run(target: str, specs: list, pool: EnginePool, args: list | None = None, steps: int = 3,
+        rtol: float = differential.RTOL, atol: float = differential.ATOL, seed: int = 0, progress=None) -> Report:
+    """The check of the script ``target`` under ``specs``: each spec's reference first (one per
+    replica count), then the spec; specs of kinds scripts are not checked under are listed as such."""
+    began = time.monotonic()
+    checker = ScriptChecker(pool, target, args, steps, rtol, atol, seed)
+    verdicts, skipped = [], []
+    for i, spec in enumerate(specs, 1):
+        why = not_checked(spec)
+        if why is not None:
+            skipped.append(f"{spec.text}: not checked: {why}")
+            if progress:
+                progress(f"[{i}/{len(specs)}] {skipped[-1]}")
+            continue
+        try:
+            v = checker.check(spec)
+        except EngineUnavailable as exc:
+            skipped.append(f"{spec.text}: skipped ({exc})")
+            continue
+        verdicts.append(v)
+        if progress:
+            cause = f": {v.diagnoses[0].title}" if v.diagnoses else ""
+            progress(f"[{i}/{len(specs)}] {spec.text}: {v.status}{cause} ({v.seconds:.1f} s)")
+    first = next(iter(checker.refs.values()), None)
+    notes = list(checker.notes)
+    if first is not None:
+        notes += _script_notes(checker)
+    return Report(target, checker.versions, (first.facts.get("first_batch_rows") or 0) if first else 0,
+                  steps, rtol, atol, notes, verdicts, {"wall": time.monotonic() - began}, kind="script", skipped=skipped)
+
+
+def _script_notes(checker: ScriptChecker) -> list:
+    """What the reference saw of the script: the strategies it built, where it read the replica count."""
+    out = []
+    for replicas, ref in sorted(checker.refs.items()):
+        facts = ref.facts
+        built = "; ".join(f"{name}({shown})" for name, shown in facts.get("constructed", []))
+        reads = ", ".join(f"{where} ({n}x)" for where, n in facts.get("replica_reads", {}).items()) or "nowhere"
+        out.append(f"reference told {replicas} replica(s): the script built {built}; it read num_replicas_in_sync at "
+                   f"{reads}; {facts.get('draws')} elements drawn")
+        if facts.get("device_config"):
+            out.append(f"the script's device configuration was skipped (the engine set its devices up): "
+                       f"{', '.join(facts['device_config'])}")
+    return out
