@@ -19,6 +19,8 @@ MESSAGE_CHARS = 8000  # whole TF messages (deviation signatures match them); Che
 
 
 FACTORY_RAISED = "the factory"  # the ``where`` of a workload factory that raised under a strategy
+# the ``where`` of a script that raised before its first draw (judged as a factory that raised)
+SCRIPT_RAISED = "the script, before its first step,"
 
 
 @record

@@ -75,7 +75,9 @@ def check_cli(folder: Path, *args: str) -> tuple[subprocess.CompletedProcess, li
     mark = uuid.uuid4().hex
     env = dict(os.environ, PYTHONPATH=str(ROOT), TFDS_CHECK_MARK=mark)
     env = {k: v for k, v in env.items() if not k.startswith("PYTEST_XDIST_")}
-    done = subprocess.run([sys.executable, "-m", "suite.check", *args, "-q"], cwd=folder, env=env,
+    # -q before a script's own arguments (after --)
+    args = [*args[:args.index("--")], "-q", *args[args.index("--"):]] if "--" in args else [*args, "-q"]
+    done = subprocess.run([sys.executable, "-m", "suite.check", *args], cwd=folder, env=env,
                           capture_output=True, text=True, timeout=300)
     return done, marked(mark)
 

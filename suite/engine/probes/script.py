@@ -13,12 +13,12 @@ import numpy as np
 import tensorflow as tf
 
 from ...common import matching
-from ...common.results import FACTORY_RAISED, WorkloadRun, WorkloadStep
+from ...common.results import SCRIPT_RAISED, WorkloadRun, WorkloadStep
 from .. import compat
 from ..script import ScriptError, Stop, Watcher, execute, isolated
 from .common import failed
 from .registry import probe
-from .workload import _DETERMINISTIC, _keras_own, _layers, _random_attr
+from .workload import _DETERMINISTIC, _Capture, _keras_own, _layers, _random_attr
 
 keras = compat.keras
 
@@ -131,6 +131,7 @@ def run(ctx, target, folder, path=None, entry=None, args=(), steps=3, seed=0, re
     watcher = Watcher(strategy, steps, folder, reference_replicas=replicas)
     found = _Found()
     metrics: list = []  # per boundary, the metrics' results
+    captures: list = []  # the optimizers' wrapped apply_gradients
     facts: dict = {"script": True, "user_step": True, "loss_object_reduction": None}
 
     def on_boundary(w):
@@ -146,6 +147,9 @@ def run(ctx, target, folder, path=None, entry=None, args=(), steps=3, seed=0, re
                 setattr(layer, attr, 0.0)
         facts["random_layers_keras"] = all(type(layer).__module__.startswith(("keras", "tf_keras"))
                                            for layer in layers if _random_attr(layer))
+        # each optimizer's apply_gradients wrapped as the workload probe wraps it (the engine's mutants act there)
+        trainable = [v for m in found.models.values() for v in m.trainable_variables]
+        captures.extend(_Capture(o, trainable, record=False) for o in found.optimizers.values())
         model, opt = _parts(w, found)
         facts["optimizer_variables_before_step"] = len(opt)
         optimizers = [getattr(o, "inner_optimizer", o) for o in found.optimizers.values()]
@@ -175,7 +179,7 @@ def run(ctx, target, folder, path=None, entry=None, args=(), steps=3, seed=0, re
                 raise ScriptError(f"script {target}: it exited with status {exc.code} before its first step") from None
             watcher.finish()
         except Exception as exc:  # noqa: BLE001  (the script's outcome: judged by the known deviations)
-            raised = failed(ctx, exc, f"step {watcher.drawn}" if watcher.drawn else FACTORY_RAISED)
+            raised = failed(ctx, exc, f"step {watcher.drawn}" if watcher.drawn else SCRIPT_RAISED)
         else:
             watcher.finish()
     return _report(ctx, watcher, found, metrics, facts, raised)

@@ -115,7 +115,7 @@ class _Capture:
     """``optimizer.apply_gradients`` wrapped so each replica's step records the gradients it
     hands over (per thread: MirroredStrategy runs each replica's function in a thread of its own)."""
 
-    def __init__(self, optimizer, variables, dense=False):
+    def __init__(self, optimizer, variables, dense=False, record=True):
         self.local = threading.local()
         self.sparse = False  # whether a gradient handed over was a tf.IndexedSlices (seen while tracing)
         self.index = {id(v): i for i, v in enumerate(variables)}
@@ -128,14 +128,15 @@ class _Capture:
             if dense:  # the remedy ``dense_gradients`` (known_deviations.toml): the optimizer's dense path
                 pairs = [(tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g, v) for g, v in pairs]
             given = {self.index.get(id(v)): g for g, v in pairs}
-            before = getattr(self.local, "grads", None)
+            before = getattr(self.local, "grads", None) if record else None
             if before:  # called again in the same step (a GAN's discriminator steps): the gradients summed
                 try:
                     given = {i: tf.convert_to_tensor(g) + tf.convert_to_tensor(before[i]) if i in before else g
                              for i, g in given.items()}
                 except Exception:  # noqa: BLE001  (another call's tensors in another graph: the last call's)
                     pass
-            self.local.grads = given
+            if record:  # (a script's steps return what the script returns: nothing to take the gradients out)
+                self.local.grads = given
             context = tf.distribute.get_replica_context()
             if mutants.on("double_gradient_aggregation") and context is not None:  # summed twice: once here
                 pairs = [(context.all_reduce(tf.distribute.ReduceOp.SUM, g), v) for g, v in pairs]

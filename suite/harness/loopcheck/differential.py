@@ -24,7 +24,7 @@ import re
 
 import numpy as np
 
-from ...common.results import FACTORY_RAISED, Raised
+from ...common.results import FACTORY_RAISED, SCRIPT_RAISED, Raised
 from ..verdict import deviations
 from ..verdict.signatures import Seen
 
@@ -892,7 +892,9 @@ def verdict(spec: str, ref, runs: list, global_batch: int, rtol: float = RTOL, a
     v.deviations = [[i, line] for i, line in explained]
     if raised is not None:
         v.error = f"{raised.where} raised {raised.type}: {short_error(raised.message, 300)}"
-        what = raised.where if raised.where in (RANDOM_LAYERS_RAISED, FACTORY) else STEP
+        # a script that raised before its first step is judged as a factory that raised under the spec
+        what = FACTORY if raised.where == SCRIPT_RAISED else raised.where if raised.where in (RANDOM_LAYERS_RAISED,
+                                                                                              FACTORY) else STEP
         # a deviation's condition reads what the engine saw of the workload (an optimizer built in the step)
         entry = led.judge(Seen(what, raised, None, lambda a, b: a == b, spec_obj, dist.facts), raised=True)
         if entry is not None:

@@ -16,6 +16,7 @@ import time
 
 import numpy as np
 
+from ...common.results import SCRIPT_RAISED
 from ...common.specs import parse_spec
 from ..engines.pool import EngineError, EnginePool, EngineUnavailable, ProbeError
 from ..engines.versions import engine_versions
@@ -109,8 +110,10 @@ class ScriptChecker:
             raise self._input_error(exc) from None
         told = f" (told {replicas} replicas)" if replicas > 1 else ""
         if first.raised is not None:
-            raise CheckInputError(f"script {self.target!r}: on one device{told}, {first.raised.where} raised "
-                                  f"{first.raised.type}: {differential.short_error(first.raised.message, 200)}")
+            where = "it raised before its first step:" if first.raised.where == SCRIPT_RAISED else \
+                f"{first.raised.where} raised"
+            raise CheckInputError(f"script {self.target!r}: on one device{told}, {where} {first.raised.type}: "
+                                  f"{differential.short_error(first.raised.message, 200)}")
         facts = first.facts
         if not facts.get("constructed"):
             raise CheckInputError(f"script {self.target!r}: it constructed no tf.distribute strategy "

@@ -1,0 +1,153 @@
+"""The check of a training script as the user wrote it (``python -m suite.check path/to/train.py
+[-- ARGS]``; suite/harness/loopcheck/scriptcheck.py): TensorFlow's custom-training tutorial run
+unchanged (examples/scripts/tutorial.py) under every one-process spec against one device told
+the spec's replica count, and the scripts the check cannot use, each refused in one line."""
+
+from __future__ import annotations
+
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from suite.harness.loopcheck import differential, scriptcheck
+from suite.harness.verdict.judgment import Check
+from tests.helpers import ROOT
+from tests.workloads.test_bad_input import check_cli
+from tests.workloads.test_examples import _applies, right, trimmed
+
+TUTORIAL = str(ROOT / "examples" / "scripts" / "tutorial.py")
+LAZY = "keras3-lazy-optimizer-slots-mirrored"
+_CHECKERS: dict = {}
+
+
+def checker(pool, args=()) -> scriptcheck.ScriptChecker:
+    """One checker (its references, one per replica count) per argument list in this process."""
+    key = tuple(args)
+    if key not in _CHECKERS:
+        _CHECKERS[key] = scriptcheck.ScriptChecker(pool, TUTORIAL, list(args))
+    return _CHECKERS[key]
+
+
+# the one-process specs scripts are checked under; without --deep one of each kind and count
+SCRIPT_SPECS = ("default", "one_device", "mirrored:1", "mirrored:2", "central_storage:2")
+
+
+@pytest.mark.specs(lambda spec: scriptcheck.not_checked(spec) is None, without_deep=trimmed(SCRIPT_SPECS))
+def test_the_tutorial_as_written_is_blocked_only_where_keras_cannot_build_its_optimizer(any_spec, pool, suite_state):
+    """The tutorial creates Adam() without building it. Where keras3-lazy-optimizer-slots-mirrored
+    applies (Keras 3.5+, 2 or more local replicas over collectives) its first step raises: BLOCKED
+    naming that entry, the build in the scope shown as the way around it, no cause of the script's;
+    elsewhere (one replica, reduce_to_one, CentralStorage, other Keras) it trains as on one device."""
+    v = checker(pool).check(any_spec)
+    check = Check(any_spec)
+    if _applies(LAZY, f"loop-check[{any_spec.text}]", suite_state.versions):
+        check.equal((v.status, v.deviation[0] if v.deviation else None, v.diagnoses), ("BLOCKED", LAZY, []),
+                    "the tutorial's verdict", differential.details(v))
+        check.that(differential.CAUSES["lazy_optimizer_build"].fix in v.deviation[1], "the way around it",
+                   v.deviation[1], "the optimizer built in the scope")
+    else:
+        check.that(right(v), "the tutorial's verdict", (v.status, v.deviations),
+                   "PASS, or DEVIATION where a known deviation predicts every difference", differential.details(v))
+        check.equal(v.steps, 3, "steps compared")
+
+
+@pytest.mark.specs(lambda spec: scriptcheck.not_checked(spec) is None, without_deep=trimmed(SCRIPT_SPECS))
+def test_the_built_tutorial_trains_as_on_one_device(any_spec, pool):
+    """With ``--build-optimizer`` (Adam built in the scope) every one-process spec trains what one
+    device trains: the same variables, optimizer slots, reported loss and metrics after each of 3
+    steps (DEVIATION only where a recorded deviation predicts each difference)."""
+    v = checker(pool, ["--build-optimizer"]).check(any_spec)
+    check = Check(any_spec)
+    check.that(right(v), "examples/scripts/tutorial.py -- --build-optimizer", (v.status, v.deviations),
+               "PASS, or DEVIATION where a known deviation predicts every difference", differential.details(v))
+    check.equal(v.steps, 3, "steps compared")
+
+
+def test_the_reference_is_told_the_specs_replica_count(pool):
+    """The reference runs on one device, but the script reads the spec's num_replicas_in_sync: its
+    global batch is 16 per replica times the spec's count, and the report says where it read it."""
+    c = checker(pool, ["--build-optimizer"])
+    check = Check("the script's reference")
+    for replicas in (1, 2, 3):
+        ref = c.reference(replicas)
+        check.equal((ref.replicas, ref.facts["first_batch_rows"]), (1, 16 * replicas),
+                    f"replicas and rows of the reference told {replicas}")
+        check.equal(sorted(ref.facts["replica_reads"]), ["tutorial.py:30", "tutorial.py:34"],
+                    "where the script read num_replicas_in_sync")
+        check.equal(ref.facts["constructed"], [["MirroredStrategy", ""]], "the strategies the script built")
+
+
+UNUSABLE = {
+    "no_strategy.py": ("""
+        import tensorflow as tf
+        x = tf.Variable(1.0)
+        for batch in tf.data.Dataset.range(4):
+            x.assign_add(1.0)
+        """, "it constructed no tf.distribute strategy"),
+    "no_distributed_dataset.py": ("""
+        import tensorflow as tf
+        strategy = tf.distribute.MirroredStrategy()
+        with strategy.scope():
+            x = tf.Variable(1.0)
+        for batch in tf.data.Dataset.range(4):
+            x.assign_add(1.0)
+        """, "it drew no element from a distributed dataset"),
+    "raises_first.py": ("""
+        import tensorflow as tf
+        strategy = tf.distribute.MirroredStrategy()
+        raise FileNotFoundError("/data/train.tfrecord")
+        """, "on one device (told 2 replicas), it raised before its first step: FileNotFoundError: /data/train.tfrecord"),
+    "exits_first.py": ("""
+        import sys
+        import tensorflow as tf
+        strategy = tf.distribute.MirroredStrategy()
+        sys.exit(3)
+        """, "it exited with status 3 before its first step"),
+    "nothing_changes.py": ("""
+        import tensorflow as tf
+        strategy = tf.distribute.MirroredStrategy()
+        with strategy.scope():
+            x = tf.Variable(1.0)
+        for batch in strategy.experimental_distribute_dataset(tf.data.Dataset.range(8).batch(2)):
+            pass
+        """, "no variable changed in 3 steps on one device"),
+    "missing.py": (None, "script 'missing.py': no such file"),
+}
+
+
+@pytest.fixture(scope="module")
+def scripts(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("scripts")
+    for name, (source, _) in UNUSABLE.items():
+        if source is not None:
+            (path / name).write_text(textwrap.dedent(source))
+    return path
+
+
+@pytest.mark.parametrize("name", sorted(UNUSABLE))
+def test_an_unusable_script_is_one_line_and_exit_2(scripts, name):
+    """What the check cannot use is said in one line naming the script, exit 2, no engine left;
+    the time each took is shown (the bound is a hang guard, not a performance claim)."""
+    began = time.monotonic()
+    done, left = check_cli(scripts, name, "--strategies", "mirrored:2")
+    took = time.monotonic() - began
+    check = Check(f"python -m suite.check {name}")
+    check.equal(done.returncode, 2, "exit status", done.stderr[-600:])
+    lines = done.stderr.strip().splitlines()
+    check.equal(len(lines), 1, "stderr lines", done.stderr[-600:])
+    check.contains(lines[0], [UNUSABLE[name][1]], "the error")
+    check.equal(left, [], "engine processes alive")
+    check.that(took < 60, "seconds to refuse it", round(took, 1), "well under a minute")
+
+
+def test_specs_scripts_are_not_checked_under_are_listed_not_errors():
+    """A multi-worker spec beside a one-process one: its line says scripts are not checked there yet;
+    the verdict and the exit status are the one-process spec's."""
+    done, _ = check_cli(Path(TUTORIAL).parent, "tutorial.py", "--strategies", "mirrored:1,multi_worker:2x1",
+                        "--", "--build-optimizer")
+    check = Check("python -m suite.check tutorial.py")
+    check.equal(done.returncode, 0, "exit status", done.stdout[-1500:] + done.stderr[-600:])
+    check.contains(done.stdout, ["multi_worker:2x1: not checked: scripts are not checked under multi_worker specs yet",
+                                 "PASS: every spec trains what one device trains"], "the report")
