@@ -21,6 +21,7 @@ INPUT = "tests/properties/test_input.py::"
 PS_TESTS = "tests/properties/test_parameter_server.py::"
 BLOCKS = "tests/properties/test_blocks.py::"
 RIGHT_LOOP = "tests/workloads/test_examples.py::test_the_right_loop_of_the_mistakes_passes[{spec}]"
+RIGHT_SCRIPT = "tests/workloads/test_scripts.py::test_the_built_tutorial_trains_as_on_one_device[{spec}]"
 
 # One spec of every strategy kind: the mutants run on each kind where they apply.
 ONE = ("default", "one_device")  # one replica
@@ -62,6 +63,9 @@ CASES = [
     # the check of a user's loop (python -m suite.check) sees TensorFlow sum a loop's gradients wrongly
     Case("double_gradient_aggregation", RIGHT_LOOP, "examples.mistakes:right", MULTI),
     Case("step_one_replica_dropped", RIGHT_LOOP, "examples.mistakes:right", MULTI),
+    # ... and in a training script run unchanged (one-process specs only, suite/harness/loopcheck/scriptcheck.py)
+    Case("double_gradient_aggregation", RIGHT_SCRIPT, "examples/scripts/tutorial.py", ("mirrored:2", "central_storage:2")),
+    Case("step_one_replica_dropped", RIGHT_SCRIPT, "examples/scripts/tutorial.py", ("mirrored:2", "central_storage:2")),
     Case("local_batch_denominator", LOSSES + "test_compute_average_loss_matches_reference[{spec}-none-{dtype}]",
          "compute_average_loss", MULTI, BOTH),
     Case("local_batch_denominator", LOSSES + "test_summed_scaled_loss_equals_the_global_mean_on_even_splits"
