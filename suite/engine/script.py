@@ -66,6 +66,7 @@ class Boundary:
     values: dict  # creation index -> [each local replica's copy]
     reduced: list  # [(op name, reduced value, [each replica's value])] in call order
     rows: list | None  # each local replica's examples in the element drawn for this step
+    local_reads: list = dataclasses.field(default_factory=list)  # [[each replica's value]] the script read by hand
 
 
 def _attr(root, dotted: str):
@@ -109,8 +110,11 @@ class Reference:
 
     @property
     def num_replicas_in_sync(self) -> int:
-        self._watcher.read_replicas(sys._getframe(1))
-        return self._replicas
+        """The spec's count; inside the replica function (in ``run``) one device's, as
+        ``get_replica_context().num_replicas_in_sync`` answers there."""
+        inside = self._watcher.in_replica_function()
+        self._watcher.read_replicas(sys._getframe(1), inside)
+        return self._real.num_replicas_in_sync if inside else self._replicas
 
     def __getattr__(self, name):
         return getattr(self._real, name)
@@ -134,9 +138,14 @@ class Watcher:
         self.on_first_boundary = None  # called at the first boundary (loading initial values)
         self.on_boundary = None  # called at each boundary, before it is read (finding the script's objects)
         self._reduced: list = []
+        self._local_reads: list = []
         self._rows = None
+        self.undistributed: dict = {}  # "file:line" -> a batch passed to strategy.run that was not distributed
+        self.runs = 0  # calls of strategy.run (a traced call counts once per trace)
+        self.distributed = False  # whether the script distributed a dataset
         self._local = threading.local()
         self._marked: dict = {}  # id -> object: datasets and iterators whose draws are boundaries
+        self._plain: dict = {}  # id -> iterator: of the script's own datasets (boundaries where none is distributed)
         self._patched: list = []  # (owner, attribute, previous value or _ABSENT)
         self._wrapped_types: set = set()
 
@@ -146,15 +155,34 @@ class Watcher:
         self.constructed.append([real_class.__name__, shown[:200]])
         return self.shown
 
-    def read_replicas(self, frame) -> None:
+    def read_replicas(self, frame, inside: bool = False) -> None:
         while frame is not None and not self._users(frame.f_code.co_filename):
             frame = frame.f_back
         if frame is not None:
             where = f"{os.path.relpath(frame.f_code.co_filename, self.folder)}:{frame.f_lineno}"
+            where += " (in the replica function)" if inside else ""
             self.replica_reads[where] = self.replica_reads.get(where, 0) + 1
 
+    def in_replica_function(self) -> bool:
+        """Whether this thread is inside the checked strategy's ``run`` (its replica function)."""
+        return bool(getattr(self._local, "running", 0))
+
     def _users(self, filename: str) -> bool:
-        return os.path.realpath(filename).startswith(self.folder + os.sep)
+        """Whether ``filename`` is the script's code: in its folder, and not a library's installed there."""
+        return (os.path.realpath(filename).startswith(self.folder + os.sep)
+                and not any(part in filename for part in _LIBRARIES))
+
+    def _called_by_user(self, frame) -> bool:
+        """Whether ``frame`` (a wrapper's caller) is the script's code, called directly or through
+        autograph's conversion of it inside a tf.function (TensorFlow's own calls are not the script's)."""
+        while frame is not None and f"{os.sep}autograph{os.sep}" in frame.f_code.co_filename:
+            frame = frame.f_back
+        if frame is None:
+            return False
+        name = frame.f_code.co_filename
+        if "__autograph_generated_file" in name:  # converted code runs in its module's namespace
+            name = frame.f_globals.get("__file__") or name
+        return self._users(name)
 
     def user_frames(self, frame=None) -> list:
         """The frames of the script's own code on the stack, innermost first."""
@@ -190,10 +218,13 @@ class Watcher:
                 parent = _attr(tf, dotted.rpartition(".")[0])
                 self._patch(parent, dotted.rpartition(".")[2], self._skipped(dotted))
         target = self.shown
-        for name, wrapper in (("scope", self._scope), ("reduce", self._reduce),
+        for name, wrapper in (("scope", self._scope), ("reduce", self._reduce), ("run", self._run),
+                              ("experimental_local_results", self._local_results),
                               ("experimental_distribute_dataset", self._distribute),
                               ("distribute_datasets_from_function", self._distribute)):
-            self._patch(target, name, wrapper(getattr(self.real, name)))
+            # autograph must call the wrappers as they are (converted, they would see their own frames)
+            self._patch(target, name, tf.autograph.experimental.do_not_convert(wrapper(getattr(self.real, name))))
+        self._patch(tf.data.Dataset, "__iter__", self._plain_iter(tf.data.Dataset.__iter__))
         try:
             with tf.variable_creator_scope(self._outer):
                 yield self
@@ -245,29 +276,71 @@ class Watcher:
     def _reduce(self, real_reduce):
         def reduce(reduce_op, value, axis=None):
             out = real_reduce(reduce_op, value, axis=axis)
-            if getattr(self._local, "quiet", False):
-                return out  # the suite's own read (a metric's result at a boundary)
+            if getattr(self._local, "quiet", False) or not self._called_by_user(sys._getframe(1)):
+                return out  # the suite's own read (a metric's result at a boundary), or a library's
             op = getattr(reduce_op, "name", str(reduce_op)).rsplit(".", 1)[-1].upper()
-            try:
-                parts = list(self.real.experimental_local_results(value))
-            except Exception:  # noqa: BLE001  (not a distributed value: one part)
-                parts = [value]
-            if tf.executing_eagerly():
-                self._reduced.append((op, np.asarray(out), [np.asarray(p) for p in parts]))
-            else:
-                def keep(reduced, *each):
-                    # copies: the arrays py_function hands over are reused once it returns
-                    self._reduced.append((op, np.array(reduced), [np.array(e) for e in each]))
-                    return 0
-                with contextlib.suppress(Exception):  # a value py_function cannot carry: not kept
-                    tf.py_function(keep, [out, *parts], [tf.int32])
+            self._keep([out, *self._parts(value)], lambda values: self._reduced.append((op, values[0], values[1:])))
             return out
         return reduce
+
+    def _parts(self, value) -> list:
+        self._local.quiet = True
+        try:
+            return list(self.real.experimental_local_results(value))
+        except Exception:  # noqa: BLE001  (not a distributed value: one part)
+            return [value]
+        finally:
+            self._local.quiet = False
+
+    @staticmethod
+    def _keep(tensors, record) -> None:
+        """``record([numpy values])`` of ``tensors`` now (eagerly) or when a traced function runs."""
+        if tf.executing_eagerly():
+            record([np.array(t) for t in tensors])
+            return
+
+        def keep(*values):
+            record([np.array(v) for v in values])  # copies: py_function reuses its arrays once it returns
+            return 0
+
+        with contextlib.suppress(Exception):  # values py_function cannot carry: not kept
+            tf.py_function(keep, list(tensors), [tf.int32])
+
+    def _local_results(self, real_local_results):
+        def experimental_local_results(value):
+            out = real_local_results(value)
+            if getattr(self._local, "quiet", False) or not self._called_by_user(sys._getframe(1)):
+                return out
+            with contextlib.suppress(Exception):  # values that are not tensors: not kept
+                tensors = [tf.convert_to_tensor(v) for v in out]
+                if tensors and all(t.dtype.is_floating for t in tensors):
+                    self._keep(tensors, lambda values: self._local_reads.append(values))  # the list of the step it runs in
+            return out
+        return experimental_local_results
+
+    def _run(self, real_run):
+        def run(fn, args=(), kwargs=None, options=None):
+            self.runs += 1
+            if self.real.num_replicas_in_sync > 1 and self._called_by_user(sys._getframe(1)):
+                for leaf in tf.nest.flatten((args, kwargs or {})):
+                    if isinstance(leaf, tf.Tensor) and leaf.shape.rank:
+                        frame = self.user_frames(sys._getframe(1))
+                        where = (f"{os.path.relpath(frame[0].f_code.co_filename, self.folder)}:{frame[0].f_lineno}"
+                                 if frame else "?")
+                        self.undistributed.setdefault(where, list(leaf.shape))
+                        break
+            self._local.running = getattr(self._local, "running", 0) + 1
+            try:
+                return real_run(fn, args=args, kwargs=kwargs, options=options)
+            finally:
+                self._local.running -= 1
+        return run
 
     # -- step boundaries -------------------------------------------------------------------------
     def _distribute(self, real_distribute):
         def distribute(*args, **kwargs):
             out = real_distribute(*args, **kwargs)
+            self.distributed = True
             self._mark(out)
             return out
         return distribute
@@ -289,8 +362,20 @@ class Watcher:
 
         self._patch(cls, "__iter__", __iter__)
 
-    def _mark_iterator(self, it) -> None:
-        self._marked[id(it)] = it
+    def _plain_iter(self, original):
+        """``tf.data.Dataset.__iter__`` for the run: an iterator the script makes eagerly of a dataset
+        it did not distribute is kept, so that where it distributes none, its draws are the boundaries."""
+        watcher = self
+
+        def __iter__(self_):
+            it = original(self_)
+            if tf.executing_eagerly() and id(self_) not in watcher._marked and watcher._called_by_user(sys._getframe(1)):
+                watcher._mark_iterator(it, plain=True)
+            return it
+        return __iter__
+
+    def _mark_iterator(self, it, plain: bool = False) -> None:
+        (self._plain if plain else self._marked)[id(it)] = it
         cls = type(it)
         if ("next", cls) in self._wrapped_types:
             return
@@ -302,7 +387,7 @@ class Watcher:
                 continue
 
             def drawing(self_, *args, _original=original, **kwargs):
-                if id(self_) not in watcher._marked or getattr(watcher._local, "drawing", False) \
+                if not watcher._counts(self_) or getattr(watcher._local, "drawing", False) \
                         or not tf.executing_eagerly():
                     return _original(self_, *args, **kwargs)
                 watcher.boundary()
@@ -315,6 +400,13 @@ class Watcher:
                 return element
 
             self._patch(cls, name, drawing)
+
+    def _counts(self, iterator) -> bool:
+        """Whether a draw from ``iterator`` is a step boundary: it is a distributed dataset's, or the
+        script distributes none and this is one of its own datasets', drawn once variables exist."""
+        if id(iterator) in self._marked:
+            return True
+        return id(iterator) in self._plain and bool(self.variables) and not self._marked
 
     def boundary(self) -> None:
         """The script is about to draw an element: the previous step (if any) has ended."""
@@ -339,19 +431,23 @@ class Watcher:
 
     def drew(self, element) -> None:
         self.drawn += 1
-        with contextlib.suppress(Exception):  # an optional, or an element of no tensors
+        with contextlib.suppress(Exception), self._quiet():  # an optional, or an element of no tensors
             parts = self.real.experimental_local_results(tf.nest.flatten(element)[0])
             self._rows = [int(tf.shape(p)[0]) if p.shape.rank else 1 for p in parts]
 
     def read(self) -> None:
+        with self._quiet():
+            self._read()
+
+    def _read(self) -> None:
         values = {}
         for i, v in enumerate(self.variables):
             try:
                 values[i] = [np.array(tf.convert_to_tensor(c)) for c in self.real.experimental_local_results(v)]
             except Exception:  # noqa: BLE001  (a variable not readable here: an uninitialized one)
                 continue
-        self.boundaries.append(Boundary(values, self._reduced, self._rows))
-        self._reduced, self._rows = [], None
+        self.boundaries.append(Boundary(values, self._reduced, self._rows, self._local_reads))
+        self._reduced, self._rows, self._local_reads = [], None, []
 
     def finish(self) -> None:
         """The script ended (or raised): the step of the last element drawn has ended there."""
@@ -363,6 +459,9 @@ class Watcher:
 
 
 _ABSENT = object()
+# where the libraries a script calls through live (their frames are passed over to find the caller)
+_LIBRARIES = (f"{os.sep}tensorflow{os.sep}", f"{os.sep}keras{os.sep}", f"{os.sep}tf_keras{os.sep}", "<frozen ",
+              f"{os.sep}contextlib.py", f"{os.sep}threading.py", os.path.dirname(os.path.abspath(__file__)))
 
 
 @contextlib.contextmanager

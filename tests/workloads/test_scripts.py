@@ -5,6 +5,7 @@ the spec's replica count, and the scripts the check cannot use, each refused in 
 
 from __future__ import annotations
 
+import ast
 import textwrap
 import time
 from pathlib import Path
@@ -151,3 +152,32 @@ def test_specs_scripts_are_not_checked_under_are_listed_not_errors():
     check.equal(done.returncode, 0, "exit status", done.stdout[-1500:] + done.stderr[-600:])
     check.contains(done.stdout, ["multi_worker:2x1: not checked: scripts are not checked under multi_worker specs yet",
                                  "PASS: every spec trains what one device trains"], "the report")
+
+
+def _cases() -> tuple[str, ...]:
+    """The cases of examples/scripts/mistakes.py (its CASES, read without importing it: it imports TensorFlow)."""
+    tree = ast.parse((ROOT / "examples" / "scripts" / "mistakes.py").read_text())
+    return next(ast.literal_eval(node.value) for node in tree.body
+                if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "CASES")
+
+
+@pytest.mark.specs(lambda spec: spec.kind in ("mirrored", "central_storage") and spec.replicas > 1,
+                   without_deep=trimmed(("mirrored:2", "central_storage:2")))
+@pytest.mark.parametrize("case", _cases())
+def test_each_scripts_mistake_is_diagnosed_with_its_cause_only(spec, case, pool):
+    """examples/scripts/mistakes.py -- --case CASE: a case named after a catalogued cause is FAIL with
+    that cause and no other; a case starting ``right_`` (a global batch the replicas do not divide, a
+    loss summed by hand and divided by the global batch, a per-replica mean divided by the replica
+    count) trains what one device trains (DEVIATION only where a recorded deviation predicts it)."""
+    key = ("mistakes", case)
+    if key not in _CHECKERS:
+        _CHECKERS[key] = scriptcheck.ScriptChecker(pool, str(ROOT / "examples" / "scripts" / "mistakes.py"),
+                                                   ["--case", case])
+    v = _CHECKERS[key].check(spec)
+    check = Check(spec)
+    if case.startswith("right"):
+        check.that(right(v) and not v.diagnoses, f"mistakes.py --case {case}", (v.status, v.deviations),
+                   "PASS, or DEVIATION where a known deviation predicts every difference", differential.details(v))
+    else:
+        check.equal((v.status, [d.cause for d in v.diagnoses]), ("FAIL", [case]), f"mistakes.py --case {case}",
+                    differential.details(v))

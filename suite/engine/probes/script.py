@@ -18,7 +18,7 @@ from .. import compat
 from ..script import ScriptError, Stop, Watcher, execute, isolated
 from .common import failed
 from .registry import probe
-from .workload import _DETERMINISTIC, _Capture, _keras_own, _layers, _random_attr
+from .workload import _DETERMINISTIC, _Capture, _keras_own, _layers, _random_attr, _regularization
 
 keras = compat.keras
 
@@ -31,15 +31,18 @@ class _Found:
         self.models: dict = {}
         self.optimizers: dict = {}
         self.metrics: dict = {}
+        self.losses: dict = {}  # Keras loss objects (their reduction is evidence)
 
     def _seen(self, obj) -> bool:
-        return any(obj is o for group in (self.models, self.optimizers, self.metrics) for o in group.values())
+        return any(obj is o for group in (self.models, self.optimizers, self.metrics, self.losses) for o in group.values())
 
     def _take(self, name: str, obj, depth: int = 0) -> None:
         if isinstance(obj, keras.Model):
             group = self.models
         elif isinstance(obj, keras.metrics.Metric):
             group = self.metrics
+        elif isinstance(obj, keras.losses.Loss):
+            group = self.losses
         elif hasattr(obj, "apply_gradients") and hasattr(obj, "variables") and not isinstance(obj, type):
             group = self.optimizers
         elif depth == 0 and isinstance(obj, (list, tuple)):
@@ -132,11 +135,14 @@ def run(ctx, target, folder, path=None, entry=None, args=(), steps=3, seed=0, re
     found = _Found()
     metrics: list = []  # per boundary, the metrics' results
     captures: list = []  # the optimizers' wrapped apply_gradients
-    facts: dict = {"script": True, "user_step": True, "loss_object_reduction": None}
+    regularization: list = []  # per boundary, add_n of the models' losses (weight penalties), if readable
+    facts: dict = {"script": True, "user_step": True}
 
     def on_boundary(w):
         found.update(w.user_frames())
         metrics.append(_metric_results(found))
+        penalties = [_regularization(m) for m in found.models.values()]
+        regularization.append(None if None in penalties else sum(penalties))
 
     def on_first(w):
         layers = [layer for m in found.models.values() for layer in _layers(m)]
@@ -182,10 +188,10 @@ def run(ctx, target, folder, path=None, entry=None, args=(), steps=3, seed=0, re
             raised = failed(ctx, exc, f"step {watcher.drawn}" if watcher.drawn else SCRIPT_RAISED)
         else:
             watcher.finish()
-    return _report(ctx, watcher, found, metrics, facts, raised)
+    return _report(ctx, watcher, found, metrics, regularization, facts, raised)
 
 
-def _report(ctx, watcher, found, metrics, facts, raised) -> WorkloadRun:
+def _report(ctx, watcher, found, metrics, regularization, facts, raised) -> WorkloadRun:
     strategy = ctx.strategy
     names = _keras_names(found)
     model, opt = _parts(watcher, found)
@@ -206,7 +212,7 @@ def _report(ctx, watcher, found, metrics, facts, raised) -> WorkloadRun:
         steps.append(WorkloadStep(
             float(np.sum(np.asarray(reported, np.float64))), [float(np.sum(np.asarray(p, np.float64))) for p in parts],
             b.rows or [], [values(b, i) for i in model], [values(b, i) for i in opt], None,
-            metrics[k] if k < len(metrics) else {}))
+            metrics[k] if k < len(metrics) else {}, regularization[k - 1] if k - 1 < len(regularization) else None))
     reduced = [r for b in boundaries for r in b.reduced]
     optimizers = [getattr(o, "inner_optimizer", o) for o in found.optimizers.values()]
     layers = [layer for m in found.models.values() for layer in _layers(m)]
@@ -228,6 +234,13 @@ def _report(ctx, watcher, found, metrics, facts, raised) -> WorkloadRun:
         "sparse_gradients": False, "random_ops": None,
         "constructed": watcher.constructed, "device_config": watcher.device_config,
         "replica_reads": watcher.replica_reads, "draws": watcher.drawn, "boundaries": len(boundaries),
+        "runs": watcher.runs, "distributed": watcher.distributed,
+        # batches the script passed to strategy.run undistributed (every replica gets all of it), by where
+        "undistributed_inputs": watcher.undistributed,
+        # per step, the per-replica values the script read with experimental_local_results (each summed)
+        "local_reads": [[[float(np.sum(np.asarray(v, np.float64))) for v in read] for read in b.local_reads]
+                        for b in boundaries[1:]],
+        "loss_object_reduction": next((str(getattr(o, "reduction", "")) for o in found.losses.values()), None),
     })
     facts.setdefault("random_layers", [])
     if ctx.spec.kind != "default":

@@ -124,6 +124,16 @@ CAUSES = {
         "give each worker its own examples: in the dataset function of distribute_datasets_from_function, "
         "ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id) before batching; with "
         "experimental_distribute_dataset, leave auto-sharding on (not AutoShardPolicy.OFF)"),
+    "batch_not_distributed": Cause(
+        "batches not distributed",
+        "distribute the dataset: iterate strategy.experimental_distribute_dataset(dataset) (or "
+        "strategy.distribute_datasets_from_function) and pass its elements to strategy.run; a plain batch passed "
+        "to strategy.run goes whole to every replica, so apply_gradients sums the replica count's copies of it"),
+    "metric_from_one_replica": Cause(
+        "a metric fed one replica's value",
+        "feed the metric the value of every replica: strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica_loss, "
+        "axis=None) in the cross-replica context (or update the metric inside strategy.run, where each replica adds "
+        "its own), not strategy.experimental_local_results(per_replica_loss)[0]"),
     "replicas_disagree": Cause(
         "variables that differ between replicas",
         "update a variable from every replica with the same value: create it in the scope with its default "
@@ -448,6 +458,27 @@ def _metric_increments(ref) -> dict:
 
 
 # -- the diagnosis -----------------------------------------------------------------------------
+def _one_replicas_value(dist, metric: str, k: int):
+    """``(j, values)`` where a mean metric's value after step ``k`` is the mean over the steps of
+    replica j's values of what the script read with ``experimental_local_results`` (the last read
+    of each step), not the mean of their sums; else None."""
+    reads = (dist.facts.get("local_reads") or [])[:k]
+    states = sorted(dist.facts.get("metric_states", {}).get(metric, ()))
+    if len(reads) < k or not all(reads) or states != ["count", "total"] or dist.replicas < 2:
+        return None
+    last = [step[-1] for step in reads]
+    got = dist.steps[k - 1].metrics.get(metric)
+    if got is None or any(len(values) != len(last[0]) for values in last) or len(last[0]) < 2:
+        return None
+    if _exactly(got, sum(sum(values) for values in last) / k):
+        return None
+    for j in range(len(last[0])):
+        series = [values[j] for values in last]
+        if _exactly(got, sum(series) / k):
+            return j, series
+    return None
+
+
 def _is(x, target) -> bool:
     return x is not None and math.isfinite(x) and target > 0 and abs(x - target) <= RATIO_SLACK * target
 
@@ -549,6 +580,17 @@ def diagnose(ref, dist, mismatches: list, global_batch: int) -> list[Diagnosis]:
         add("created_outside_scope", f"not created in the strategy's scope: {shown}")
     before, after = facts.get("optimizer_variables_before_step"), facts.get("optimizer_variables_after")
     lazy = before is not None and after is not None and after > before
+    undistributed = facts.get("undistributed_inputs") or {}
+    if n > 1 and undistributed and mismatches:  # a script's batch passed whole to every replica: the root cause
+        where, shape = next(iter(undistributed.items()))
+        k = mismatches[0].step
+        r, d = ref.steps[k - 1], dist.steps[k - 1]
+        returned = sum(d.replica_losses) / r.loss if r.loss and d.replica_losses else None
+        add("batch_not_distributed", f"at {where} the script passed strategy.run a batch of shape {shape} that is no "
+                                     f"distributed dataset's element: each of the {n} replicas got all of it",
+            *([f"the losses the replicas returned in step {k} sum to {returned:.4g} x one device's ({n}, the replica "
+               "count)"] if returned is not None else []))
+        return out
     if dist.raised is not None:
         message = dist.raised.message
         if "Reduction" in message and ("SUM" in message or "NONE" in message) and "strategy" in message.lower():
@@ -585,7 +627,14 @@ def diagnose(ref, dist, mismatches: list, global_batch: int) -> list[Diagnosis]:
     only_metrics = all(m.quantity.startswith("metric ") for m in mismatches)
     if only_metrics:
         for m in mismatches:
-            if _is(m.ratio, 1 / n):
+            one = _one_replicas_value(dist, m.quantity.removeprefix("metric "), k)
+            if one is not None:
+                j, series = one
+                add("metric_from_one_replica", f"{m.quantity} after step {k} is {m.got}, the mean of replica {j}'s "
+                                               f"values {[round(v, 7) for v in series]} that the script read with "
+                                               f"experimental_local_results, not of all {n} replicas' (one device: "
+                                               f"{m.expected})")
+            elif _is(m.ratio, 1 / n):
                 add("metric_fed_scaled_loss", f"{m.quantity} after step {k} is {m.ratio:.4g} of one device's "
                                               f"(1/{n} for {n} replicas) while the loss and every variable agree")
         return out

@@ -23,6 +23,7 @@ from ..engines.versions import engine_versions
 from . import differential
 from .usercheck import CheckInputError, Report
 
+INSIDE = " (in the replica function)"  # a read of the replica count inside strategy.run (the engine's mark)
 # the spec kinds whose strategy a script's constructors can be given here (one process, synchronous)
 SCRIPT_KINDS = ("default", "one_device", "mirrored", "central_storage")
 
@@ -118,10 +119,11 @@ class ScriptChecker:
         if not facts.get("constructed"):
             raise CheckInputError(f"script {self.target!r}: it constructed no tf.distribute strategy "
                                   "(MirroredStrategy, CentralStorageStrategy, OneDeviceStrategy, ...)")
-        if not facts.get("draws"):
+        if not facts.get("draws") or not (facts.get("distributed") or facts.get("runs")):
             raise CheckInputError(f"script {self.target!r}: it drew no element from a distributed dataset "
                                   "(strategy.experimental_distribute_dataset or distribute_datasets_from_function) "
-                                  "outside a tf.function, so it shows no step")
+                                  "outside a tf.function" + ("" if facts.get("runs") else ", nor called strategy.run")
+                                  + ", so it shows no step")
         if not first.steps:
             raise CheckInputError(f"script {self.target!r}: it ended before its first step ended")
         if not any(_moved(first)):
@@ -151,6 +153,14 @@ class ScriptChecker:
                                         error=str(exc).splitlines()[0])
         v = differential.verdict(spec.text, ref, runs, ref.facts.get("first_batch_rows") or 0, self.rtol, self.atol,
                                  seconds=time.monotonic() - started, spec_obj=spec, versions=self.versions)
+        inside = [w.removesuffix(INSIDE) for w in ref.facts.get("replica_reads", {}) if w.endswith(INSIDE)]
+        if inside and v.status == "FAIL" and v.mismatches:
+            # what the reference answered there is one device's count; a right script may mean the spec's
+            v.notes.append(f"the script read strategy.num_replicas_in_sync inside the replica function "
+                           f"({', '.join(inside)}); the one-device reference answered 1 there and {spec.replicas} "
+                           "outside it, as TensorFlow does, which is not one device's training where the script combines "
+                           "the two (a per-replica batch times the count): no cause is named; check those lines")
+            v.diagnoses = []
         v.start_seconds = engine.start_seconds if engine.started_at >= self.created_at else 0.0
         return v
 
