@@ -633,6 +633,44 @@ def distillation_loss_averaged_per_replica(ctx):
     return _distillation(ctx, "loss_averaged_per_replica")
 
 
+# == batches the suite's canonical step cannot train: (x, y, sample_weight), as Keras' fit takes them ==
+def _weighted_triple(ctx, mistake=None):
+    """A functional classifier whose batches are ``(x, y, sample_weight)`` triples; the step weights
+    each example's loss. The canonical-step control cannot train such batches (it takes ``(x, y)``), so
+    where this loop diverges only the stand-in control can say whose the divergence is."""
+    inputs = keras.Input((8,))
+    model = keras.Model(inputs, keras.layers.Dense(4)(keras.layers.Dense(16, activation="tanh")(inputs)))
+    optimizer = keras.optimizers.SGD(0.1)
+    optimizer.build(model.trainable_variables)
+    loss_object = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+    x, y, w = classification()
+    gb = ctx.global_batch_size
+
+    def step(batch):
+        features, labels, weights = batch
+        with tf.GradientTape() as tape:
+            per_example = loss_object(labels, model(features, training=True))
+            if mistake == "loss_averaged_per_replica":
+                loss = tf.reduce_sum(weights * per_example) / tf.cast(tf.shape(per_example)[0], tf.float32)
+            else:
+                loss = tf.nn.compute_average_loss(per_example, sample_weight=weights, global_batch_size=gb)
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    return Workload(model, optimizer, loss_object, _pipeline((x, y, w), ctx, "dataset"), step=step)
+
+
+def right_weighted_triple(ctx):
+    """compute_average_loss with sample_weight= and global_batch_size= on (x, y, sample_weight) batches."""
+    return _weighted_triple(ctx)
+
+
+def loss_averaged_per_replica_weighted_triple(ctx):
+    """The same loop dividing each replica's weighted sum by its own batch's examples."""
+    return _weighted_triple(ctx, "loss_averaged_per_replica")
+
+
 # == the tables ===================================================================================
 EXPECTED: dict[str, str | None] = {
     "right_functional_dict_adam": None,
@@ -641,6 +679,7 @@ EXPECTED: dict[str, str | None] = {
     "right_weighted_compute_average": None,
     "right_weighted_subclassed": None,
     "right_weighted_global_weight_sum": None,
+    "right_weighted_triple": None,
     "right_sequential_regression": None,
     "right_subclassed_regularized": None,
     "right_functional_regularized_function": None,
@@ -679,6 +718,7 @@ EXPECTED: dict[str, str | None] = {
     "input_not_sharded_per_worker_subclassed": "input_not_sharded_per_worker",
     "weighted_loss_normalized_per_replica_functional": "weighted_loss_normalized_per_replica",
     "weighted_loss_normalized_per_replica_subclassed": "weighted_loss_normalized_per_replica",
+    "loss_averaged_per_replica_weighted_triple": "loss_averaged_per_replica",
 }
 
 STYLE: dict[str, str] = {
@@ -691,6 +731,8 @@ STYLE: dict[str, str] = {
         "subclassed regression, {x,y,w} dict, SGD, dataset; compute_average_loss(sample_weight, global_batch_size)",
     "right_weighted_global_weight_sum":
         "functional, weighted ((x, w), y), Adam, dataset; divided by the all-reduced sum of weights",
+    "right_weighted_triple":
+        "functional, (x, y, sample_weight) triples, SGD, dataset; compute_average_loss(sample_weight, global_batch_size)",
     "right_sequential_regression": "Sequential regression (4-dim label), tuple, Adam, function; MSE reduction none",
     "right_subclassed_regularized": "subclassed regression, {x,y} dict, SGD, dataset; L2 + scale_regularization_loss",
     "right_functional_regularized_function": "functional, dict inputs, SGD, function; L2 + scale_regularization_loss",
@@ -729,6 +771,7 @@ STYLE: dict[str, str] = {
     "input_not_sharded_per_worker_subclassed": "subclassed regression, {x,y} dict, Adam, function",
     "weighted_loss_normalized_per_replica_functional": "functional, weighted ((x, w), y), SGD, dataset",
     "weighted_loss_normalized_per_replica_subclassed": "subclassed regression, {x,y,w} dict, Adam, function",
+    "loss_averaged_per_replica_weighted_triple": "functional, (x, y, sample_weight) triples, SGD, dataset",
 }
 
 HARMLESS_ON: dict[str, tuple[str, ...]] = {
@@ -742,3 +785,4 @@ HARMLESS_ON: dict[str, tuple[str, ...]] = {
     "replicas_disagree_functional": ("central_storage",),
     "replicas_disagree_subclassed": ("central_storage",),
 }
+

@@ -143,6 +143,7 @@ class Watcher:
         self.undistributed: dict = {}  # "file:line" -> a batch passed to strategy.run that was not distributed
         self.runs = 0  # calls of strategy.run (a traced call counts once per trace)
         self.distributed = False  # whether the script distributed a dataset
+        self.feature_shape = None  # per example, of the first element drawn (the stand-in control's data)
         self._local = threading.local()
         self._marked: dict = {}  # id -> object: datasets and iterators whose draws are boundaries
         self._plain: dict = {}  # id -> iterator: of the script's own datasets (boundaries where none is distributed)
@@ -432,6 +433,11 @@ class Watcher:
     def drew(self, element) -> None:
         self.drawn += 1
         with contextlib.suppress(Exception), self._quiet():  # an optional, or an element of no tensors
+            if self.feature_shape is None:  # the first floating tensor with an example axis: the features
+                self.feature_shape = next(
+                    [int(d) for d in t.shape[1:]] for t in map(lambda v: self.real.experimental_local_results(v)[0],
+                                                               tf.nest.flatten(element))
+                    if t.dtype.is_floating and t.shape.rank and t.shape.rank >= 2 and None not in t.shape[1:])
             parts = self.real.experimental_local_results(tf.nest.flatten(element)[0])
             self._rows = [int(tf.shape(p)[0]) if p.shape.rank else 1 for p in parts]
 

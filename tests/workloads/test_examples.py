@@ -127,8 +127,13 @@ IN_THE_ZOO_ONLY = ("gradients_aggregated_by_hand", "optimizer_scaled_by_replicas
                    "weighted_loss_normalized_per_replica", "gradient_of_per_replica_mean")
 
 
+# causes of a training script's outer loop, whose mistakes live in examples/scripts/mistakes.py
+# (judged by tests/workloads/test_scripts.py): a workload's loop is the suite's, which makes neither
+IN_SCRIPTS_ONLY = ("batch_not_distributed", "metric_from_one_replica")
+
+
 @pytest.mark.specs(lambda spec: spec.replicas > 1, without_deep=trimmed(ONE_PER_KIND))
-@pytest.mark.parametrize("mistake", sorted(set(differential.CAUSES) - set(IN_THE_ZOO_ONLY)))
+@pytest.mark.parametrize("mistake", sorted(set(differential.CAUSES) - set(IN_THE_ZOO_ONLY) - set(IN_SCRIPTS_ONLY)))
 def test_each_catalogued_mistake_is_diagnosed_with_its_cause_only(spec, mistake, pool, suite_state):
     """Under one spec of every synchronous kind with 2 replicas (every such selected spec with --deep)."""
     v = checker(pool, f"examples.mistakes:{mistake}").check(spec)

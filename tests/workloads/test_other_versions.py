@@ -1,6 +1,10 @@
 """The check of a user's loop on the Keras releases whose deviations a right loop meets, with
 engines of those tox envs (``SPEC@ENV``; .ci/run builds them): a right loop is never blamed.
 
+- TF 2.17 / Keras 3.4 again, where no canonical-step control can speak (batches of (x, y,
+  sample_weight), a training script run unchanged): the stand-in control alone turns the FAIL into
+  DEVIATION naming keras3-gradients-not-summed-before-3.5, and a loop with a cause keeps it.
+
 - TF 2.17 / Keras 3.4 (keras3-gradients-not-summed-before-3.5): a right loop whose model is a
   subclassed keras.Model diverges as the control does, but that control cannot speak for the
   user's classes; the stand-in control (the suite's own Keras model with the loop's optimizer)
@@ -19,7 +23,7 @@ import pytest
 
 from suite.common.specs import parse_spec
 from suite.harness.engines import versions
-from suite.harness.loopcheck import differential, usercheck
+from suite.harness.loopcheck import differential, scriptcheck, usercheck
 from suite.harness.verdict.judgment import Check
 from tests.helpers import ROOT
 from tests.workloads.test_examples import right
@@ -66,6 +70,45 @@ def test_on_keras34_a_wrong_subclassed_model_keeps_its_own_cause(pool):
                                             ("FAIL", ["loss_averaged_per_replica"]),
                                             "the verdict of a subclassed model's loop that averages per replica",
                                             differential.details(v))
+
+
+@needs("tf217-keras34")
+def test_on_keras34_a_right_loop_no_canonical_step_can_train_is_the_deviation_by_the_stand_in(pool):
+    """(x, y, sample_weight) batches: the canonical-step control cannot train them, so no control
+    speaks; the stand-in (Keras' own model with the loop's optimizer) diverges as the entry predicts,
+    at the same step, and the loop shows no cause the stand-in does not: DEVIATION, not FAIL."""
+    v = check_on(pool, "tf217-keras34", "examples.zoo:right_weighted_triple")
+    check = Check("mirrored:2@tf217-keras34")
+    check.equal((v.status, [i for i, _ in v.deviations], [d.cause for d in v.diagnoses]),
+                ("DEVIATION", [NOT_SUMMED], []), "the verdict of a right loop on weighted triples",
+                differential.details(v))
+    check.contains(v.deviations[0][1], ["stand-in control"], "what the deviation rests on")
+
+
+@needs("tf217-keras34")
+def test_on_keras34_the_same_loop_averaging_per_replica_keeps_its_cause(pool):
+    v = check_on(pool, "tf217-keras34", "examples.zoo:loss_averaged_per_replica_weighted_triple")
+    Check("mirrored:2@tf217-keras34").equal((v.status, [d.cause for d in v.diagnoses]),
+                                            ("FAIL", ["loss_averaged_per_replica"]),
+                                            "the verdict of the weighted-triple loop that averages per replica",
+                                            differential.details(v))
+
+
+@needs("tf217-keras34")
+@pytest.mark.parametrize("args", [["--build-optimizer"], []], ids=["built", "as-written"])
+def test_on_keras34_the_tutorial_script_is_the_deviation_by_the_stand_in(pool, args):
+    """examples/scripts/tutorial.py run unchanged on TF 2.17 / Keras 3.4 engines under mirrored:2: the
+    replicas' copies differ after the first step (Keras 3.4 does not sum the gradients); a script has
+    no canonical-step control, and the stand-in diverges the same way as the entry predicts: DEVIATION
+    naming it, whether Adam is built in the scope or, as written, lazily (which Keras 3.4 serves)."""
+    key = ("script", tuple(args))
+    if key not in _CHECKERS:
+        _CHECKERS[key] = scriptcheck.ScriptChecker(pool, str(ROOT / "examples" / "scripts" / "tutorial.py"), args,
+                                                   env="tf217-keras34")
+    v = _CHECKERS[key].check(parse_spec("mirrored:2"))
+    Check("mirrored:2@tf217-keras34").equal(
+        (v.status, [i for i, _ in v.deviations], [d.cause for d in v.diagnoses]), ("DEVIATION", [NOT_SUMMED], []),
+        f"the verdict of the tutorial script {' '.join(args)}", differential.details(v))
 
 
 @needs("tf218-keras37")

@@ -16,6 +16,7 @@ from ...common import matching
 from ...common.results import SCRIPT_RAISED, WorkloadRun, WorkloadStep
 from .. import compat
 from ..script import ScriptError, Stop, Watcher, execute, isolated
+from ..workloads import stand_in as stand_ins
 from .common import failed
 from .registry import probe
 from .workload import _DETERMINISTIC, _Capture, _keras_own, _layers, _random_attr, _regularization
@@ -235,6 +236,9 @@ def _report(ctx, watcher, found, metrics, regularization, facts, raised) -> Work
         "constructed": watcher.constructed, "device_config": watcher.device_config,
         "replica_reads": watcher.replica_reads, "draws": watcher.drawn, "boundaries": len(boundaries),
         "runs": watcher.runs, "distributed": watcher.distributed,
+        # the stand-in control's description: the script's (first) optimizer and its features' shape
+        "stand_in": (stand_ins.described(next(iter(found.optimizers.values())), watcher.feature_shape or [8])
+                     if len(found.optimizers) == 1 else None),
         # batches the script passed to strategy.run undistributed (every replica gets all of it), by where
         "undistributed_inputs": watcher.undistributed,
         # per step, the per-replica values the script read with experimental_local_results (each summed)

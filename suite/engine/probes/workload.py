@@ -258,14 +258,16 @@ def _regularization(model) -> float | None:
 
 @probe
 def run(ctx, target, steps, global_batch, seed=0, canonical=False, init=None, path=None, dense_gradients=False,
-        init_names=None, init_trainable=None, stand_in=False):
+        init_names=None, init_trainable=None, stand_in=False, stand_in_of=None):
     """Build the workload (fresh), load ``init`` (every model variable), train ``steps`` steps of
     its dataset with its own step (``canonical``: the suite's) and report each step.
     ``dense_gradients``: hand apply_gradients dense tensors for tf.IndexedSlices (a remedy the
     upgrade check tries, suite/harness/loopcheck/upgrade.py). ``init_names``, ``init_trainable``:
     ``init`` is another build's (another version's), matched by suite/common/matching.py.
     ``stand_in``: train the stand-in control of the workload instead (suite/engine/workloads/stand_in.py:
-    the suite's own Keras model with the workload's optimizer class and hyper-parameters)."""
+    the suite's own Keras model with the workload's optimizer class and hyper-parameters).
+    ``stand_in_of``: train the stand-in of a run that has no workload (a script's; its
+    ``stand_ins.described``), ``target`` then unused."""
     strategy = ctx.strategy
     if not _DETERMINISTIC:
         tf.config.experimental.enable_op_determinism()
@@ -274,7 +276,11 @@ def run(ctx, target, steps, global_batch, seed=0, canonical=False, init=None, pa
     keras.utils.set_random_seed(seed)
     wctx = workload.WorkloadContext(strategy, int(global_batch), strategy.num_replicas_in_sync, seed)
     try:
-        wl = workload.build(target, wctx, path)
+        if stand_in_of is not None:
+            with strategy.scope():
+                wl = stand_ins.build_described(stand_in_of, int(global_batch), seed)
+        else:
+            wl = workload.build(target, wctx, path)
     except workload.WorkloadError as exc:
         if exc.original is None or ctx.spec.kind == "default":
             raise  # with no strategy: the workload cannot be used (an input error)

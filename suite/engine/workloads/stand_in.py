@@ -11,6 +11,8 @@ diverges under the same spec too, the divergence belongs to TensorFlow/Keras wit
 
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 import tensorflow as tf
 
@@ -50,17 +52,38 @@ def feature_shape(wl, global_batch: int) -> tuple[int, ...]:
 
 
 def build(wl, global_batch: int, seed: int = 0) -> Workload:
-    """The stand-in for workload ``wl`` (call inside the strategy's scope): a Sequential of
-    Flatten, Dense(16, tanh) and Dense(4), the mean squared error of a fixed tanh projection of the
-    features, and a fresh optimizer of the user's optimizer's Keras class from its config, built
-    before the first step."""
+    """The stand-in for workload ``wl`` (call inside the strategy's scope): see ``build_from``."""
     user, cls = keras_optimizer_class(wl.optimizer)
     if cls is None:
         raise TypeError(f"the optimizer {type(wl.optimizer).__name__} is no Keras optimizer")
-    shape = feature_shape(wl, global_batch)
+    return build_from(cls, user.get_config(), feature_shape(wl, global_batch), global_batch, seed)
+
+
+def described(optimizer, shape) -> dict | None:
+    """What ``build_from`` needs of a run, as plain data (a script's: its optimizer and the shape of
+    its features), or None where the optimizer is no Keras optimizer."""
+    user, cls = keras_optimizer_class(optimizer)
+    if cls is None:
+        return None
+    return {"optimizer": [cls.__module__, cls.__qualname__], "config": user.get_config(), "shape": list(shape)}
+
+
+def build_described(description: dict, global_batch: int, seed: int = 0) -> Workload:
+    """``build_from`` of a ``described`` run (call inside the strategy's scope)."""
+    module, qualname = description["optimizer"]
+    cls = importlib.import_module(module)
+    for part in qualname.split("."):
+        cls = getattr(cls, part)
+    return build_from(cls, description["config"], tuple(description["shape"]), global_batch, seed)
+
+
+def build_from(cls, config: dict, shape: tuple, global_batch: int, seed: int = 0) -> Workload:
+    """A Sequential of Flatten, Dense(16, tanh) and Dense(4), the mean squared error of a fixed
+    tanh projection of features of ``shape``, and a fresh optimizer of Keras class ``cls`` from
+    ``config``, built before the first step (call inside the strategy's scope)."""
     model = keras.Sequential([keras.Input(shape), keras.layers.Flatten(),
                               keras.layers.Dense(HIDDEN, activation="tanh"), keras.layers.Dense(OUTPUTS)])
-    optimizer = cls.from_config(user.get_config())
+    optimizer = cls.from_config(config)
     optimizer.build(model.trainable_variables)
     rng = np.random.default_rng(seed + 17)
     n = EXAMPLES_PER_STEP * global_batch

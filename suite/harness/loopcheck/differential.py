@@ -762,6 +762,7 @@ class Control:
     entries: tuple | None = None  # the only known deviations it may name (those the stand-in control's divergence shows)
     notes: tuple = ()  # what the verdict says beside it (the user's classes not verified)
     first: str = ""  # where and how it first diverged from its own one-device run
+    comparable: bool = True  # both ran and the loop's step equals the canonical step on one device (else it says nothing)
 
 
 def control_of(loop_ref, canonical_ref, control_run: list, dist_runs: list, rtol: float = RTOL,
@@ -777,11 +778,12 @@ def control_of(loop_ref, canonical_ref, control_run: list, dist_runs: list, rtol
     control = stitch(control_run)
     if control.raised is not None or canonical_ref is None:
         return Control(control, False, "the suite's canonical step could not train this workload here either"
-                       if control.raised is not None else "no control: the canonical step did not run on one device")
+                       if control.raised is not None else "no control: the canonical step did not run on one device",
+                       comparable=False)
     _, _, own = compare(loop_ref, canonical_ref, rtol, atol, metrics=False)
     if own:
         return Control(control, False, "no control: on one device the loop's step differs from the suite's canonical "
-                       f"step ({own[0].line()})")
+                       f"step ({own[0].line()})", comparable=False)
     _, _, loops = compare(loop_ref, dist, rtol, atol)
     if loops and all(m.quantity.startswith("metric ") for m in loops):
         return Control(control, False, "the control (the suite's canonical step) does not update the workload's "
@@ -861,6 +863,56 @@ SHARED_DRAWS = "whether each replica's first draw equals replica 0's"  # as the 
 # quantity starts with one of them (a property's "* after step *" does not)
 QUANTITIES = ("loss after step ", "variable ", "optimizer variable ", "metric ", STEP, FACTORY, RANDOM_LAYERS_RAISED,
               SHARED_DRAWS)
+
+
+def by_stand_in(v: Verdict, stand_ref, stand_runs: list, global_batch: int, rtol: float = RTOL, atol: float = ATOL,
+                judge=None) -> Verdict:
+    """A FAIL that no control spoke for (a script's, or a workload's that the canonical step cannot
+    train), judged by the stand-in control alone (suite/engine/workloads/stand_in.py: the suite's own
+    Keras model with the run's optimizer class and hyper-parameters, on the spec and on one device).
+    It becomes DEVIATION only where the stand-in diverges too, at the same step, every difference of
+    the stand-in's is a known deviation's prediction (``judge``), and every cause diagnosed for the
+    run is one the stand-in's own divergence shows; otherwise the FAIL stands, with what the stand-in
+    showed as a note. The stand-in's values are another model's, so they predict no value of the run:
+    what the DEVIATION rests on is that the same rule, with Keras' own classes, diverges there."""
+    if v.status != "FAIL" or v.error is not None or not v.mismatches:
+        return v
+    stand = stitch(stand_runs)
+    name = "the stand-in control (the suite's own Keras model with this run's optimizer class and hyper-parameters)"
+    if stand.raised is not None:
+        v.notes.append(f"{name} raised {stand.raised.type} here: {short_error(stand.raised.message, 160)}")
+        return v
+    agreed, _, found = compare(stand_ref, stand, rtol, atol, metrics=False)
+    if not found:
+        v.notes.append(f"{name} trains here what it trains on one device ({agreed} steps): the divergence is the run's")
+        return v
+    recorded: list = []
+    _, _, unexplained = compare(stand_ref, stand, rtol, atol, metrics=False, judge=judge, explained=recorded,
+                                control=stand) if judge is not None else (0, 0.0, found)
+    entries = tuple(dict.fromkeys(i for i, _ in recorded)) if recorded and not unexplained else ()
+    shown = f"step {found[0].step}: {found[0].line()}"
+    if not entries:
+        v.notes.append(f"{name} diverges here too ({shown}), as no known deviation predicts: TensorFlow/Keras may be "
+                       "wrong here, but nothing recorded says how, so the verdict stands")
+        return v
+    theirs = {d.cause for d in diagnose(stand_ref, stand, found, global_batch)}
+    if any("against replica 0" in m.quantity or m.quantity.startswith("optimizer ") for m in found):
+        # the stand-in's optimizer is built before its first step: where its copies or state differ too, an
+        # optimizer built lazily in the run is not what made the run's differ (that cause's observation)
+        theirs.add("lazy_optimizer_build")
+    own = [d for d in v.diagnoses if d.cause not in theirs]
+    if own or v.first_step != found[0].step:
+        v.notes.append(f"{name} diverges here too, as known deviation {', '.join(entries)} predicts ({shown}), but "
+                       + (f"not with this run's cause ({own[0].title})" if own else
+                          f"from step {found[0].step}, the run from step {v.first_step}"))
+        return v
+    evidence = (f"{name} diverges here the same way from the same step ({shown}), as known deviation "
+                f"{', '.join(entries)} predicts, and the run shows no cause of its own"
+                + (f" (what it shows, {', '.join(d.title for d in v.diagnoses)}, the stand-in shows too)"
+                   if v.diagnoses else "") + ": TensorFlow/Keras, not the run")
+    v.status, v.diagnoses = "DEVIATION", []
+    v.deviations = [[e, evidence] for e in entries] + v.deviations
+    return v
 
 
 def ledger(spec, versions: dict) -> deviations.Ledger:

@@ -12,12 +12,14 @@ import dataclasses
 import importlib.util
 import os
 import sys
+import threading
 import time
 
 import numpy as np
 
 from ...common.results import SCRIPT_RAISED
 from ...common.specs import parse_spec
+from ..engines import versions
 from ..engines.pool import EngineError, EnginePool, EngineUnavailable, ProbeError
 from ..engines.versions import engine_versions
 from . import differential
@@ -29,8 +31,9 @@ SCRIPT_KINDS = ("default", "one_device", "mirrored", "central_storage")
 
 
 def is_script(target: str) -> bool:
-    """A file to run (``train.py``, ``path/to/train``) rather than ``package.module:attribute``."""
-    return target.endswith(".py") or os.sep in target or ":" not in target
+    """A file to run (``train.py``, ``path/to/train``, an existing file) rather than
+    ``package.module:attribute`` (what has neither is a workload target, judged as such)."""
+    return target.endswith(".py") or os.sep in target or (":" not in target and os.path.isfile(target))
 
 
 def not_checked(spec) -> str | None:
@@ -77,15 +80,19 @@ class ScriptChecker:
 
     def __init__(self, pool: EnginePool, target: str, args: list | None = None, steps: int = 3,
                  rtol: float = differential.RTOL, atol: float = differential.ATOL, seed: int = 0,
-                 cwd: str | None = None):
+                 cwd: str | None = None, env: str | None = None):
         if steps < 1:
             raise CheckInputError(f"script {target!r}: --steps must be positive")
         self.script = Script.of(target, cwd)
         self.pool, self.target, self.args, self.steps = pool, target, list(args or []), steps
         self.rtol, self.atol, self.seed = rtol, atol, seed
-        self.default = parse_spec("default")
-        self.versions = engine_versions(pool.python)
+        # ``env``: every spec, the reference's included, runs on that tox env's or interpreter's TensorFlow
+        self.env = env
+        self.default = self.on(parse_spec("default"))
+        self.versions = engine_versions(*versions.interpreter(env)) if env else engine_versions(pool.python)
         self.refs: dict = {}  # replicas -> the reference run told that many replicas
+        self.stand_in_refs: dict = {}  # global batch -> the stand-in control on one device
+        self._lock = threading.Lock()
         self.notes: list[str] = []
         self.created_at = time.monotonic()
 
@@ -137,7 +144,31 @@ class ScriptChecker:
         self.refs[replicas] = first
         return first
 
+    def by_stand_in(self, spec, ref, v) -> differential.Verdict:
+        """A script has no canonical-step control: a FAIL is judged by the stand-in control alone, the
+        suite's own Keras model with the script's optimizer class and hyper-parameters on features of
+        the script's shape (differential.by_stand_in)."""
+        described, batch = ref.facts.get("stand_in"), ref.facts.get("first_batch_rows") or 0
+        if not described or not batch:
+            v.notes.append("no control: the script holds no single Keras optimizer the stand-in control could use")
+            return v
+        try:
+            with self._lock:
+                if batch not in self.stand_in_refs:
+                    self.stand_in_refs[batch] = _stand_in_run(self, self.default, batch, described)[0]
+            stand = _stand_in_run(self, spec, batch, described, self.stand_in_refs[batch].initial)
+        except EngineError as exc:
+            v.notes.append(f"no control: the stand-in control could not run ({str(exc).splitlines()[0]})")
+            return v
+        return differential.by_stand_in(v, self.stand_in_refs[batch], stand, batch, self.rtol, self.atol,
+                                        differential.judge_for(spec, self.versions))
+
+    def on(self, spec):
+        """``spec`` as this checker's engines run it (``mirrored:2@ENV`` for ``mirrored:2``)."""
+        return parse_spec(f"{spec.text}@{self.env}") if self.env and not spec.python else spec
+
     def check(self, spec) -> differential.Verdict:
+        spec = self.on(spec)
         ref = self.reference(spec.replicas)
         began = time.monotonic()
         try:
@@ -153,6 +184,8 @@ class ScriptChecker:
                                         error=str(exc).splitlines()[0])
         v = differential.verdict(spec.text, ref, runs, ref.facts.get("first_batch_rows") or 0, self.rtol, self.atol,
                                  seconds=time.monotonic() - started, spec_obj=spec, versions=self.versions)
+        if v.status == "FAIL" and v.mismatches and v.error is None:
+            v = self.by_stand_in(spec, ref, v)
         inside = [w.removesuffix(INSIDE) for w in ref.facts.get("replica_reads", {}) if w.endswith(INSIDE)]
         if inside and v.status == "FAIL" and v.mismatches:
             # what the reference answered there is one device's count; a right script may mean the spec's
@@ -163,6 +196,11 @@ class ScriptChecker:
             v.diagnoses = []
         v.start_seconds = engine.start_seconds if engine.started_at >= self.created_at else 0.0
         return v
+
+
+def _stand_in_run(checker: ScriptChecker, spec, global_batch: int, described: dict, init=None) -> list:
+    return checker.pool.call(spec, "workload.run", target="stand-in", steps=checker.steps, global_batch=global_batch,
+                             seed=checker.seed, stand_in_of=described, init=init)
 
 
 def _moved(run):

@@ -260,8 +260,23 @@ class Checker:
                 v = differential.verdict(spec.text, ref, runs, self.global_batch, self.rtol, self.atol,
                                          seconds=time.monotonic() - started, spec_obj=spec, versions=self.versions,
                                          control=control)
+            if control is None or not control.comparable:  # no control spoke: the stand-in alone may
+                v = self.by_stand_in(spec, v)
         v.start_seconds = self.engine_start(engine)
         return v
+
+    def by_stand_in(self, spec, v) -> differential.Verdict:
+        """``v`` judged by the stand-in control where no other control spoke (differential.by_stand_in)."""
+        try:
+            with self._controls:
+                if self.stand_in_ref is None:
+                    self.stand_in_ref = self._run(self.default, stand_in=True)[0]
+            stand = self._run(spec, stand_in=True, init=self.stand_in_ref.initial)
+        except EngineError as exc:
+            v.notes.append(f"no control: the stand-in control could not run ({str(exc).splitlines()[0]})")
+            return v
+        return differential.by_stand_in(v, self.stand_in_ref, stand, self.global_batch, self.rtol, self.atol,
+                                        differential.judge_for(spec, self.versions))
 
     def engine_start(self, engine) -> float:
         """How long ``engine`` took to start, if it started for this check (0: it was running)."""
