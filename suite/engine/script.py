@@ -471,13 +471,14 @@ _LIBRARIES = (f"{os.sep}tensorflow{os.sep}", f"{os.sep}keras{os.sep}", f"{os.sep
 
 
 @contextlib.contextmanager
-def isolated(argv: list, folder: str):
-    """``sys.argv``, ``sys.path`` (the script's folder first), the working folder (a fresh one,
-    removed after) and the modules the script imports, as in a process of its own."""
+def isolated(argv: list, folder: str, root: str | None = None):
+    """``sys.argv``, ``sys.path`` (``root`` first: the script's folder, or for an entry function the
+    folder its package is found from), the working folder (a fresh one, removed after) and the
+    modules imported from ``folder``, as in a process of its own."""
     saved = list(sys.argv), list(sys.path), os.getcwd(), set(sys.modules)
     work = tempfile.mkdtemp(prefix="tfds-script-")
     sys.argv[:] = argv
-    sys.path.insert(0, folder)
+    sys.path.insert(0, root or folder)
     os.chdir(work)
     try:
         yield work

@@ -143,6 +143,62 @@ def test_an_unusable_script_is_one_line_and_exit_2(scripts, name):
     check.that(took < 60, "seconds to refuse it", round(took, 1), "well under a minute")
 
 
+ENTRY = """
+import numpy as np
+import tensorflow as tf
+
+
+def main():
+    x = np.random.default_rng(0).normal(size=(96, 8)).astype(np.float32)
+    y = (x[:, :2] * 2).astype(np.float32)
+    strategy = tf.distribute.MirroredStrategy()
+    batch = 16 * strategy.num_replicas_in_sync
+    with strategy.scope():
+        model = tf.keras.Sequential([tf.keras.Input((8,)), tf.keras.layers.Dense(2)])
+        optimizer = tf.keras.optimizers.SGD(0.1)
+        optimizer.build(model.trainable_variables)
+    data = strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensor_slices((x, y)).batch(batch))
+
+    def step(inputs):
+        features, labels = inputs
+        with tf.GradientTape() as tape:
+            per_example = tf.reduce_mean(tf.square(labels - model(features)), axis=-1)
+            loss = tf.nn.compute_average_loss(per_example, global_batch_size=batch)
+            if DIVIDE:
+                loss = loss / strategy.num_replicas_in_sync
+        optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+        return loss
+
+    @tf.function
+    def train(inputs):
+        return strategy.reduce("SUM", strategy.run(step, args=(inputs,)), axis=None)
+
+    for inputs in data:
+        train(inputs)
+"""
+
+
+def test_an_entry_function_is_checked_as_a_script(tmp_path):
+    """``package.module:main`` (a function that takes no argument) runs as the script's body would;
+    ``package.module:factory`` (it takes the context) stays a workload. A right entry passes; one that
+    divides the loss by the replica count read in the replica function (which the one-device reference
+    answers with its own count, 1) fails, naming no cause and saying why."""
+    (tmp_path / "mypkg").mkdir()
+    (tmp_path / "mypkg" / "__init__.py").write_text("")
+    (tmp_path / "mypkg" / "right.py").write_text("DIVIDE = False\n" + ENTRY)
+    (tmp_path / "mypkg" / "divided.py").write_text("DIVIDE = True\n" + ENTRY)
+    check = Check("python -m suite.check mypkg.right:main")
+    done, left = check_cli(tmp_path, "mypkg.right:main", "--strategies", "mirrored:2")
+    check.equal(done.returncode, 0, "exit status of the right entry", done.stdout[-1500:] + done.stderr[-600:])
+    check.contains(done.stdout, ["script mypkg.right:main", "PASS: every spec trains what one device trains"],
+                   "the report")
+    check.equal(left, [], "engine processes alive")
+    done, _ = check_cli(tmp_path, "mypkg.divided:main", "--strategies", "mirrored:2")
+    check.equal(done.returncode, 1, "exit status of the entry dividing by the count", done.stdout[-1500:])
+    check.contains(done.stdout, ["read strategy.num_replicas_in_sync inside the replica function (divided.py:",
+                                 "no cause is named"], "the report")
+
+
 def test_specs_scripts_are_not_checked_under_are_listed_not_errors():
     """A multi-worker spec beside a one-process one: its line says scripts are not checked there yet;
     the verdict and the exit status are the one-process spec's."""

@@ -9,12 +9,14 @@ run loads the reference's initial values into the model's variables at the first
 
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 import tensorflow as tf
 
 from ...common import matching
 from ...common.results import SCRIPT_RAISED, WorkloadRun, WorkloadStep
-from .. import compat
+from .. import compat, workload
 from ..script import ScriptError, Stop, Watcher, execute, isolated
 from ..workloads import stand_in as stand_ins
 from .common import failed
@@ -120,8 +122,22 @@ def _metric_results(found: _Found) -> dict:
 
 
 @probe
+def kind(ctx, target, path):
+    """Whether ``package.module:attribute`` (found from ``path``) is an entry function to run as a
+    script (it takes no argument) or a workload factory (it takes the context): "entry" or
+    "factory"; "factory" too where it does not resolve (the workload check says why)."""
+    try:
+        attribute = workload.resolve(target, path)
+        required = [p for p in inspect.signature(attribute).parameters.values()
+                    if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (workload.WorkloadError, TypeError, ValueError):
+        return "factory"
+    return "entry" if not required else "factory"
+
+
+@probe
 def run(ctx, target, folder, path=None, entry=None, args=(), steps=3, seed=0, replicas=None, init=None,
-        init_names=None, init_trainable=None):
+        init_names=None, init_trainable=None, root=None):
     """Run the script ``path`` (or the entry function ``entry``) with ``args`` until ``steps``
     step boundaries, and report each step. ``replicas``: the reference (this engine's strategy is
     one device's; the script is told ``replicas``). ``init``, ``init_names``, ``init_trainable``:
@@ -174,7 +190,7 @@ def run(ctx, target, folder, path=None, entry=None, args=(), steps=3, seed=0, re
     watcher.on_boundary, watcher.on_first_boundary = on_boundary, on_first
     raised = None
     argv = [path or entry.partition(":")[0], *args]
-    with isolated(argv, folder), watcher.installed():
+    with isolated(argv, folder, root), watcher.installed():
         try:
             execute(path, entry)
         except Stop:

@@ -36,6 +36,15 @@ def is_script(target: str) -> bool:
     return target.endswith(".py") or os.sep in target or (":" not in target and os.path.isfile(target))
 
 
+def is_entry(pool: EnginePool, target: str, cwd: str | None = None) -> bool:
+    """Whether ``package.module:attribute`` names an entry function (one that takes no argument, run as
+    a script) rather than a workload factory: asked of the default engine, which imports the module."""
+    try:
+        return pool.call(parse_spec("default"), "script.kind", target=target, path=cwd or os.getcwd())[0] == "entry"
+    except EngineError:
+        return False  # the workload check reports what is wrong with it
+
+
 def not_checked(spec) -> str | None:
     """Why scripts are not checked under ``spec`` (None: they are)."""
     if spec.kind in SCRIPT_KINDS and not spec.gpus:
@@ -50,7 +59,8 @@ class Script:
     target: str  # as the user gave it
     path: str | None  # the file to run, or None for an entry function
     entry: str | None  # ``package.module:function``, or None for a file
-    folder: str  # put first on sys.path; its files are the user's code
+    folder: str  # its files are the user's code (put first on sys.path for a file)
+    root: str | None = None  # for an entry function: the folder its package is found from (first on sys.path)
 
     @classmethod
     def of(cls, target: str, cwd: str | None = None) -> Script:
@@ -72,7 +82,7 @@ class Script:
         if found is None or not found.origin:
             raise CheckInputError(f"script {target!r}: no module named {module!r} (run from the folder that holds "
                                   "it, or put it on PYTHONPATH)")
-        return cls(target, None, target, os.path.dirname(os.path.abspath(found.origin)))
+        return cls(target, None, target, os.path.dirname(os.path.abspath(found.origin)), cwd)
 
 
 class ScriptChecker:
@@ -99,7 +109,7 @@ class ScriptChecker:
     def _run(self, spec, **kwargs) -> list:
         s = self.script
         return self.pool.call(spec, "script.run", target=s.target, folder=s.folder, path=s.path, entry=s.entry,
-                              args=self.args, steps=self.steps, seed=self.seed, **kwargs)
+                              root=s.root, args=self.args, steps=self.steps, seed=self.seed, **kwargs)
 
     def _input_error(self, exc: EngineError) -> CheckInputError:
         if isinstance(exc, ProbeError) and exc.raised.type == "ScriptError":

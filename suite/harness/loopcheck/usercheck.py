@@ -479,13 +479,23 @@ def main(argv=None) -> int:
         return carry_out(args, lambda pool, progress: scriptcheck.run(
             args.workload, specs, pool, args.script_args, args.steps, args.rtol, args.atol, args.seed, progress),
             lambda report: report.text(args.verbose))
-    if args.script_args:
-        print(f"error: {' '.join(args.script_args)}: arguments after the target are a script's, and "
-              f"{args.workload!r} is a workload factory", file=sys.stderr)
-        return EXIT["USAGE"]
-    return carry_out(args, lambda pool, progress: run(args.workload, specs, pool, args.steps, args.global_batch,
-                                                     args.rtol, args.atol, args.seed, progress, args.jobs),
-                     lambda report: report.text(args.verbose))
+
+    def compute(pool, progress):
+        try:
+            validate_target(args.workload, os.getcwd())
+        except CheckInputError:
+            pass  # the workload check says what is wrong with it
+        else:
+            if scriptcheck.is_entry(pool, args.workload):  # package.module:main, which takes no argument
+                return scriptcheck.run(args.workload, specs, pool, args.script_args, args.steps, args.rtol, args.atol,
+                                       args.seed, progress)
+        if args.script_args:
+            raise CheckInputError(f"{' '.join(args.script_args)}: arguments after -- are a script's, and "
+                                  f"{args.workload!r} is a workload factory")
+        return run(args.workload, specs, pool, args.steps, args.global_batch, args.rtol, args.atol, args.seed, progress,
+                   args.jobs)
+
+    return carry_out(args, compute, lambda report: report.text(args.verbose))
 
 
 def carry_out(args, compute, text) -> int:
