@@ -14,6 +14,8 @@ import os
 import sys
 import threading
 import time
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -23,7 +25,7 @@ from ..engines import versions
 from ..engines.pool import EngineError, EnginePool, EngineUnavailable, ProbeError
 from ..engines.versions import engine_versions
 from . import differential
-from .usercheck import CheckInputError, Report
+from .usercheck import CheckInputError, Report, _check_specs, _start_quietly, default_jobs
 
 INSIDE = " (in the replica function)"  # a read of the replica count inside strategy.run (the engine's mark)
 # the spec kinds whose strategy a script's constructors can be given here (one process, synchronous)
@@ -103,6 +105,7 @@ class ScriptChecker:
         self.refs: dict = {}  # replicas -> the reference run told that many replicas
         self.stand_in_refs: dict = {}  # global batch -> the stand-in control on one device
         self._lock = threading.Lock()
+        self._ref_locks: defaultdict = defaultdict(threading.Lock)
         self.notes: list[str] = []
         self.created_at = time.monotonic()
 
@@ -118,8 +121,12 @@ class ScriptChecker:
 
     def reference(self, replicas: int = 1):
         """The script on one device, told ``replicas`` replicas, run twice: it must repeat itself."""
-        if replicas in self.refs:
-            return self.refs[replicas]
+        with self._ref_locks[replicas]:  # specs checked at once share each replica count's reference
+            if replicas not in self.refs:
+                self.refs[replicas] = self._reference(replicas)
+        return self.refs[replicas]
+
+    def _reference(self, replicas: int):
         try:
             first = self._run(self.default, replicas=replicas)[0]
             second = self._run(self.default, replicas=replicas, init=first.initial, init_names=first.names,
@@ -151,7 +158,6 @@ class ScriptChecker:
             raise CheckInputError(f"script {self.target!r} does not repeat itself on one device{told}: {moved} differs "
                                   "between two runs with the same seeds (an unseeded random op, a non-deterministic "
                                   "kernel); fix that before checking it under strategies")
-        self.refs[replicas] = first
         return first
 
     def by_stand_in(self, spec, ref, v) -> differential.Verdict:
@@ -220,34 +226,36 @@ def _moved(run):
 
 
 def run(target: str, specs: list, pool: EnginePool, args: list | None = None, steps: int = 3,
-        rtol: float = differential.RTOL, atol: float = differential.ATOL, seed: int = 0, progress=None) -> Report:
-    """The check of the script ``target`` under ``specs``: each spec's reference first (one per
-    replica count), then the spec; specs of kinds scripts are not checked under are listed as such."""
+        rtol: float = differential.RTOL, atol: float = differential.ATOL, seed: int = 0, progress=None,
+        jobs: int | None = None) -> Report:
+    """The check of the script ``target`` under ``specs``, as the workload check runs (usercheck.run):
+    every checked spec's engine starts while the first reference runs, then up to ``jobs`` specs at a
+    time, each against the reference of its replica count (computed once); specs of kinds scripts are
+    not checked under are listed as such first."""
+    jobs = max(jobs or default_jobs(), 1)
     began = time.monotonic()
     checker = ScriptChecker(pool, target, args, steps, rtol, atol, seed)
-    verdicts, skipped = [], []
-    for i, spec in enumerate(specs, 1):
-        why = not_checked(spec)
-        if why is not None:
-            skipped.append(f"{spec.text}: not checked: {why}")
-            if progress:
-                progress(f"[{i}/{len(specs)}] {skipped[-1]}")
-            continue
-        try:
-            v = checker.check(spec)
-        except EngineUnavailable as exc:
-            skipped.append(f"{spec.text}: skipped ({exc})")
-            continue
-        verdicts.append(v)
-        if progress:
-            cause = f": {v.diagnoses[0].title}" if v.diagnoses else ""
-            progress(f"[{i}/{len(specs)}] {spec.text}: {v.status}{cause} ({v.seconds:.1f} s)")
+    checked = [spec for spec in specs if not_checked(spec) is None]
+    skipped = [f"{spec.text}: not checked: {not_checked(spec)}" for spec in specs if not_checked(spec) is not None]
+    for line in skipped if progress else ():
+        progress(line)
+    starter = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="engine-start") if jobs > 1 else None
+    try:
+        if starter:
+            for spec in checked:
+                starter.submit(_start_quietly, pool, spec)
+        if checked:  # the first reference: input the check cannot use stops it before any spec runs
+            checker.reference(checked[0].replicas)
+        verdicts = _check_specs(checker, checked, jobs, progress)
+    finally:
+        if starter:
+            starter.shutdown(wait=False, cancel_futures=True)
+    skipped += [f"{spec.text}: skipped (its hardware is absent)" for spec, v in zip(checked, verdicts) if v is None]
     first = next(iter(checker.refs.values()), None)
-    notes = list(checker.notes)
-    if first is not None:
-        notes += _script_notes(checker)
+    notes = list(checker.notes) + (_script_notes(checker) if first is not None else [])
     return Report(target, checker.versions, (first.facts.get("first_batch_rows") or 0) if first else 0,
-                  steps, rtol, atol, notes, verdicts, {"wall": time.monotonic() - began}, kind="script", skipped=skipped)
+                  steps, rtol, atol, notes, [v for v in verdicts if v is not None], {"wall": time.monotonic() - began},
+                  kind="script", skipped=skipped)
 
 
 def _script_notes(checker: ScriptChecker) -> list:

@@ -477,8 +477,8 @@ def main(argv=None) -> int:
     from . import scriptcheck  # it builds on this module's Report
     if scriptcheck.is_script(args.workload):
         return carry_out(args, lambda pool, progress: scriptcheck.run(
-            args.workload, specs, pool, args.script_args, args.steps, args.rtol, args.atol, args.seed, progress),
-            lambda report: report.text(args.verbose))
+            args.workload, specs, pool, args.script_args, args.steps, args.rtol, args.atol, args.seed, progress,
+            args.jobs), lambda report: report.text(args.verbose))
 
     def compute(pool, progress):
         try:
@@ -488,7 +488,7 @@ def main(argv=None) -> int:
         else:
             if scriptcheck.is_entry(pool, args.workload):  # package.module:main, which takes no argument
                 return scriptcheck.run(args.workload, specs, pool, args.script_args, args.steps, args.rtol, args.atol,
-                                       args.seed, progress)
+                                       args.seed, progress, args.jobs)
         if args.script_args:
             raise CheckInputError(f"{' '.join(args.script_args)}: arguments after -- are a script's, and "
                                   f"{args.workload!r} is a workload factory")
