@@ -11,7 +11,7 @@ import numpy as np
 
 from suite.common.results import Raised, WorkloadRun, WorkloadStep
 from suite.common.specs import parse_spec
-from suite.harness.loopcheck import differential, usercheck
+from suite.harness.loopcheck import controls, differential, usercheck
 from suite.harness.verdict import deviations
 from suite.harness.verdict.judgment import Check, PropertyFailure
 
@@ -260,7 +260,7 @@ def _control_case(keras_own: bool, clips: bool, control_scale: float = 2.0):
     ref = dataclasses.replace(run(), facts=dict(facts))
     dist = dataclasses.replace(run(scale=2.0, replicas=2), facts=dict(facts))
     control = dataclasses.replace(run(scale=control_scale, replicas=2), facts=dict(facts))
-    return ref, dist, differential.control_of(ref, ref, [control], [dist])
+    return ref, dist, controls.control_of(ref, ref, [control], [dist])
 
 
 def test_the_control_tells_tensorflows_divergence_from_the_loops():
@@ -347,19 +347,19 @@ def test_the_stand_in_speaks_for_tensorflow_where_the_users_classes_stop_the_con
     keras3-gradients-not-summed-before-3.5), the loop's verdict is DEVIATION naming that entry only,
     with a note that the user's classes were not verified; where it diverges as no entry predicts,
     DEVIATION unrecorded."""
-    check = Check("differential.stand_in_of")
+    check = Check("controls.stand_in_of")
     facts = {"user_step": True, "keras_own_model": False}
     ref = dataclasses.replace(run(), facts=dict(facts))
     dist = dataclasses.replace(_copies_apart(run(scale=2.0, replicas=2)), facts=dict(facts))
-    control = differential.control_of(ref, ref, [dist], [dist])
+    control = controls.control_of(ref, ref, [dist], [dist])
     check.equal((control.user_classes, control.same_as_loop), (True, False), "the control on the user's classes")
     spec, keras34 = parse_spec("mirrored:2"), {"tensorflow": "2.17.1", "keras": "3.4.1"}
     judge = differential.judge_for(spec, keras34)
-    right = differential.stand_in_of(control, run(), [run(replicas=2)], judge=judge)
+    right = controls.stand_in_of(control, run(), [run(replicas=2)], judge=judge)
     check.equal(right.same_as_loop, False, "the control where the stand-in trains right")
     v = differential.verdict("mirrored:2", ref, [dist], 48, spec_obj=spec, versions=keras34, control=right)
     check.equal(v.status, "FAIL", "the verdict where the stand-in trains right", differential.details(v))
-    apart = differential.stand_in_of(control, run(), [_copies_apart(run(scale=2.0, replicas=2))], judge=judge)
+    apart = controls.stand_in_of(control, run(), [_copies_apart(run(scale=2.0, replicas=2))], judge=judge)
     check.equal((apart.same_as_loop, apart.entries), (True, ("keras3-gradients-not-summed-before-3.5",)),
                 "the control where the stand-in's copies are apart on Keras 3.4")
     v = differential.verdict("mirrored:2", ref, [dist], 48, spec_obj=spec, versions=keras34, control=apart)
@@ -367,8 +367,42 @@ def test_the_stand_in_speaks_for_tensorflow_where_the_users_classes_stop_the_con
                 "the loop's verdict", differential.details(v))
     check.that(any("classes of the user's own" in n for n in v.notes), "the notes", v.notes, "the classes unverified")
     alike = dataclasses.replace(run(scale=2.0, replicas=2), facts=dict(facts))  # copies together, 2 x the update
-    moved = differential.stand_in_of(differential.control_of(ref, ref, [alike], [alike]), run(),
+    moved = controls.stand_in_of(controls.control_of(ref, ref, [alike], [alike]), run(),
                                      [run(scale=2.0, replicas=2)], judge=judge)
     v = differential.verdict("mirrored:2", ref, [alike], 48, spec_obj=spec, versions=keras34, control=moved)
     check.equal((moved.entries, v.status, [i for i, _ in v.deviations]), ((), "DEVIATION", ["unrecorded"]),
                 "a stand-in that diverges as no entry predicts", differential.details(v))
+
+
+def test_the_stand_in_alone_turns_a_fail_into_its_deviation_only_where_it_diverges_the_same_way():
+    """No control could run (a script; batches the canonical step cannot train): the stand-in alone
+    makes a FAIL DEVIATION only where it diverges from the same step as an entry predicts and the run
+    shows no cause of its own. It trains right: FAIL, with a note. It diverges on Keras 3.4 (copies
+    apart) while the run's replicas disagree too: DEVIATION naming the entry. The run's loss is twice
+    one device's (loss averaged per replica): FAIL with that cause. The same on Keras 3.15 (no entry
+    applies): FAIL."""
+    check = Check("controls.by_stand_in")
+    spec = parse_spec("mirrored:2")
+    keras34, keras315 = {"tensorflow": "2.17.1", "keras": "3.4.1"}, {"tensorflow": "2.21.0", "keras": "3.15.1"}
+    ref = run()
+    apart = _copies_apart(run(replicas=2))
+
+    def judged(dist, stand, versions):
+        v = differential.verdict("mirrored:2", ref, [dist], 48, spec_obj=spec, versions=versions)
+        return controls.by_stand_in(v, run(), [stand], 48, judge=differential.judge_for(spec, versions))
+
+    v = judged(apart, run(replicas=2), keras34)
+    check.equal(v.status, "FAIL", "a stand-in that trains right", differential.details(v))
+    check.that(any("trains here what it trains on one device" in n for n in v.notes), "the note", v.notes,
+               "what the stand-in showed")
+    v = judged(apart, _copies_apart(run(replicas=2)), keras34)
+    check.equal((v.status, [i for i, _ in v.deviations], v.diagnoses),
+                ("DEVIATION", ["keras3-gradients-not-summed-before-3.5"], []), "the stand-in's copies apart on Keras 3.4",
+                differential.details(v))
+    averaged = dataclasses.replace(apart, steps=[dataclasses.replace(st, loss=2 * st.loss, replica_losses=[
+        2 * x for x in st.replica_losses]) for st in apart.steps])
+    v = judged(averaged, _copies_apart(run(replicas=2)), keras34)
+    check.equal((v.status, [d.cause for d in v.diagnoses]), ("FAIL", ["loss_averaged_per_replica"]),
+                "a run with a cause of its own", differential.details(v))
+    v = judged(apart, _copies_apart(run(replicas=2)), keras315)
+    check.equal(v.status, "FAIL", "the same where no entry applies", differential.details(v))

@@ -6,7 +6,7 @@ Where the loop's divergence under a spec is also the control's (the canonical st
 own model), but the model or optimizer has classes of the user's own, that control cannot tell the
 user's code from TensorFlow's and Keras'. The stand-in has none of the user's classes: where it
 diverges under the same spec too, the divergence belongs to TensorFlow/Keras with that optimizer
-(suite/harness/loopcheck/usercheck.py: Checker.control, differential.stand_in_of).
+(suite/harness/loopcheck/usercheck.py: Checker.control, controls.stand_in_of).
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from ...common.specs import parse_spec
 from ..engines import versions
 from ..engines.pool import EngineError, EnginePool, EngineUnavailable, ProbeError
 from ..engines.versions import engine_versions
-from . import differential
+from . import controls, differential
 from .usercheck import CheckInputError, Report, _check_specs, _start_quietly, default_jobs
 
 INSIDE = " (in the replica function)"  # a read of the replica count inside strategy.run (the engine's mark)
@@ -163,7 +163,7 @@ class ScriptChecker:
     def by_stand_in(self, spec, ref, v) -> differential.Verdict:
         """A script has no canonical-step control: a FAIL is judged by the stand-in control alone, the
         suite's own Keras model with the script's optimizer class and hyper-parameters on features of
-        the script's shape (differential.by_stand_in)."""
+        the script's shape (controls.by_stand_in)."""
         described, batch = ref.facts.get("stand_in"), ref.facts.get("first_batch_rows") or 0
         if not described or not batch:
             v.notes.append("no control: the script holds no single Keras optimizer the stand-in control could use")
@@ -176,7 +176,7 @@ class ScriptChecker:
         except EngineError as exc:
             v.notes.append(f"no control: the stand-in control could not run ({str(exc).splitlines()[0]})")
             return v
-        return differential.by_stand_in(v, self.stand_in_refs[batch], stand, batch, self.rtol, self.atol,
+        return controls.by_stand_in(v, self.stand_in_refs[batch], stand, batch, self.rtol, self.atol,
                                         differential.judge_for(spec, self.versions))
 
     def on(self, spec):

@@ -33,7 +33,7 @@ from ...common.specs import DEFAULT_SPECS, SpecError, parse_spec, parse_specs
 from ..engines import agent, versions
 from ..engines.pool import EngineError, EnginePool, EngineStartError, EngineUnavailable, ProbeError
 from ..engines.versions import engine_versions
-from . import differential
+from . import controls, differential
 
 EXIT = {"PASS": 0, "FAIL": 1, "USAGE": 2, "ERROR": 3, "KNOWN": 4, "RANDOM": 5}
 
@@ -266,7 +266,7 @@ class Checker:
         return v
 
     def by_stand_in(self, spec, v) -> differential.Verdict:
-        """``v`` judged by the stand-in control where no other control spoke (differential.by_stand_in)."""
+        """``v`` judged by the stand-in control where no other control spoke (controls.by_stand_in)."""
         try:
             with self._controls:
                 if self.stand_in_ref is None:
@@ -275,7 +275,7 @@ class Checker:
         except EngineError as exc:
             v.notes.append(f"no control: the stand-in control could not run ({str(exc).splitlines()[0]})")
             return v
-        return differential.by_stand_in(v, self.stand_in_ref, stand, self.global_batch, self.rtol, self.atol,
+        return controls.by_stand_in(v, self.stand_in_ref, stand, self.global_batch, self.rtol, self.atol,
                                         differential.judge_for(spec, self.versions))
 
     def engine_start(self, engine) -> float:
@@ -292,9 +292,9 @@ class Checker:
         return (f"no control: the suite's canonical step trains one model with one optimizer, and this workload has "
                 f"{len(models)} models ({', '.join(models)}) and {len(optimizers)} optimizers ({', '.join(optimizers)})")
 
-    def control(self, spec, runs) -> differential.Control | None:
+    def control(self, spec, runs) -> controls.Control | None:
         """The suite's canonical step on the workload under ``spec`` and on one device (each once),
-        judged against the loop's run (differential.control_of); None when it could not run."""
+        judged against the loop's run (controls.control_of); None when it could not run."""
         with self._controls:
             if self.canonical_ref is None:
                 try:
@@ -306,7 +306,7 @@ class Checker:
         except EngineError:
             return None
         judge = differential.judge_for(spec, self.versions)
-        judged = differential.control_of(self.ref, self.canonical_ref, control, runs, self.rtol, self.atol,
+        judged = controls.control_of(self.ref, self.canonical_ref, control, runs, self.rtol, self.atol,
                                          self.global_batch, judge)
         if not judged.user_classes:
             return judged
@@ -319,7 +319,7 @@ class Checker:
             stand = self._run(spec, stand_in=True, init=self.stand_in_ref.initial)
         except EngineError:
             return judged
-        return differential.stand_in_of(judged, self.stand_in_ref, stand, self.rtol, self.atol, judge)
+        return controls.stand_in_of(judged, self.stand_in_ref, stand, self.rtol, self.atol, judge)
 
 
 def default_jobs() -> int:
