@@ -7,7 +7,8 @@ How a run is watched (docs/check.md, "A training script"):
 
 * **Strategies.** ``tf.distribute.MirroredStrategy``, ``OneDeviceStrategy``,
   ``MultiWorkerMirroredStrategy`` and ``experimental.CentralStorageStrategy`` (and their
-  ``experimental`` names) are replaced, for the run, by subclasses of the real classes whose
+  ``experimental`` names; ``get_strategy()`` called by the script outside a scope where it builds
+  none) are replaced, for the run, by subclasses of the real classes whose
   construction returns the strategy the run checks: the spec's own, or for the reference a
   ``Reference``: one device's strategy that tells the script the spec's ``num_replicas_in_sync``
   (so it computes the same global batch) and forwards everything else. ``isinstance`` with the
@@ -214,6 +215,7 @@ class Watcher:
             if real is not None:
                 parent = _attr(distribute, dotted.rpartition(".")[0]) if "." in dotted else distribute
                 self._patch(parent, dotted.rpartition(".")[2], _stand_in_class(real, self.construct))
+        self._patch(distribute, "get_strategy", self._get_strategy(distribute.get_strategy))
         for dotted in DEVICE_CONFIG:
             if _attr(tf, dotted) is not None:
                 parent = _attr(tf, dotted.rpartition(".")[0])
@@ -238,6 +240,18 @@ class Watcher:
                     setattr(owner, name, previous)
             self._patched.clear()
             self._marked.clear()
+
+    def _get_strategy(self, real_get_strategy):
+        """``tf.distribute.get_strategy()`` called by the script outside any scope, where it builds no
+        strategy of its own: the checked strategy (the script runs on the default strategy's API)."""
+        def get_strategy():
+            if (not tf.distribute.has_strategy() and self._called_by_user(sys._getframe(1))
+                    and all(name == "get_strategy" for name, _ in self.constructed)):
+                if not self.constructed:
+                    self.constructed.append(["get_strategy", ""])
+                return self.shown
+            return real_get_strategy()
+        return get_strategy
 
     def _skipped(self, dotted):
         def skipped(*args, **kwargs):

@@ -96,7 +96,7 @@ def test_pytest_workload_option_runs_only_the_check_of_that_workload():
                                   "test_workload_trains_as_on_one_device[mirrored:2]"], "the report")
 
 
-def test_the_plugin_fixture_checks_a_loop_in_a_users_own_tests(tmp_path):
+def test_the_plugin_fixture_checks_a_loop_and_a_script_in_a_users_own_tests(tmp_path):
     (tmp_path / "test_my_loop.py").write_text(textwrap.dedent('''
         def test_right_loop(distribution_check):
             report = distribution_check("examples.mistakes:right", strategies="mirrored:2")
@@ -104,13 +104,22 @@ def test_the_plugin_fixture_checks_a_loop_in_a_users_own_tests(tmp_path):
 
         def test_wrong_loop(distribution_check):
             distribution_check("examples.mistakes:reduce_mean_for_sum", strategies="mirrored:2")
-    '''))
+
+        def test_right_script(distribution_check):
+            report = distribution_check(SCRIPTS + "/mistakes.py", strategies="mirrored:2", args=["--case", "right"])
+            assert report.passed and report.kind == "script"
+
+        def test_wrong_script(distribution_check):
+            distribution_check(SCRIPTS + "/mistakes.py", strategies="mirrored:2",
+                               args=["--case", "batch_not_distributed"])
+    ''').replace("SCRIPTS", repr(str(ROOT / "examples" / "scripts"))))
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
                            "test_my_loop.py"], cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
     check = Check("the distribution_check fixture")
     check.equal(done.returncode, 1, "exit status", done.stdout[-3000:])
-    check.contains(done.stdout, ["1 failed, 1 passed", "diagnosis: strategy.reduce MEAN where SUM was meant",
-                                 "FAILED test_my_loop.py::test_wrong_loop"], "the user's pytest report")
+    check.contains(done.stdout, ["2 failed, 2 passed", "diagnosis: strategy.reduce MEAN where SUM was meant",
+                                 "FAILED test_my_loop.py::test_wrong_loop", "diagnosis: batches not distributed",
+                                 "FAILED test_my_loop.py::test_wrong_script"], "the user's pytest report")
 
 
 def test_benchmarks_time_a_user_workload_with_the_controls():

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from suite.common.specs import parse_spec
 from suite.harness.loopcheck import differential, scriptcheck
 from suite.harness.verdict.judgment import Check
 from tests.helpers import ROOT
@@ -237,3 +238,21 @@ def test_each_scripts_mistake_is_diagnosed_with_its_cause_only(spec, case, pool)
     else:
         check.equal((v.status, [d.cause for d in v.diagnoses]), ("FAIL", [case]), f"mistakes.py --case {case}",
                     differential.details(v))
+
+
+GET_STRATEGY = ENTRY.replace("def main():", "def main():  # noqa").replace(
+    "strategy = tf.distribute.MirroredStrategy()", "strategy = tf.distribute.get_strategy()").replace(
+    "            if DIVIDE:\n                loss = loss / strategy.num_replicas_in_sync\n", "") + "\n\nmain()\n"
+
+
+def test_a_script_on_get_strategy_gets_the_specs_strategy(pool, tmp_path):
+    """A script that builds no strategy but takes ``tf.distribute.get_strategy()`` outside any scope
+    gets the spec's (the one-device reference: the spec's replica count), and trains as on one device."""
+    (tmp_path / "train.py").write_text(GET_STRATEGY)
+    c = scriptcheck.ScriptChecker(pool, str(tmp_path / "train.py"))
+    v = c.check(parse_spec("mirrored:2"))
+    check = Check("mirrored:2")
+    check.equal(v.status, "PASS", "a script on get_strategy()", differential.details(v))
+    ref = c.reference(2)
+    check.equal((ref.facts["constructed"], ref.facts["first_batch_rows"]), ([["get_strategy", ""]], 32),
+                "what the reference saw it build, and its global batch")

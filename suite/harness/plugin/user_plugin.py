@@ -30,19 +30,25 @@ def distribution_check_pool():
 @pytest.fixture
 def distribution_check(distribution_check_pool):
     """``distribution_check(target, strategies=..., steps=3, global_batch=48, rtol=..., atol=...,
-    accept_known=False)``: fail the test unless the workload trains under every spec what it trains
-    with no strategy (PASS); ``accept_known=True`` also lets specs where only known deviations of
-    TensorFlow/Keras differ (DEVIATION, BLOCKED) pass."""
+    accept_known=False, args=None)``: fail the test unless the workload (or the training script
+    ``path/to/train.py`` or ``package.module:main``, run with its own ``args``) trains under every
+    spec what it trains with no strategy (PASS); ``accept_known=True`` also lets specs where only
+    known deviations of TensorFlow/Keras differ (DEVIATION, BLOCKED) pass."""
     from ...common.specs import DEFAULT_SPECS, SpecError, parse_specs
-    from ..loopcheck import differential, usercheck
+    from ..loopcheck import differential, scriptcheck, usercheck
 
     def check(target: str, strategies: str = ",".join(DEFAULT_SPECS), steps: int = 3, global_batch: int = 48,
               rtol: float = differential.RTOL, atol: float = differential.ATOL,
-              accept_known: bool = False) -> usercheck.Report:
+              accept_known: bool = False, args: list | None = None) -> usercheck.Report:
         __tracebackhide__ = True
         try:
-            report = usercheck.run(target, parse_specs(strategies), distribution_check_pool, steps, global_batch,
-                                   rtol, atol)
+            if scriptcheck.is_script(target) or scriptcheck.is_entry(distribution_check_pool, target):
+                # a training script as written (path/to/train.py, or package.module:main), ``args`` its own
+                report = scriptcheck.run(target, parse_specs(strategies), distribution_check_pool, args, steps, rtol,
+                                         atol)
+            else:
+                report = usercheck.run(target, parse_specs(strategies), distribution_check_pool, steps, global_batch,
+                                       rtol, atol)
         except (SpecError, usercheck.CheckInputError) as exc:
             raise pytest.UsageError(str(exc).splitlines()[0]) from None
         if report.exit_code(accept_known):
