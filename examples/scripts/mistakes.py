@@ -15,7 +15,8 @@ import tensorflow as tf
 
 CASES = ("right", "right_uneven_global_batch", "right_loss_summed_by_hand", "right_mean_over_replicas",
          "reduce_mean_for_sum", "batch_not_distributed", "metric_from_one_replica", "loss_averaged_per_replica",
-         "loss_divided_twice", "regularization_not_scaled", "metric_fed_scaled_loss", "created_outside_scope")
+         "loss_divided_twice", "regularization_not_scaled", "metric_fed_scaled_loss", "created_outside_scope",
+         "gradients_aggregated_by_hand", "clipped_before_aggregation", "gradient_of_per_replica_mean")
 parser = argparse.ArgumentParser()
 parser.add_argument("--case", choices=CASES, default="right")
 case = parser.parse_args().case
@@ -78,7 +79,12 @@ def train_step(inputs):
     x, y = inputs
     with tf.GradientTape() as tape:
         per_example_loss, loss = compute_loss(y, model(x, training=True))
-    gradients = tape.gradient(loss, model.trainable_variables)
+        mean = tf.reduce_mean(per_example_loss)
+    gradients = tape.gradient(mean if case == "gradient_of_per_replica_mean" else loss, model.trainable_variables)
+    if case == "gradients_aggregated_by_hand":  # apply_gradients sums the replicas' gradients again
+        gradients = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, gradients)
+    if case == "clipped_before_aggregation":  # each replica's own gradients clipped, then summed
+        gradients, _ = tf.clip_by_global_norm(gradients, 0.05)
     optimizer.apply_gradients(zip(gradients, model.trainable_variables))
     if case == "metric_fed_scaled_loss":
         train_loss.update_state(loss)

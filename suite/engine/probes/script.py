@@ -26,6 +26,50 @@ from .workload import _DETERMINISTIC, _Capture, _keras_own, _layers, _random_att
 keras = compat.keras
 
 
+class _Gradients:
+    """``optimizer.apply_gradients`` wrapped (outermost: what the script hands over) so that each
+    replica's gradients, in the order of ``variables``, are kept for the step they are applied in:
+    eagerly, or from a traced replica function through a ``py_function`` (keyed by the replica id)."""
+
+    def __init__(self, optimizer, variables):
+        self.index = {id(compat.tf_variable(v)): i for i, v in enumerate(variables)}
+        self.variables = variables
+        self.step: dict = {}  # replica id -> its gradients, this step
+        original = optimizer.apply_gradients
+
+        def apply_gradients(grads_and_vars, *args, **kwargs):
+            pairs = list(grads_and_vars)
+            try:
+                self._keep(pairs)
+            except Exception:  # noqa: BLE001  (gradients that cannot be carried: none kept)
+                pass
+            return original(pairs, *args, **kwargs)
+
+        optimizer.apply_gradients = apply_gradients
+
+    def _keep(self, pairs) -> None:
+        context = tf.distribute.get_replica_context()
+        if context is None:
+            return
+        given = {self.index.get(id(compat.tf_variable(v))): g for g, v in pairs}
+        grads = [tf.zeros_like(tf.convert_to_tensor(v)) if given.get(i) is None else tf.convert_to_tensor(given[i])
+                 for i, v in enumerate(self.variables)]
+
+        def keep(replica, *values):
+            self.step[int(replica)] = [np.array(v) for v in values]  # copies: py_function reuses its arrays
+            return 0
+
+        if tf.executing_eagerly():
+            keep(context.replica_id_in_sync_group, *grads)
+        else:
+            tf.py_function(keep, [context.replica_id_in_sync_group, *grads], [tf.int32])
+
+    def take(self) -> list | None:
+        """Each replica's gradients of the step just ended, in replica order (None: none applied)."""
+        step, self.step = self.step, {}
+        return [step[r] for r in sorted(step)] if step else None
+
+
 class _Found:
     """The Keras models, optimizers and metrics the script's frames hold, by the name they are held
     under (a global's or a local's; ``name[i]`` in a list, ``name.attr`` on an object of the script's)."""
@@ -153,11 +197,14 @@ def run(ctx, target, folder, path=None, entry=None, args=(), steps=3, seed=0, re
     metrics: list = []  # per boundary, the metrics' results
     captures: list = []  # the optimizers' wrapped apply_gradients
     regularization: list = []  # per boundary, add_n of the models' losses (weight penalties), if readable
+    gradients: list = []  # per boundary, each replica's gradients handed to apply_gradients in the step it ends
+    handed: list = []  # the one optimizer's _Gradients (outermost wrapper of its apply_gradients)
     facts: dict = {"script": True, "user_step": True}
 
     def on_boundary(w):
         found.update(w.user_frames())
         metrics.append(_metric_results(found))
+        gradients.append(handed[0].take() if handed else None)
         penalties = [_regularization(m) for m in found.models.values()]
         regularization.append(None if None in penalties else sum(penalties))
 
@@ -173,6 +220,8 @@ def run(ctx, target, folder, path=None, entry=None, args=(), steps=3, seed=0, re
         # each optimizer's apply_gradients wrapped as the workload probe wraps it (the engine's mutants act there)
         trainable = [v for m in found.models.values() for v in m.trainable_variables]
         captures.extend(_Capture(o, trainable, record=False) for o in found.optimizers.values())
+        if len(found.optimizers) == 1:  # each replica's gradients as evidence (one optimizer over every model)
+            handed.append(_Gradients(next(iter(found.optimizers.values())), trainable))
         model, opt = _parts(w, found)
         facts["optimizer_variables_before_step"] = len(opt)
         optimizers = [getattr(o, "inner_optimizer", o) for o in found.optimizers.values()]
@@ -205,10 +254,10 @@ def run(ctx, target, folder, path=None, entry=None, args=(), steps=3, seed=0, re
             raised = failed(ctx, exc, f"step {watcher.drawn}" if watcher.drawn else SCRIPT_RAISED)
         else:
             watcher.finish()
-    return _report(ctx, watcher, found, metrics, regularization, facts, raised)
+    return _report(ctx, watcher, found, metrics, regularization, gradients, facts, raised)
 
 
-def _report(ctx, watcher, found, metrics, regularization, facts, raised) -> WorkloadRun:
+def _report(ctx, watcher, found, metrics, regularization, gradients, facts, raised) -> WorkloadRun:
     strategy = ctx.strategy
     names = _keras_names(found)
     model, opt = _parts(watcher, found)
@@ -228,7 +277,8 @@ def _report(ctx, watcher, found, metrics, regularization, facts, raised) -> Work
         op, reported, parts = b.reduced[-1] if b.reduced else ("SUM", np.zeros(()), [])
         steps.append(WorkloadStep(
             float(np.sum(np.asarray(reported, np.float64))), [float(np.sum(np.asarray(p, np.float64))) for p in parts],
-            b.rows or [], [values(b, i) for i in model], [values(b, i) for i in opt], None,
+            b.rows or [], [values(b, i) for i in model], [values(b, i) for i in opt],
+            gradients[k] if k < len(gradients) else None,
             metrics[k] if k < len(metrics) else {}, regularization[k - 1] if k - 1 < len(regularization) else None))
     reduced = [r for b in boundaries for r in b.reduced]
     optimizers = [getattr(o, "inner_optimizer", o) for o in found.optimizers.values()]
