@@ -6,6 +6,7 @@ the spec's replica count, and the scripts the check cannot use, each refused in 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import textwrap
 import time
 from pathlib import Path
@@ -256,3 +257,19 @@ def test_a_script_on_get_strategy_gets_the_specs_strategy(pool, tmp_path):
     ref = c.reference(2)
     check.equal((ref.facts["constructed"], ref.facts["first_batch_rows"]), ([["get_strategy", ""]], 32),
                 "what the reference saw it build, and its global batch")
+
+
+def test_runs_with_other_variables_are_said_apart_not_compared():
+    """Runs are compared variable by variable in creation order: a spec's run that created another
+    variable (or another order) is said so, naming the first one apart, instead of being compared."""
+    from tests.meta.test_differential import run
+
+    ref = run()
+    check = Check("scriptcheck._variables_apart")
+    check.equal(scriptcheck._variables_apart(ref, run(replicas=2)), None, "the same variables")
+    other = dataclasses.replace(run(replicas=2), names=["kernel", "seed_generator_state"])
+    check.equal(scriptcheck._variables_apart(ref, other), "model variables: 2 here, 2 there; the first apart is #2: "
+                "seed_generator_state here, bias there", "another variable")
+    more = dataclasses.replace(run(replicas=2), optimizer_names=["iteration"])
+    check.contains(scriptcheck._variables_apart(ref, more), ["optimizer variables: 1 here, 0 there",
+                                                             "#1: iteration here, none there"], "one more")

@@ -248,7 +248,7 @@ def run(ctx, target, folder, path=None, entry=None, args=(), steps=3, seed=0, re
             raise
         except SystemExit as exc:
             if exc.code not in (None, 0) and not watcher.drawn:
-                raise ScriptError(f"script {target}: it exited with status {exc.code} before its first step") from None
+                raise ScriptError(f"script {target!r}: it exited with status {exc.code} before its first step") from None
             watcher.finish()
         except Exception as exc:  # noqa: BLE001  (the script's outcome: judged by the known deviations)
             raised = failed(ctx, exc, f"step {watcher.drawn}" if watcher.drawn else SCRIPT_RAISED)

@@ -198,6 +198,11 @@ class ScriptChecker:
                 raise CheckInputError(exc.raised.message) from None
             return differential.Verdict(spec.text, spec.replicas, "ERROR", seconds=time.monotonic() - began,
                                         error=str(exc).splitlines()[0])
+        apart = _variables_apart(ref, runs[0])
+        if apart is not None:  # compared by creation order: another set of variables cannot be compared
+            return differential.Verdict(spec.text, spec.replicas, "ERROR", seconds=time.monotonic() - started,
+                                        error=f"the script created other variables here than on one device ({apart}): "
+                                              "the runs cannot be compared variable by variable")
         v = differential.verdict(spec.text, ref, runs, ref.facts.get("first_batch_rows") or 0, self.rtol, self.atol,
                                  seconds=time.monotonic() - started, spec_obj=spec, versions=self.versions)
         if v.status == "FAIL" and v.mismatches and v.error is None:
@@ -217,6 +222,20 @@ class ScriptChecker:
 def _stand_in_run(checker: ScriptChecker, spec, global_batch: int, described: dict, init=None) -> list:
     return checker.pool.call(spec, "workload.run", target="stand-in", steps=checker.steps, global_batch=global_batch,
                              seed=checker.seed, stand_in_of=described, init=init)
+
+
+def _variables_apart(ref, run) -> str | None:
+    """Where a spec's run created other variables than the reference (by name, in creation order), or
+    None; a run that raised before creating them all is judged by its raise instead."""
+    if run.raised is not None:
+        return None
+    for kind, mine, theirs in (("model", run.names, ref.names), ("optimizer", run.optimizer_names, ref.optimizer_names)):
+        if list(mine) != list(theirs):
+            first = next((i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b), min(len(mine), len(theirs)))
+            here, there = (names[first] if first < len(names) else "none" for names in (mine, theirs))
+            return (f"{kind} variables: {len(mine)} here, {len(theirs)} there; the first apart is #{first + 1}: "
+                    f"{here} here, {there} there")
+    return None
 
 
 def _moved(run):
