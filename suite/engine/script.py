@@ -79,14 +79,6 @@ def _attr(root, dotted: str):
     return obj
 
 
-def _set_attr(root, dotted: str, value) -> None:
-    *parents, last = dotted.split(".")
-    obj = root
-    for part in parents:
-        obj = getattr(obj, part)
-    setattr(obj, last, value)
-
-
 def _stand_in_class(real, construct):
     """A subclass of ``real`` whose construction returns ``construct(real, args, kwargs)`` and
     for which ``isinstance``/``issubclass`` answer as for ``real``."""

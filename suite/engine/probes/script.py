@@ -21,7 +21,7 @@ from ..script import ScriptError, Stop, Watcher, execute, isolated
 from ..workloads import stand_in as stand_ins
 from .common import failed
 from .registry import probe
-from .workload import _DETERMINISTIC, _Capture, _keras_own, _layers, _random_attr, _regularization
+from .workload import _Capture, _keras_own, _layers, _random_attr, _regularization, fresh_start
 
 keras = compat.keras
 
@@ -137,12 +137,12 @@ def _keras_names(found: _Found) -> dict:
     return names
 
 
-def _parts(watcher: Watcher, found: _Found, upto: int | None = None):
-    """The recorded variables (the first ``upto``) split into (model, optimizer) index lists, metrics
+def _parts(watcher: Watcher, found: _Found):
+    """The recorded variables split into (model, optimizer) index lists, metrics
     left out: a variable no model, optimizer or metric of the script holds counts as the model's."""
     optimizer, metric = _ids(found.variables(found.optimizers)), _ids(found.variables(found.metrics))
     model, opt = [], []
-    for i, v in enumerate(watcher.variables[:upto]):
+    for i, v in enumerate(watcher.variables):
         if id(v) in metric:
             continue
         (opt if id(v) in optimizer else model).append(i)
@@ -187,15 +187,10 @@ def run(ctx, target, folder, path=None, entry=None, args=(), steps=3, seed=0, re
     one device's; the script is told ``replicas``). ``init``, ``init_names``, ``init_trainable``:
     the reference's initial model values, loaded at the first boundary (suite/common/matching.py)."""
     strategy = ctx.strategy
-    if not _DETERMINISTIC:
-        tf.config.experimental.enable_op_determinism()
-        _DETERMINISTIC.append(True)
-    keras.backend.clear_session()
-    keras.utils.set_random_seed(seed)
+    fresh_start(seed)
     watcher = Watcher(strategy, steps, folder, reference_replicas=replicas)
     found = _Found()
     metrics: list = []  # per boundary, the metrics' results
-    captures: list = []  # the optimizers' wrapped apply_gradients
     regularization: list = []  # per boundary, add_n of the models' losses (weight penalties), if readable
     gradients: list = []  # per boundary, each replica's gradients handed to apply_gradients in the step it ends
     handed: list = []  # the one optimizer's _Gradients (outermost wrapper of its apply_gradients)
@@ -219,7 +214,8 @@ def run(ctx, target, folder, path=None, entry=None, args=(), steps=3, seed=0, re
                                            for layer in layers if _random_attr(layer))
         # each optimizer's apply_gradients wrapped as the workload probe wraps it (the engine's mutants act there)
         trainable = [v for m in found.models.values() for v in m.trainable_variables]
-        captures.extend(_Capture(o, trainable, record=False) for o in found.optimizers.values())
+        for o in found.optimizers.values():
+            _Capture(o, trainable, record=False)
         if len(found.optimizers) == 1:  # each replica's gradients as evidence (one optimizer over every model)
             handed.append(_Gradients(next(iter(found.optimizers.values())), trainable))
         model, opt = _parts(w, found)

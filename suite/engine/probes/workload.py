@@ -256,6 +256,16 @@ def _regularization(model) -> float | None:
         return None
 
 
+def fresh_start(seed: int) -> None:
+    """What every run of a user's code starts from: op determinism on (once per engine), Keras'
+    session cleared (its names start afresh) and the seeds set."""
+    if not _DETERMINISTIC:
+        tf.config.experimental.enable_op_determinism()
+        _DETERMINISTIC.append(True)
+    keras.backend.clear_session()
+    keras.utils.set_random_seed(seed)
+
+
 @probe
 def run(ctx, target, steps, global_batch, seed=0, canonical=False, init=None, path=None, dense_gradients=False,
         init_names=None, init_trainable=None, stand_in=False, stand_in_of=None):
@@ -269,11 +279,7 @@ def run(ctx, target, steps, global_batch, seed=0, canonical=False, init=None, pa
     ``stand_in_of``: train the stand-in of a run that has no workload (a script's; its
     ``stand_ins.described``), ``target`` then unused."""
     strategy = ctx.strategy
-    if not _DETERMINISTIC:
-        tf.config.experimental.enable_op_determinism()
-        _DETERMINISTIC.append(True)
-    keras.backend.clear_session()
-    keras.utils.set_random_seed(seed)
+    fresh_start(seed)
     wctx = workload.WorkloadContext(strategy, int(global_batch), strategy.num_replicas_in_sync, seed)
     try:
         if stand_in_of is not None:
