@@ -16,8 +16,12 @@ How a run is watched (docs/check.md, "A training script"):
   for the report.
 * **Step boundaries.** What the checked strategy's ``experimental_distribute_dataset`` and
   ``distribute_datasets_from_function`` return is marked; each element drawn eagerly from it
-  (``for``, ``next``, ``get_next``) ends the step before it. The run stops, by raising ``Stop``,
-  at the draw after the last compared step. Draws inside a ``tf.function`` show no boundary.
+  (``for``, ``next``, ``get_next``) ends the step before it. A script that draws no element
+  eagerly but hands an iterator to a ``tf.function`` that calls ``strategy.run`` (``next(iterator)``
+  inside it, as TensorFlow's multi-worker tutorial does) is stepped by its calls instead: each call
+  of such a function from the script's code is one step, and the first step's boundary is read
+  when that function's trace reaches ``strategy.run`` (lifted out of the trace). The run stops, by
+  raising ``Stop``, at the boundary after the last compared step.
 * **Variables.** A variable creator scope around the run, and one inside the checked strategy's
   ``scope()`` (so that a distributed variable is recorded whole, not its per-device parts),
   record every variable in creation order; at each boundary every one is read on every local
@@ -31,6 +35,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib
+import multiprocessing
+import multiprocessing.util
 import os
 import runpy
 import shutil
@@ -79,11 +85,11 @@ def _attr(root, dotted: str):
     return obj
 
 
-def _stand_in_class(real, construct):
-    """A subclass of ``real`` whose construction returns ``construct(real, args, kwargs)`` and
-    for which ``isinstance``/``issubclass`` answer as for ``real``."""
+def _stand_in_class(real, name: str, construct):
+    """A subclass of ``real`` (known to the script as ``name``) whose construction returns
+    ``construct(name, args, kwargs)`` and for which ``isinstance``/``issubclass`` answer as for ``real``."""
     def call(cls, *args, **kwargs):
-        return construct(real, args, kwargs)
+        return construct(name, args, kwargs)
 
     meta = type(f"_{real.__name__}Meta", (type(real),), {
         "__call__": call,
@@ -98,8 +104,15 @@ class Reference:
     ``num_replicas_in_sync``; everything else is the real strategy's, so TensorFlow and Keras
     inside see one device. Each read of the replica count from the script's code is kept."""
 
-    def __init__(self, real, replicas: int, watcher):
+    def __init__(self, real, replicas: int, watcher, cluster_resolver=None):
         self._real, self._replicas, self._watcher = real, replicas, watcher
+        self._cluster_resolver = cluster_resolver
+
+    @property
+    def cluster_resolver(self):
+        """For a multi-worker spec's reference, a resolver of the TF_CONFIG the run was given (the
+        spec's cluster, this process its chief), as the spec's strategy answers; otherwise one device's."""
+        return self._cluster_resolver or self._real.cluster_resolver
 
     @property
     def num_replicas_in_sync(self) -> int:
@@ -116,18 +129,24 @@ class Reference:
 class Watcher:
     """One run of a script: what it built, drew and created (see the module's docstring)."""
 
-    def __init__(self, strategy, steps: int, folder: str, reference_replicas: int | None = None):
+    def __init__(self, strategy, steps: int, folder: str, reference_replicas: int | None = None,
+                 cluster_resolver=None):
         self.real = strategy  # the strategy TensorFlow runs (the spec's, or the default strategy)
         self.steps = steps
         self.folder = os.path.realpath(folder)  # the script's folder: its frames are the user's code
-        self.shown = Reference(strategy, reference_replicas, self) if reference_replicas else strategy
+        self.shown = (Reference(strategy, reference_replicas, self, cluster_resolver) if reference_replicas
+                      else strategy)
         self.constructed: list = []  # [class name, repr of the arguments] per strategy the script built
         self.device_config: list = []  # the device configuration calls the script made (skipped)
         self.replica_reads: dict = {}  # "file:line" -> times the script read num_replicas_in_sync
         self.variables: list = []  # every variable, in creation order
         self._ids: set = set()
         self.boundaries: list = []  # of Boundary: [0] before the first step, [k] after step k
-        self.drawn = 0  # elements drawn from marked datasets
+        self.drawn = 0  # steps begun: elements drawn from marked datasets, or calls of a step function
+        # how steps are told apart: None until the first, then "draws" (eager draws) or "calls" (calls of a
+        # tf.function that runs strategy.run, where the script draws inside it)
+        self.mode = None
+        self._step_functions: set = set()  # ids of the script's tf.functions whose trace called strategy.run
         self.on_first_boundary = None  # called at the first boundary (loading initial values)
         self.on_boundary = None  # called at each boundary, before it is read (finding the script's objects)
         self._reduced: list = []
@@ -144,9 +163,9 @@ class Watcher:
         self._wrapped_types: set = set()
 
     # -- the script's view ---------------------------------------------------------------------
-    def construct(self, real_class, args, kwargs):
+    def construct(self, name: str, args, kwargs):
         shown = ", ".join([repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()])
-        self.constructed.append([real_class.__name__, shown[:200]])
+        self.constructed.append([name, shown[:200]])
         return self.shown
 
     def read_replicas(self, frame, inside: bool = False) -> None:
@@ -206,7 +225,8 @@ class Watcher:
             real = _attr(distribute, dotted)
             if real is not None:
                 parent = _attr(distribute, dotted.rpartition(".")[0]) if "." in dotted else distribute
-                self._patch(parent, dotted.rpartition(".")[2], _stand_in_class(real, self.construct))
+                name = dotted.rpartition(".")[2]
+                self._patch(parent, name, _stand_in_class(real, name, self.construct))
         self._patch(distribute, "get_strategy", self._get_strategy(distribute.get_strategy))
         for dotted in DEVICE_CONFIG:
             if _attr(tf, dotted) is not None:
@@ -220,6 +240,8 @@ class Watcher:
             # autograph must call the wrappers as they are (converted, they would see their own frames)
             self._patch(target, name, tf.autograph.experimental.do_not_convert(wrapper(getattr(self.real, name))))
         self._patch(tf.data.Dataset, "__iter__", self._plain_iter(tf.data.Dataset.__iter__))
+        function = type(tf.function(lambda: 0))
+        self._patch(function, "__call__", self._function_call(function.__call__))
         try:
             with tf.variable_creator_scope(self._outer):
                 yield self
@@ -291,13 +313,11 @@ class Watcher:
         return reduce
 
     def _parts(self, value) -> list:
-        self._local.quiet = True
-        try:
-            return list(self.real.experimental_local_results(value))
-        except Exception:  # noqa: BLE001  (not a distributed value: one part)
-            return [value]
-        finally:
-            self._local.quiet = False
+        with self._quiet():
+            try:
+                return list(self.real.experimental_local_results(value))
+            except Exception:  # noqa: BLE001  (not a distributed value: one part)
+                return [value]
 
     @staticmethod
     def _keep(tensors, record) -> None:
@@ -328,6 +348,9 @@ class Watcher:
     def _run(self, real_run):
         def run(fn, args=(), kwargs=None, options=None):
             self.runs += 1
+            calling = getattr(self._local, "calling", None)
+            if calling is not None and not tf.executing_eagerly() and self.mode != "draws":
+                self._traced_step(calling, args, kwargs)
             if self.real.num_replicas_in_sync > 1 and self._called_by_user(sys._getframe(1)):
                 for leaf in tf.nest.flatten((args, kwargs or {})):
                     if isinstance(leaf, tf.Tensor) and leaf.shape.rank:
@@ -344,6 +367,60 @@ class Watcher:
         return run
 
     # -- step boundaries -------------------------------------------------------------------------
+    def _function_call(self, original):
+        """``__call__`` of ``tf.function``s for the run: a call from the script's code (not nested in
+        another) of a function whose trace called ``strategy.run`` is a step where the script steps by
+        calls (``_traced_step`` decides that in the first such trace)."""
+        watcher = self
+
+        def __call__(self_, *args, **kwargs):
+            if (getattr(watcher._local, "calling", None) is not None or watcher.mode == "draws"
+                    or not tf.executing_eagerly() or not watcher._called_by_user(sys._getframe(1))):
+                return original(self_, *args, **kwargs)
+            watcher._local.calling = id(self_)
+            done = False
+            try:
+                out = original(self_, *args, **kwargs)
+                done = True
+            finally:
+                watcher._local.calling = None
+                if watcher.mode == "calls" and id(self_) in watcher._step_functions:
+                    watcher.drawn += 1
+            if done and watcher.mode == "calls" and id(self_) in watcher._step_functions:
+                watcher.boundary()
+            return out
+        return __call__
+
+    def _traced_step(self, function_id, args, kwargs) -> None:
+        """``strategy.run`` traced inside a call of the script's ``tf.function`` ``function_id``: with no
+        step drawn eagerly before, the script steps by calls of that function; the first step's
+        boundary is read here, out of the trace (the variables as they are before its first run)."""
+        if self.mode is None and not self.drawn:
+            self.mode = "calls"
+            with tf.init_scope():
+                self.boundary()
+        if self.mode != "calls":
+            return
+        self._step_functions.add(function_id)
+        self._element_facts((args, kwargs or {}), static=True)
+
+    def _element_facts(self, element, static: bool = False) -> None:
+        """The features' shape (the first floating tensor with an example axis) and each local
+        replica's examples of ``element``: now, or (``static``, inside a trace) when the step runs."""
+        with contextlib.suppress(Exception), self._quiet():  # an optional, or an element of no tensors
+            leaves = [parts for parts in map(self._parts, tf.nest.flatten(element))
+                      if parts and all(isinstance(p, tf.Tensor) for p in parts)]
+            if self.feature_shape is None:
+                self.feature_shape = next((
+                    [int(d) for d in t.shape[1:]] for t in (parts[0] for parts in leaves)
+                    if t.dtype.is_floating and t.shape.rank and t.shape.rank >= 2 and None not in t.shape[1:]), None)
+            parts = leaves[0]
+            if not static:
+                self._rows = [int(tf.shape(p)[0]) if p.shape.rank else 1 for p in parts]
+                return
+            sizes = [tf.shape(p)[0] if p.shape.rank else tf.constant(1) for p in parts]
+            self._keep(sizes, lambda values: setattr(self, "_rows", [int(v) for v in values]))
+
     def _distribute(self, real_distribute):
         def distribute(*args, **kwargs):
             out = real_distribute(*args, **kwargs)
@@ -395,8 +472,9 @@ class Watcher:
 
             def drawing(self_, *args, _original=original, **kwargs):
                 if not watcher._counts(self_) or getattr(watcher._local, "drawing", False) \
-                        or not tf.executing_eagerly():
+                        or not tf.executing_eagerly() or watcher.mode == "calls":
                     return _original(self_, *args, **kwargs)
+                watcher.mode = "draws"
                 watcher.boundary()
                 watcher._local.drawing = True
                 try:
@@ -430,22 +508,16 @@ class Watcher:
 
     @contextlib.contextmanager
     def _quiet(self):
+        before = getattr(self._local, "quiet", False)
         self._local.quiet = True
         try:
             yield
         finally:
-            self._local.quiet = False
+            self._local.quiet = before
 
     def drew(self, element) -> None:
         self.drawn += 1
-        with contextlib.suppress(Exception), self._quiet():  # an optional, or an element of no tensors
-            if self.feature_shape is None:  # the first floating tensor with an example axis: the features
-                self.feature_shape = next(
-                    [int(d) for d in t.shape[1:]] for t in map(lambda v: self.real.experimental_local_results(v)[0],
-                                                               tf.nest.flatten(element))
-                    if t.dtype.is_floating and t.shape.rank and t.shape.rank >= 2 and None not in t.shape[1:])
-            parts = self.real.experimental_local_results(tf.nest.flatten(element)[0])
-            self._rows = [int(tf.shape(p)[0]) if p.shape.rank else 1 for p in parts]
+        self._element_facts(element)
 
     def read(self) -> None:
         with self._quiet():
@@ -463,7 +535,7 @@ class Watcher:
 
     def finish(self) -> None:
         """The script ended (or raised): the step of the last element drawn has ended there."""
-        if self.drawn and len(self.boundaries) == self.drawn:
+        if self.mode == "draws" and len(self.boundaries) == self.drawn:
             if self.on_boundary is not None:
                 with contextlib.suppress(Exception), self._quiet():
                     self.on_boundary(self)
@@ -477,20 +549,41 @@ _LIBRARIES = (f"{os.sep}tensorflow{os.sep}", f"{os.sep}keras{os.sep}", f"{os.sep
 
 
 @contextlib.contextmanager
-def isolated(argv: list, folder: str, root: str | None = None):
+def isolated(argv: list, folder: str, root: str | None = None, environ: dict | None = None):
     """``sys.argv``, ``sys.path`` (``root`` first: the script's folder, or for an entry function the
-    folder its package is found from), the working folder (a fresh one, removed after) and the
-    modules imported from ``folder``, as in a process of its own."""
+    folder its package is found from), the working folder (a fresh one, removed after), the
+    temporary folder (``tempfile``'s, ``TMPDIR`` and ``multiprocessing.util.get_temp_dir()``: one
+    inside the working folder), the environment (``environ`` set over it; what the script sets is
+    undone) and the modules imported from ``folder``, as in a process of its own: files the script
+    writes at relative or temporary paths neither reach another run nor stay behind."""
     saved = list(sys.argv), list(sys.path), os.getcwd(), set(sys.modules)
+    saved_environ, saved_tempdir = dict(os.environ), tempfile.tempdir
+    mp_config = getattr(multiprocessing.current_process(), "_config", {})  # get_temp_dir()'s cache (private)
+    saved_mp_tempdir = mp_config.pop("tempdir", _ABSENT)
     work = tempfile.mkdtemp(prefix="tfds-script-")
+    temp = os.path.join(work, ".tmp")
+    os.mkdir(temp)
     sys.argv[:] = argv
     sys.path.insert(0, root or folder)
+    os.environ.update(environ or {})
+    os.environ["TMPDIR"] = tempfile.tempdir = temp
     os.chdir(work)
     try:
         yield work
     finally:
         sys.argv[:], sys.path[:] = saved[0], saved[1]
         os.chdir(saved[2])
+        for key in set(os.environ) - set(saved_environ):
+            del os.environ[key]
+        os.environ.update(saved_environ)
+        tempfile.tempdir = saved_tempdir
+        made = mp_config.pop("tempdir", None)
+        if saved_mp_tempdir is not _ABSENT:
+            mp_config["tempdir"] = saved_mp_tempdir
+        if made:  # the folder goes with the working folder: its exit-time removal is not needed
+            for finalizer in list(getattr(multiprocessing.util, "_finalizer_registry", {}).values()):
+                if made in (getattr(finalizer, "_args", None) or ()):
+                    finalizer.cancel()
         for name in set(sys.modules) - saved[3]:
             module = sys.modules.get(name)
             if getattr(module, "__file__", None) and os.path.realpath(module.__file__).startswith(

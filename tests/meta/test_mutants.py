@@ -22,6 +22,8 @@ PS_TESTS = "tests/properties/test_parameter_server.py::"
 BLOCKS = "tests/properties/test_blocks.py::"
 RIGHT_LOOP = "tests/workloads/test_examples.py::test_the_right_loop_of_the_mistakes_passes[{spec}]"
 RIGHT_SCRIPT = "tests/workloads/test_scripts.py::test_the_built_tutorial_trains_as_on_one_device[{spec}]"
+MULTI_WORKER_SCRIPT = ("tests/workloads/test_cluster_scripts.py::"
+                       "test_the_multi_worker_tutorial_trains_as_on_one_device_and_leaves_no_file[{spec}]")
 
 # One spec of every strategy kind: the mutants run on each kind where they apply.
 ONE = ("default", "one_device")  # one replica
@@ -66,6 +68,9 @@ CASES = [
     # ... and in a training script run unchanged (one-process specs only, suite/harness/loopcheck/scriptcheck.py)
     Case("double_gradient_aggregation", RIGHT_SCRIPT, "examples/scripts/tutorial.py", ("mirrored:2", "central_storage:2")),
     Case("step_one_replica_dropped", RIGHT_SCRIPT, "examples/scripts/tutorial.py", ("mirrored:2", "central_storage:2")),
+    # ... and under a multi-worker spec, each worker running TensorFlow's multi-worker tutorial
+    Case("double_gradient_aggregation", MULTI_WORKER_SCRIPT, "the tutorial's verdict", ("multi_worker:2x1",)),
+    Case("step_one_replica_dropped", MULTI_WORKER_SCRIPT, "the tutorial's verdict", ("multi_worker:2x1",)),
     Case("local_batch_denominator", LOSSES + "test_compute_average_loss_matches_reference[{spec}-none-{dtype}]",
          "compute_average_loss", MULTI, BOTH),
     Case("local_batch_denominator", LOSSES + "test_summed_scaled_loss_equals_the_global_mean_on_even_splits"

@@ -202,13 +202,14 @@ def test_an_entry_function_is_checked_as_a_script(tmp_path):
 
 
 def test_specs_scripts_are_not_checked_under_are_listed_not_errors():
-    """A multi-worker spec beside a one-process one: its line says scripts are not checked there yet;
-    the verdict and the exit status are the one-process spec's."""
-    done, _ = check_cli(Path(TUTORIAL).parent, "tutorial.py", "--strategies", "mirrored:1,multi_worker:2x1",
+    """A parameter-server spec beside a one-process one: its line says scripts are not checked there
+    yet; the verdict and the exit status are the one-process spec's."""
+    done, _ = check_cli(Path(TUTORIAL).parent, "tutorial.py", "--strategies", "mirrored:1,parameter_server:2w1ps",
                         "--", "--build-optimizer")
     check = Check("python -m suite.check tutorial.py")
     check.equal(done.returncode, 0, "exit status", done.stdout[-1500:] + done.stderr[-600:])
-    check.contains(done.stdout, ["multi_worker:2x1: not checked: scripts are not checked under multi_worker specs yet",
+    check.contains(done.stdout, ["parameter_server:2w1ps: not checked: scripts are not checked under parameter_server "
+                                 "specs yet",
                                  "PASS: every spec trains what one device trains"], "the report")
 
 

@@ -10,6 +10,7 @@ run loads the reference's initial values into the model's variables at the first
 from __future__ import annotations
 
 import inspect
+import json
 
 import numpy as np
 import tensorflow as tf
@@ -181,14 +182,23 @@ def kind(ctx, target, path):
 
 @probe
 def run(ctx, target, folder, path=None, entry=None, args=(), steps=3, seed=0, replicas=None, init=None,
-        init_names=None, init_trainable=None, root=None):
+        init_names=None, init_trainable=None, root=None, workers=None):
     """Run the script ``path`` (or the entry function ``entry``) with ``args`` until ``steps``
     step boundaries, and report each step. ``replicas``: the reference (this engine's strategy is
     one device's; the script is told ``replicas``). ``init``, ``init_names``, ``init_trainable``:
-    the reference's initial model values, loaded at the first boundary (suite/common/matching.py)."""
+    the reference's initial model values, loaded at the first boundary (suite/common/matching.py).
+    ``workers``: the reference of a multi-worker spec: the run gets a TF_CONFIG of that many workers
+    (this process the first), as each of the spec's workers gets its own."""
     strategy = ctx.strategy
     fresh_start(seed)
-    watcher = Watcher(strategy, steps, folder, reference_replicas=replicas)
+    environ, resolver = {}, None
+    if workers:
+        environ["TF_CONFIG"] = json.dumps({"cluster": {"worker": [f"localhost:{i + 1}" for i in range(workers)]},
+                                           "task": {"type": "worker", "index": 0}})
+        resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+            tf.train.ClusterSpec(json.loads(environ["TF_CONFIG"])["cluster"]), task_type="worker", task_id=0,
+            rpc_layer="grpc")
+    watcher = Watcher(strategy, steps, folder, reference_replicas=replicas, cluster_resolver=resolver)
     found = _Found()
     metrics: list = []  # per boundary, the metrics' results
     regularization: list = []  # per boundary, add_n of the models' losses (weight penalties), if readable
@@ -235,7 +245,7 @@ def run(ctx, target, folder, path=None, entry=None, args=(), steps=3, seed=0, re
     watcher.on_boundary, watcher.on_first_boundary = on_boundary, on_first
     raised = None
     argv = [path or entry.partition(":")[0], *args]
-    with isolated(argv, folder, root), watcher.installed():
+    with isolated(argv, folder, root, environ), watcher.installed():
         try:
             execute(path, entry)
         except Stop:
@@ -297,7 +307,7 @@ def _report(ctx, watcher, found, metrics, regularization, gradients, facts, rais
         "sparse_gradients": False, "random_ops": None,
         "constructed": watcher.constructed, "device_config": watcher.device_config,
         "replica_reads": watcher.replica_reads, "draws": watcher.drawn, "boundaries": len(boundaries),
-        "runs": watcher.runs, "distributed": watcher.distributed,
+        "runs": watcher.runs, "distributed": watcher.distributed, "step_mode": watcher.mode,
         # the stand-in control's description: the script's (first) optimizer and its features' shape
         "stand_in": (stand_ins.described(next(iter(found.optimizers.values())), watcher.feature_shape or [8])
                      if len(found.optimizers) == 1 else None),
@@ -311,8 +321,13 @@ def _report(ctx, watcher, found, metrics, regularization, gradients, facts, rais
     facts.setdefault("random_layers", [])
     if ctx.spec.kind != "default":
         extended = strategy.extended
-        facts["outside_scope"] = sorted(_name(variables[i], names) for i in model
-                                        if not extended.variable_created_in_scope(variables[i]))
+        # a model's or optimizer's variable, or one of the script's own that trains (floating, trainable):
+        # a counter the script keeps outside the scope (the multi-worker tutorial's epoch) is no mistake
+        owned = _ids(found.variables(found.models)) | _ids(found.variables(found.optimizers))
+        facts["outside_scope"] = sorted(
+            _name(variables[i], names) for i in model + opt
+            if (id(variables[i]) in owned or (variables[i].dtype.is_floating and variables[i].trainable))
+            and not extended.variable_created_in_scope(variables[i]))
     return WorkloadRun(strategy.num_replicas_in_sync, ctx.local_replica_ids, [_name(variables[i], names) for i in model],
                        [bool(variables[i].trainable) for i in model], [_name(variables[i], names) for i in opt],
                        initial, steps, facts, None, raised)

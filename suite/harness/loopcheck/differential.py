@@ -560,6 +560,12 @@ def _per_model(ref, dist, mismatches: list, global_batch: int) -> list[Diagnosis
     return out
 
 
+# what raises where an optimizer's slots are made inside the distributed step: Keras 3 under
+# collectives (the placeholder its lazy build leaves in the step's cond), Keras 2 (the slot's scope);
+# another raise of a step with an unbuilt optimizer (a collective's timeout) is not that cause
+_SLOT_ERRORS = ("You must feed a value for placeholder tensor", "slot variable")
+
+
 def diagnose(ref, dist, mismatches: list, global_batch: int) -> list[Diagnosis]:
     """The catalogued causes the evidence of the first diverging step supports (first the
     strongest); empty when none does. In a workload of several models and optimizers, each model's
@@ -595,7 +601,7 @@ def diagnose(ref, dist, mismatches: list, global_batch: int) -> list[Diagnosis]:
         message = dist.raised.message
         if "Reduction" in message and ("SUM" in message or "NONE" in message) and "strategy" in message.lower():
             add("keras_loss_reduction", f"{dist.raised.where} raised {dist.raised.type}: {short_error(message)}")
-        if facts.get("optimizer_built") is False or lazy:
+        if (facts.get("optimizer_built") is False or lazy) and any(m in message for m in _SLOT_ERRORS):
             add("lazy_optimizer_build", f"the optimizer was not built when the first step began ({before} variables: "
                                         f"no slots yet), and {dist.raised.where} raised {dist.raised.type}: "
                                         f"{short_error(message)}")

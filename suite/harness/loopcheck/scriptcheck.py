@@ -28,8 +28,8 @@ from . import controls, differential
 from .usercheck import CheckInputError, Report, _check_specs, _start_quietly, default_jobs
 
 INSIDE = " (in the replica function)"  # a read of the replica count inside strategy.run (the engine's mark)
-# the spec kinds whose strategy a script's constructors can be given here (one process, synchronous)
-SCRIPT_KINDS = ("default", "one_device", "mirrored", "central_storage")
+# the spec kinds whose strategy a script's constructors can be given here (synchronous ones)
+SCRIPT_KINDS = ("default", "one_device", "mirrored", "central_storage", "multi_worker")
 
 
 def is_script(target: str) -> bool:
@@ -51,7 +51,7 @@ def not_checked(spec) -> str | None:
     """Why scripts are not checked under ``spec`` (None: they are)."""
     if spec.kind in SCRIPT_KINDS and not spec.gpus:
         return None
-    return f"scripts are not checked under {spec.kind} specs yet (one-process specs only: {', '.join(SCRIPT_KINDS)})"
+    return f"scripts are not checked under {spec.kind} specs yet (only under {', '.join(SCRIPT_KINDS)})"
 
 
 @dataclasses.dataclass
@@ -102,7 +102,7 @@ class ScriptChecker:
         self.env = env
         self.default = self.on(parse_spec("default"))
         self.versions = engine_versions(*versions.interpreter(env)) if env else engine_versions(pool.python)
-        self.refs: dict = {}  # replicas -> the reference run told that many replicas
+        self.refs: dict = {}  # (replicas, workers) -> the reference run told that many (_reference_key)
         self.stand_in_refs: dict = {}  # global batch -> the stand-in control on one device
         self._lock = threading.Lock()
         self._ref_locks: defaultdict = defaultdict(threading.Lock)
@@ -119,21 +119,25 @@ class ScriptChecker:
             return CheckInputError(exc.raised.message)
         return CheckInputError(f"script {self.target!r}: the reference run failed: {str(exc).splitlines()[0]}")
 
-    def reference(self, replicas: int = 1):
-        """The script on one device, told ``replicas`` replicas, run twice: it must repeat itself."""
-        with self._ref_locks[replicas]:  # specs checked at once share each replica count's reference
-            if replicas not in self.refs:
-                self.refs[replicas] = self._reference(replicas)
-        return self.refs[replicas]
+    def reference(self, replicas: int = 1, workers: int = 1):
+        """The script on one device, told ``replicas`` replicas (and, for a multi-worker spec, given a
+        TF_CONFIG of ``workers`` workers), run twice: it must repeat itself."""
+        key = (replicas, workers)
+        with self._ref_locks[key]:  # specs checked at once share each replica count's reference
+            if key not in self.refs:
+                self.refs[key] = self._reference(replicas, workers)
+        return self.refs[key]
 
-    def _reference(self, replicas: int):
+    def _reference(self, replicas: int, workers: int):
+        cluster = {"workers": workers} if workers > 1 else {}
         try:
-            first = self._run(self.default, replicas=replicas)[0]
+            first = self._run(self.default, replicas=replicas, **cluster)[0]
             second = self._run(self.default, replicas=replicas, init=first.initial, init_names=first.names,
-                               init_trainable=first.trainable)[0]
+                               init_trainable=first.trainable, **cluster)[0]
         except EngineError as exc:
             raise self._input_error(exc) from None
-        told = f" (told {replicas} replicas)" if replicas > 1 else ""
+        told = f" (told {replicas} replicas" + (f" and given a TF_CONFIG of {workers} workers)" if cluster else ")")
+        told = told if replicas > 1 or cluster else ""
         if first.raised is not None:
             where = "it raised before its first step:" if first.raised.where == SCRIPT_RAISED else \
                 f"{first.raised.where} raised"
@@ -147,7 +151,7 @@ class ScriptChecker:
             raise CheckInputError(f"script {self.target!r}: it drew no element from a distributed dataset "
                                   "(strategy.experimental_distribute_dataset or distribute_datasets_from_function) "
                                   "outside a tf.function" + ("" if facts.get("runs") else ", nor called strategy.run")
-                                  + ", so it shows no step")
+                                  + " in a tf.function it calls, so it shows no step")
         if not first.steps:
             raise CheckInputError(f"script {self.target!r}: it ended before its first step ended")
         if not any(_moved(first)):
@@ -185,7 +189,7 @@ class ScriptChecker:
 
     def check(self, spec) -> differential.Verdict:
         spec = self.on(spec)
-        ref = self.reference(spec.replicas)
+        ref = self.reference(*_reference_key(spec))
         began = time.monotonic()
         try:
             engine = self.pool.get(spec)
@@ -217,6 +221,12 @@ class ScriptChecker:
             v.diagnoses = []
         v.start_seconds = engine.start_seconds if engine.started_at >= self.created_at else 0.0
         return v
+
+
+def _reference_key(spec) -> tuple:
+    """The reference a spec is compared with: one device told its replica count and, for a
+    multi-worker spec, given a TF_CONFIG of its workers."""
+    return spec.replicas, spec.workers if spec.kind == "multi_worker" else 1
 
 
 def _stand_in_run(checker: ScriptChecker, spec, global_batch: int, described: dict, init=None) -> list:
@@ -264,7 +274,7 @@ def run(target: str, specs: list, pool: EnginePool, args: list | None = None, st
             for spec in checked:
                 starter.submit(_start_quietly, pool, spec)
         if checked:  # the first reference: input the check cannot use stops it before any spec runs
-            checker.reference(checked[0].replicas)
+            checker.reference(*_reference_key(checked[0]))
         verdicts = _check_specs(checker, checked, jobs, progress)
     finally:
         if starter:
@@ -280,12 +290,15 @@ def run(target: str, specs: list, pool: EnginePool, args: list | None = None, st
 def _script_notes(checker: ScriptChecker) -> list:
     """What the reference saw of the script: the strategies it built, where it read the replica count."""
     out = []
-    for replicas, ref in sorted(checker.refs.items()):
+    for (replicas, workers), ref in sorted(checker.refs.items()):
         facts = ref.facts
         built = "; ".join(f"{name}({shown})" for name, shown in facts.get("constructed", []))
         reads = ", ".join(f"{where} ({n}x)" for where, n in facts.get("replica_reads", {}).items()) or "nowhere"
-        out.append(f"reference told {replicas} replica(s): the script built {built}; it read num_replicas_in_sync at "
-                   f"{reads}; {facts.get('draws')} elements drawn")
+        given = f" and a TF_CONFIG of {workers} workers" if workers > 1 else ""
+        stepped = ("steps by calls of a tf.function that runs strategy.run" if facts.get("step_mode") == "calls"
+                   else f"{facts.get('draws')} elements drawn")
+        out.append(f"reference told {replicas} replica(s){given}: the script built {built}; it read "
+                   f"num_replicas_in_sync at {reads}; {stepped}")
         if facts.get("device_config"):
             out.append(f"the script's device configuration was skipped (the engine set its devices up): "
                        f"{', '.join(facts['device_config'])}")

@@ -1,0 +1,141 @@
+"""Training scripts across processes, checked unchanged (suite/harness/loopcheck/scriptcheck.py):
+TensorFlow's multi-worker custom-loop tutorial (examples/scripts/multi_worker_ctl.py, its sibling
+module mnist.py with generated data) run once per worker with the spec's TF_CONFIG, stepped by its
+calls of a tf.function that draws inside; and the files scripts write, which reach neither another
+run nor the disk after the check."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from suite.common.specs import parse_spec
+from suite.harness.loopcheck import differential, scriptcheck
+from suite.harness.verdict.judgment import Check
+from tests.helpers import ROOT
+from tests.workloads.test_examples import _applies, right, trimmed
+
+SCRIPTS = ROOT / "examples" / "scripts"
+LAZY = "keras3-lazy-optimizer-slots-mirrored"
+_CHECKERS: dict = {}
+
+
+def checker(pool, path, args=()) -> scriptcheck.ScriptChecker:
+    """One checker (its references) per script and argument list in this process."""
+    key = (str(path), tuple(args))
+    if key not in _CHECKERS:
+        _CHECKERS[key] = scriptcheck.ScriptChecker(pool, str(path), list(args))
+    return _CHECKERS[key]
+
+
+def _files(folder: Path) -> set:
+    return {str(p.relative_to(folder)) for p in folder.rglob("*")} if folder.is_dir() else set()
+
+
+@pytest.mark.parametrize("text", ["multi_worker:2x1", "multi_worker:2x2"])
+def test_the_multi_worker_tutorial_trains_as_on_one_device_and_leaves_no_file(text, pool, suite_state):
+    """main.py of TensorFlow's multi-worker custom-loop tutorial, unchanged: each worker reads the
+    spec's TF_CONFIG (its global batch is 64 per worker), draws inside its tf.function (a step per
+    call), and the non-chief workers make their temporary checkpoint folder. It trains what one device
+    told the spec's replica count and TF_CONFIG trains (BLOCKED naming the lazy-slots entry where that
+    applies: RMSprop is built in the first step), and neither the examples' folder nor the engines'
+    temporary folder holds a file it wrote afterwards. Both cluster shapes run whatever specs the
+    session selects (the default ones hold no multi_worker:2x2)."""
+    spec = parse_spec(text)
+    engines_tmp = Path(pool._log_dir) / "tmp"
+    before = _files(SCRIPTS), _files(engines_tmp)
+    c = checker(pool, SCRIPTS / "multi_worker_ctl.py")
+    v = c.check(spec)
+    check = Check(spec)
+    if _applies(LAZY, f"loop-check[{spec.text}]", suite_state.versions):
+        check.equal((v.status, v.deviation[0] if v.deviation else None, v.diagnoses), ("BLOCKED", LAZY, []),
+                    "the tutorial's verdict", differential.details(v))
+    else:
+        check.that(right(v) and not v.diagnoses, "the tutorial's verdict", (v.status, v.deviations),
+                   "PASS, or DEVIATION where a known deviation predicts every difference", differential.details(v))
+        check.equal(v.steps, 3, "steps compared")
+    ref = c.reference(spec.replicas, spec.workers)
+    check.equal((ref.facts["step_mode"], ref.facts["first_batch_rows"]), ("calls", 64 * spec.workers),
+                "how the reference's steps were told apart, and its global batch (64 per worker in TF_CONFIG)")
+    check.equal(((_files(SCRIPTS) - before[0]), (_files(engines_tmp) - before[1])), (set(), set()),
+                "files left in the examples' folder and in the engines' temporary folder")
+
+
+# A script that restores the checkpoints it finds and writes one after each step at a relative path,
+# in multiprocessing's temporary folder and in tempfile's; the chief (worker 0 of TF_CONFIG, or the
+# only process) writes elsewhere than the others, as the multi-worker tutorial does.
+WRITER = """
+import json, os, tempfile
+from multiprocessing import util
+import numpy as np
+import tensorflow as tf
+
+strategy = tf.distribute.MirroredStrategy()
+task = json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {"index": 0})
+chief = task["index"] == 0
+with strategy.scope():
+    model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(1)])
+    optimizer = tf.keras.optimizers.SGD(0.1)
+checkpoint = tf.train.Checkpoint(model=model)
+folders = ["ckpt" if chief else "ckpt_other", os.path.join(util.get_temp_dir(), "ckpt"),
+           os.path.join(tempfile.gettempdir(), "writer-ckpt")]
+for folder in folders:
+    latest = tf.train.latest_checkpoint(folder)
+    if latest:
+        checkpoint.restore(latest)
+x = np.arange(256, dtype=np.float32).reshape(64, 4) / 100.0
+y = x.sum(axis=1, keepdims=True)
+dataset = strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensor_slices((x, y)).batch(16))
+
+
+@tf.function
+def train_step(batch):
+    def step_fn(inputs):
+        features, labels = inputs
+        with tf.GradientTape() as tape:
+            per_example = tf.reduce_mean(tf.square(model(features) - labels), axis=1)
+            loss = tf.nn.compute_average_loss(per_example, global_batch_size=16)
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+    return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(step_fn, args=(batch,)), axis=None)
+
+
+for batch in dataset:
+    train_step(batch)
+    for folder in folders:
+        checkpoint.save(os.path.join(folder, "model"))
+"""
+
+
+@pytest.mark.specs(lambda spec: spec.kind in ("mirrored", "multi_worker") and spec.replicas == 2,
+                   without_deep=trimmed(("mirrored:2", "multi_worker:2x1")))
+def test_files_a_script_writes_reach_no_other_run_and_do_not_stay(spec, pool, tmp_path):
+    """The script above restores what it finds: had the reference's first run left a checkpoint where
+    the second (or a spec's) run looks, the reference would not repeat itself. Each run has its own
+    working and temporary folders, removed afterwards: it passes, and the script's folder and the
+    engines' temporary folder hold nothing new."""
+    (tmp_path / "writer.py").write_text(textwrap.dedent(WRITER))
+    engines_tmp = Path(pool._log_dir) / "tmp"
+    before = _files(engines_tmp)
+    v = scriptcheck.ScriptChecker(pool, str(tmp_path / "writer.py")).check(spec)
+    check = Check(spec)
+    check.equal(v.status, "PASS", "the checkpoint-writing script", differential.details(v))
+    check.equal((sorted(os.listdir(tmp_path)), _files(engines_tmp) - before), (["writer.py"], set()),
+                "files left in the script's folder and in the engines' temporary folder")
+
+
+def test_a_multi_worker_script_reads_the_specs_cluster(pool):
+    """The reference of a multi-worker spec gives the script a TF_CONFIG of the spec's workers (this
+    process the chief) and a cluster resolver that answers as the spec's strategy's does."""
+    c = checker(pool, SCRIPTS / "multi_worker_ctl.py")
+    ref = c.reference(2, 2)
+    check = Check("the multi-worker tutorial's reference")
+    check.equal((ref.replicas, ref.facts["first_batch_rows"], ref.facts["constructed"]),
+                (1, 128, [["MultiWorkerMirroredStrategy", ""]]), "replicas, rows and the strategy it built")
+    notes = scriptcheck._script_notes(c)
+    check.contains(" ".join(notes), ["a TF_CONFIG of 2 workers", "steps by calls of a tf.function"], "the report's note")
+    check.equal(scriptcheck.not_checked(parse_spec("multi_worker:2x2")), None, "multi-worker specs are checked")
