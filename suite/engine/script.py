@@ -208,6 +208,10 @@ class Watcher:
         return out
 
     # -- patching for the run --------------------------------------------------------------------
+    def patch(self, owner, name, value):
+        """Set ``owner.name`` until the run ends (inside ``installed()``)."""
+        self._patch(owner, name, value)
+
     def _patch(self, owner, name, value):
         """Set ``owner.name`` for the run; a class's or an object's own attribute is put back as it
         was (or removed), a module's by value."""

@@ -22,6 +22,7 @@ PS_TESTS = "tests/properties/test_parameter_server.py::"
 BLOCKS = "tests/properties/test_blocks.py::"
 RIGHT_LOOP = "tests/workloads/test_examples.py::test_the_right_loop_of_the_mistakes_passes[{spec}]"
 RIGHT_SCRIPT = "tests/workloads/test_scripts.py::test_the_built_tutorial_trains_as_on_one_device[{spec}]"
+GAN_SCRIPT = "tests/workloads/test_cluster_scripts.py::test_a_gans_mistakes_are_named_with_their_model[{spec}-right]"
 MULTI_WORKER_SCRIPT = ("tests/workloads/test_cluster_scripts.py::"
                        "test_the_multi_worker_tutorial_trains_as_on_one_device_and_leaves_no_file[{spec}]")
 
@@ -71,6 +72,9 @@ CASES = [
     # ... and under a multi-worker spec, each worker running TensorFlow's multi-worker tutorial
     Case("double_gradient_aggregation", MULTI_WORKER_SCRIPT, "the tutorial's verdict", ("multi_worker:2x1",)),
     Case("step_one_replica_dropped", MULTI_WORKER_SCRIPT, "the tutorial's verdict", ("multi_worker:2x1",)),
+    # ... and in a script of two models and two optimizers (the mutants act on both)
+    Case("double_gradient_aggregation", GAN_SCRIPT, "gan.py --case right", MULTI),
+    Case("step_one_replica_dropped", GAN_SCRIPT, "gan.py --case right", MULTI),
     Case("local_batch_denominator", LOSSES + "test_compute_average_loss_matches_reference[{spec}-none-{dtype}]",
          "compute_average_loss", MULTI, BOTH),
     Case("local_batch_denominator", LOSSES + "test_summed_scaled_loss_equals_the_global_mean_on_even_splits"

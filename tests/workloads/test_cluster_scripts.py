@@ -1,11 +1,14 @@
-"""Training scripts across processes, checked unchanged (suite/harness/loopcheck/scriptcheck.py):
-TensorFlow's multi-worker custom-loop tutorial (examples/scripts/multi_worker_ctl.py, its sibling
-module mnist.py with generated data) run once per worker with the spec's TF_CONFIG, stepped by its
-calls of a tf.function that draws inside; and the files scripts write, which reach neither another
-run nor the disk after the check."""
+"""Training scripts across processes and models, checked unchanged
+(suite/harness/loopcheck/scriptcheck.py): TensorFlow's multi-worker custom-loop tutorial
+(examples/scripts/multi_worker_ctl.py, its sibling module mnist.py with generated data) run once per
+worker with the spec's TF_CONFIG, stepped by its calls of a tf.function that draws inside; the files
+scripts write, which reach neither another run nor the disk after the check; and a GAN's two models
+and two optimizers (examples/scripts/gan.py), each mistake named with its model."""
 
 from __future__ import annotations
 
+import ast
+import dataclasses
 import os
 import textwrap
 from pathlib import Path
@@ -139,3 +142,57 @@ def test_a_multi_worker_script_reads_the_specs_cluster(pool):
     notes = scriptcheck._script_notes(c)
     check.contains(" ".join(notes), ["a TF_CONFIG of 2 workers", "steps by calls of a tf.function"], "the report's note")
     check.equal(scriptcheck.not_checked(parse_spec("multi_worker:2x2")), None, "multi-worker specs are checked")
+
+
+def _cases(name: str) -> tuple[str, ...]:
+    """The CASES of an example script, read without importing it (it imports TensorFlow)."""
+    tree = ast.parse((SCRIPTS / name).read_text())
+    return next(ast.literal_eval(node.value) for node in tree.body
+                if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "CASES")
+
+
+# each mistake of gan.py: the model it is made in and the cause the check must name
+GAN = {"generator_loss_averaged_per_replica": "generator: loss_averaged_per_replica",
+       "discriminator_loss_averaged_per_replica": "discriminator: loss_averaged_per_replica",
+       "generator_reduce_mean_for_sum": "generator: reduce_mean_for_sum",
+       "discriminator_gradients_aggregated_by_hand": "discriminator: gradients_aggregated_by_hand",
+       "generator_optimizer_outside_scope": "generator: created_outside_scope"}
+
+
+@pytest.mark.specs(lambda spec: spec.kind in ("mirrored", "central_storage", "multi_worker") and spec.replicas == 2,
+                   without_deep=trimmed(("mirrored:2", "central_storage:2", "multi_worker:2x1")))
+@pytest.mark.parametrize("case", _cases("gan.py"))
+def test_a_gans_mistakes_are_named_with_their_model(spec, case, pool):
+    """examples/scripts/gan.py -- --case CASE: the right GAN (and one that trains its discriminator
+    twice per generator step) trains what one device trains; each mistake is FAIL naming the model
+    it was made in and its cause, and nothing else. Each optimizer is attributed to the model whose
+    variables it is handed, each loss the script reduces to the model it took gradients of."""
+    v = checker(pool, SCRIPTS / "gan.py", ["--case", case]).check(spec)
+    check = Check(spec, case={"case": case})
+    named = [f"{d.model}: {d.cause}" for d in v.diagnoses]
+    if case not in GAN:
+        check.equal((v.status, named), ("PASS", []), f"gan.py --case {case}", differential.details(v))
+    else:
+        check.equal((v.status, named), ("FAIL", [GAN[case]]), f"gan.py --case {case}", differential.details(v))
+
+
+def test_both_optimizers_states_are_compared(pool):
+    """The reference of the right GAN names each optimizer's variables after the model it trains; a
+    spec's run whose second optimizer's slot alone moved apart after step 2 is FAIL there, so the
+    second optimizer's state is compared, not only the first's."""
+    c = checker(pool, SCRIPTS / "gan.py", ["--case", "right"])
+    ref = c.reference(2)
+    check = Check("gan.py's reference")
+    check.equal(ref.facts["trains"], {"generator_optimizer": "generator", "discriminator_optimizer": "discriminator"},
+                "which model each optimizer trains")
+    check.equal(sorted({n.split("/")[0] for n in ref.optimizer_names}), ["discriminator", "generator"],
+                "the models the optimizer variables are named after")
+    check.equal(sorted(ref.steps[0].named or {}), ["discriminator", "generator"], "the losses told apart per model")
+    slot = max(i for i, n in enumerate(ref.optimizer_names) if n.startswith("discriminator/"))
+    moved = [dataclasses.replace(st, optimizer=[[copy + (1e-3 if i == slot and k >= 1 else 0.0) for copy in copies]
+                                                for i, copies in enumerate(st.optimizer)])
+             for k, st in enumerate(ref.steps)]
+    v = differential.verdict("default", ref, [dataclasses.replace(ref, steps=moved)], ref.facts["first_batch_rows"])
+    check.equal(v.status, "FAIL", "a run whose discriminator optimizer's last slot moved", differential.details(v))
+    check.contains(differential.details(v), ["step 2", f"optimizer {ref.optimizer_names[slot]} (replica 0)"],
+                   "where it diverged")

@@ -9,8 +9,10 @@ run loads the reference's initial values into the model's variables at the first
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
+import sys
 
 import numpy as np
 import tensorflow as tf
@@ -30,16 +32,20 @@ keras = compat.keras
 class _Gradients:
     """``optimizer.apply_gradients`` wrapped (outermost: what the script hands over) so that each
     replica's gradients, in the order of ``variables``, are kept for the step they are applied in:
-    eagerly, or from a traced replica function through a ``py_function`` (keyed by the replica id)."""
+    eagerly, or from a traced replica function through a ``py_function`` (keyed by the replica id);
+    applied twice in a step (a GAN's discriminator steps), their sum. ``seen``: the variables it was
+    handed (which model it trains)."""
 
     def __init__(self, optimizer, variables):
         self.index = {id(compat.tf_variable(v)): i for i, v in enumerate(variables)}
         self.variables = variables
         self.step: dict = {}  # replica id -> its gradients, this step
+        self.seen: set = set()
         original = optimizer.apply_gradients
 
         def apply_gradients(grads_and_vars, *args, **kwargs):
             pairs = list(grads_and_vars)
+            self.seen.update(id(compat.tf_variable(v)) for _, v in pairs)
             try:
                 self._keep(pairs)
             except Exception:  # noqa: BLE001  (gradients that cannot be carried: none kept)
@@ -57,7 +63,9 @@ class _Gradients:
                  for i, v in enumerate(self.variables)]
 
         def keep(replica, *values):
-            self.step[int(replica)] = [np.array(v) for v in values]  # copies: py_function reuses its arrays
+            values = [np.array(v) for v in values]  # copies: py_function reuses its arrays
+            before = self.step.get(int(replica))
+            self.step[int(replica)] = values if before is None else [a + b for a, b in zip(before, values)]
             return 0
 
         if tf.executing_eagerly():
@@ -122,20 +130,78 @@ class _Found:
                 for v in (compat.optimizer_variables(o) if group is self.optimizers else o.variables)]
 
 
+class _Targets:
+    """``tf.GradientTape.gradient`` wrapped for the run: what the script's own code takes the gradient
+    of, each replica's value (summed) with the variables it is taken against, kept for the step it
+    runs in, so that a loss ``strategy.reduce`` was given can be told to be a model's (the same value
+    on every replica)."""
+
+    def __init__(self, watcher):
+        self.step: list = []  # (the source variables' ids, replica id, value), this step
+        original = tf.GradientTape.gradient
+        targets = self
+
+        def gradient(tape, target, sources, *args, **kwargs):
+            out = original(tape, target, sources, *args, **kwargs)
+            if watcher._called_by_user(sys._getframe(1)):
+                with contextlib.suppress(Exception):  # a target that is no tensor, a nest of them: not kept
+                    targets._keep(target, sources)
+            return out
+
+        watcher.patch(tf.GradientTape, "gradient", gradient)
+
+    def _keep(self, target, sources) -> None:
+        ids = frozenset(id(compat.tf_variable(v)) for v in tf.nest.flatten(sources))
+        context = tf.distribute.get_replica_context()
+        replica = context.replica_id_in_sync_group if context is not None else 0
+        value = tf.reduce_sum(tf.cast(tf.convert_to_tensor(target), tf.float64))
+
+        def keep(r, v):
+            self.step.append((ids, int(r), float(v)))
+            return 0
+
+        if tf.executing_eagerly():
+            keep(replica, value)
+        else:
+            tf.py_function(keep, [replica, value], [tf.int32])
+
+    def take(self) -> list:
+        step, self.step = self.step, []
+        return step
+
+
 def _ids(pairs) -> set:
     return {id(compat.tf_variable(v)) for _, v in pairs}
 
 
-def _keras_names(found: _Found) -> dict:
+def _keras_names(found: _Found, trains: dict | None = None) -> dict:
     """id of a tf.Variable -> its name in the check: the Keras variable's path (or name), after the
-    model's name where the script holds several models."""
+    model's name where the script holds several models (an optimizer's, after the model it trains:
+    ``trains``, optimizer name -> model name)."""
     names = {}
     several = len(found.models) > 1
     for group in (found.models, found.optimizers):
         for owner, v in found.variables(group):
             base = getattr(v, "path", None) or compat.tf_variable(v).name.split(":")[0]
-            names.setdefault(id(compat.tf_variable(v)), f"{owner}/{base}" if several and group is found.models else base)
+            prefix = owner if group is found.models else (trains or {}).get(owner)
+            named = several and prefix and not base.startswith(f"{prefix}/")  # a model named as it is held: as is
+            names.setdefault(id(compat.tf_variable(v)), f"{prefix}/{base}" if named else base)
     return names
+
+
+def _trains(found: _Found, handed: dict) -> dict:
+    """Optimizer name -> the name of the model whose variables it was handed most of (several
+    models only; an optimizer handed none of any model's is left out)."""
+    if len(found.models) < 2:
+        return {}
+    out = {}
+    for name, gradients in handed.items():
+        overlap = {m: len(gradients.seen & {id(compat.tf_variable(v)) for v in model.trainable_variables})
+                   for m, model in found.models.items()}
+        best = max(overlap, key=overlap.get, default=None)
+        if best is not None and overlap[best]:
+            out[name] = best
+    return out
 
 
 def _parts(watcher: Watcher, found: _Found):
@@ -200,18 +266,15 @@ def run(ctx, target, folder, path=None, entry=None, args=(), steps=3, seed=0, re
             rpc_layer="grpc")
     watcher = Watcher(strategy, steps, folder, reference_replicas=replicas, cluster_resolver=resolver)
     found = _Found()
-    metrics: list = []  # per boundary, the metrics' results
-    regularization: list = []  # per boundary, add_n of the models' losses (weight penalties), if readable
-    gradients: list = []  # per boundary, each replica's gradients handed to apply_gradients in the step it ends
-    handed: list = []  # the one optimizer's _Gradients (outermost wrapper of its apply_gradients)
+    seen = _Seen()
     facts: dict = {"script": True, "user_step": True}
 
     def on_boundary(w):
         found.update(w.user_frames())
-        metrics.append(_metric_results(found))
-        gradients.append(handed[0].take() if handed else None)
-        penalties = [_regularization(m) for m in found.models.values()]
-        regularization.append(None if None in penalties else sum(penalties))
+        seen.metrics.append(_metric_results(found))
+        seen.gradients.append({name: g.take() for name, g in seen.handed.items()})
+        seen.targets.append(seen.tape.take() if seen.tape else [])
+        seen.penalties.append({k: _regularization(m) for k, m in found.models.items()})
 
     def on_first(w):
         layers = [layer for m in found.models.values() for layer in _layers(m)]
@@ -226,8 +289,9 @@ def run(ctx, target, folder, path=None, entry=None, args=(), steps=3, seed=0, re
         trainable = [v for m in found.models.values() for v in m.trainable_variables]
         for o in found.optimizers.values():
             _Capture(o, trainable, record=False)
-        if len(found.optimizers) == 1:  # each replica's gradients as evidence (one optimizer over every model)
-            handed.append(_Gradients(next(iter(found.optimizers.values())), trainable))
+        for name, o in found.optimizers.items():  # each replica's gradients as evidence
+            seen.handed[name] = _Gradients(o, trainable)
+        seen.trainable = trainable
         model, opt = _parts(w, found)
         facts["optimizer_variables_before_step"] = len(opt)
         optimizers = [getattr(o, "inner_optimizer", o) for o in found.optimizers.values()]
@@ -246,6 +310,7 @@ def run(ctx, target, folder, path=None, entry=None, args=(), steps=3, seed=0, re
     raised = None
     argv = [path or entry.partition(":")[0], *args]
     with isolated(argv, folder, root, environ), watcher.installed():
+        seen.tape = _Targets(watcher)
         try:
             execute(path, entry)
         except Stop:
@@ -260,12 +325,84 @@ def run(ctx, target, folder, path=None, entry=None, args=(), steps=3, seed=0, re
             raised = failed(ctx, exc, f"step {watcher.drawn}" if watcher.drawn else SCRIPT_RAISED)
         else:
             watcher.finish()
-    return _report(ctx, watcher, found, metrics, regularization, gradients, facts, raised)
+    return _report(ctx, watcher, found, seen, facts, raised)
 
 
-def _report(ctx, watcher, found, metrics, regularization, gradients, facts, raised) -> WorkloadRun:
+class _Seen:
+    """What the probe reads at each boundary (index k: at the end of step k, 0 before the first)."""
+
+    def __init__(self):
+        self.metrics: list = []  # the metrics' results
+        self.gradients: list = []  # optimizer name -> each replica's gradients handed over in the step it ends
+        self.targets: list = []  # what the script took gradients of in that step (_Targets)
+        self.penalties: list = []  # model name -> add_n of its losses (weight penalties), None if unreadable
+        self.handed: dict = {}  # optimizer name -> its _Gradients
+        self.tape: _Targets | None = None
+        self.trainable: list = []  # every model's trainable variables, the order of the gradients kept
+
+    def regularization(self, k: int):
+        penalties = list(self.penalties[k].values()) if k < len(self.penalties) else [None]
+        return None if None in penalties else sum(penalties)
+
+
+def _groups(found: _Found, seen: _Seen, trains: dict) -> list:
+    """(optimizer name, model name, indices of the model's trainable variables in ``seen.trainable``)
+    per optimizer that trains one of several models; [] with one model."""
+    out = []
+    index = {id(compat.tf_variable(v)): i for i, v in enumerate(seen.trainable)}
+    for name in found.optimizers:
+        model = trains.get(name)
+        if model is not None:
+            out.append((name, model, [index[id(compat.tf_variable(v))]
+                                      for v in found.models[model].trainable_variables]))
+    return out
+
+
+def _step_gradients(seen: _Seen, k: int, groups: list):
+    """Each replica's gradients of step ``k``: the one optimizer's over every trainable variable, or
+    with several models each optimizer's over its model's, one after another (None: not every
+    optimizer was applied)."""
+    taken = seen.gradients[k] if k < len(seen.gradients) else {}
+    if not groups:
+        return next(iter(taken.values()), None) if len(taken) == 1 else None
+    per = [taken.get(name) for name, _, _ in groups]
+    if any(g is None for g in per) or len({len(g) for g in per}) != 1:
+        return None
+    return [[g[r][i] for (_, _, indices), g in zip(groups, per) for i in indices] for r in range(len(per[0]))]
+
+
+def _named(found: _Found, seen: _Seen, k: int, reduced: list, groups: list) -> dict | None:
+    """Step ``k``'s loss per model, where the script reduced, for every model an optimizer trains, a
+    value whose replicas equal what it took that model's gradients of (``_Targets``)."""
+    if not groups or k >= len(seen.targets):
+        return None
+    out = {}
+    for _, model, _ in groups:
+        ids = {id(compat.tf_variable(v)) for v in found.models[model].trainable_variables}
+        per_replica: dict = {}
+        for sources, replica, value in seen.targets[k]:
+            if sources & ids:
+                per_replica.setdefault(replica, []).append(value)
+        calls = list(zip(*(per_replica[r] for r in sorted(per_replica)))) if per_replica else []
+        match = next(((reported, parts) for _, reported, parts in reversed(reduced)
+                      if any(_sums(parts) == list(call) for call in calls)), None)
+        if match is None:
+            return None
+        penalty = seen.penalties[k - 1].get(model) if k - 1 < len(seen.penalties) else None
+        out[model] = {"loss": float(np.sum(np.asarray(match[0], np.float64))), "replicas": _sums(match[1]),
+                      "regularization": penalty}
+    return out
+
+
+def _sums(parts) -> list:
+    return [float(np.sum(np.asarray(p, np.float64))) for p in parts]
+
+
+def _report(ctx, watcher, found, seen, facts, raised) -> WorkloadRun:
     strategy = ctx.strategy
-    names = _keras_names(found)
+    trains = _trains(found, seen.handed)
+    groups = _groups(found, seen, trains)
+    names = _keras_names(found, trains)
     model, opt = _parts(watcher, found)
     variables = watcher.variables
     boundaries = watcher.boundaries
@@ -281,11 +418,15 @@ def _report(ctx, watcher, found, metrics, regularization, gradients, facts, rais
     steps = []
     for k, b in enumerate(boundaries[1:], 1):
         op, reported, parts = b.reduced[-1] if b.reduced else ("SUM", np.zeros(()), [])
+        named = _named(found, seen, k, b.reduced, groups)
+        loss, replica_losses = float(np.sum(np.asarray(reported, np.float64))), _sums(parts)
+        if named:  # a loss per model: the step's loss is their sum (as a workload's step returning a dict)
+            loss = sum(v["loss"] for v in named.values())
+            replica_losses = [sum(v) for v in zip(*(n["replicas"] for n in named.values()))]
         steps.append(WorkloadStep(
-            float(np.sum(np.asarray(reported, np.float64))), [float(np.sum(np.asarray(p, np.float64))) for p in parts],
-            b.rows or [], [values(b, i) for i in model], [values(b, i) for i in opt],
-            gradients[k] if k < len(gradients) else None,
-            metrics[k] if k < len(metrics) else {}, regularization[k - 1] if k - 1 < len(regularization) else None))
+            loss, replica_losses, b.rows or [], [values(b, i) for i in model], [values(b, i) for i in opt],
+            _step_gradients(seen, k, groups), seen.metrics[k] if k < len(seen.metrics) else {},
+            seen.regularization(k - 1), None, named))
     reduced = [r for b in boundaries for r in b.reduced]
     optimizers = [getattr(o, "inner_optimizer", o) for o in found.optimizers.values()]
     layers = [layer for m in found.models.values() for layer in _layers(m)]
@@ -303,7 +444,10 @@ def _report(ctx, watcher, found, metrics, regularization, gradients, facts, rais
                                for attr in ("clipnorm", "global_clipnorm", "clipvalue")),
         "optimizer_variables_after": len(opt),
         "first_batch_rows": sum(boundaries[1].rows or []) if len(boundaries) > 1 else None,
-        "gradient_groups": [[name, 0] for name in found.optimizers],
+        # several models: each optimizer's gradients over its own model's variables (differential._per_model)
+        "gradient_groups": ([[m, len(indices)] for _, m, indices in groups] if groups
+                            else [[name, 0] for name in found.optimizers]),
+        "trains": trains,
         "sparse_gradients": False, "random_ops": None,
         "constructed": watcher.constructed, "device_config": watcher.device_config,
         "replica_reads": watcher.replica_reads, "draws": watcher.drawn, "boundaries": len(boundaries),

@@ -551,11 +551,17 @@ def _per_model(ref, dist, mismatches: list, global_batch: int) -> list[Diagnosis
     step returned for it and the differences of its own variables and optimizer state; a cause is
     named with the model (``generator: loss averaged per replica``)."""
     out, offset = [], 0
+    outside = dist.facts.get("outside_scope") or []
     for name, count in dist.facts["gradient_groups"]:
         mine = [m for m in mismatches if m.quantity.startswith((f"{name}/", f"optimizer {name}/", f"loss {name}"))]
         if mine:
             found = diagnose(_group(ref, name, offset, count), _group(dist, name, offset, count), mine, global_batch)
             out.extend(dataclasses.replace(d, model=name) for d in found)
+        theirs = [q for q in outside if q.removeprefix("optimizer: ").startswith(f"{name}/")]
+        if theirs and not any(d.model == name and d.cause == "created_outside_scope" for d in out):
+            # a mistake whether or not this spec's numbers show it (as for one model)
+            shown = ", ".join(theirs[:4]) + (" ..." if len(theirs) > 4 else "")
+            out.append(Diagnosis("created_outside_scope", [f"not created in the strategy's scope: {shown}"], model=name))
         offset += count
     return out
 
