@@ -18,7 +18,8 @@ import tensorflow as tf
 
 CASES = ("right", "right_two_discriminator_steps", "generator_loss_averaged_per_replica",
          "discriminator_loss_averaged_per_replica", "generator_reduce_mean_for_sum",
-         "discriminator_gradients_aggregated_by_hand", "generator_optimizer_outside_scope")
+         "discriminator_gradients_aggregated_by_hand", "generator_optimizer_outside_scope",
+         "discriminator_regularization_not_scaled")
 parser = argparse.ArgumentParser()
 parser.add_argument("--case", choices=CASES, default="right")
 parser.add_argument("--epochs", type=int, default=2)
@@ -42,8 +43,10 @@ def make_generator_model():
 
 
 def make_discriminator_model():
-    return tf.keras.Sequential([tf.keras.layers.Input((FEATURES,)), tf.keras.layers.Dense(16, activation="relu"),
-                                tf.keras.layers.Dense(1)], name="discriminator")
+    regularizer = tf.keras.regularizers.L2(1e-2) if case == "discriminator_regularization_not_scaled" else None
+    return tf.keras.Sequential([tf.keras.layers.Input((FEATURES,)),
+                                tf.keras.layers.Dense(16, activation="relu", kernel_regularizer=regularizer),
+                                tf.keras.layers.Dense(1, kernel_regularizer=regularizer)], name="discriminator")
 
 
 if case == "generator_optimizer_outside_scope":
@@ -84,6 +87,8 @@ def train_discriminator(images, generated):
         real_output = discriminator(images, training=True)
         fake_output = discriminator(generated, training=True)
         disc_loss = discriminator_loss(real_output, fake_output)
+        if discriminator.losses:  # added whole by every replica (not scale_regularization_loss)
+            disc_loss += tf.add_n(discriminator.losses)
     gradients = disc_tape.gradient(disc_loss, discriminator.trainable_variables)
     if case == "discriminator_gradients_aggregated_by_hand":  # summed here, and again by apply_gradients
         context = tf.distribute.get_replica_context()

@@ -22,7 +22,7 @@ PS_TESTS = "tests/properties/test_parameter_server.py::"
 BLOCKS = "tests/properties/test_blocks.py::"
 RIGHT_LOOP = "tests/workloads/test_examples.py::test_the_right_loop_of_the_mistakes_passes[{spec}]"
 RIGHT_SCRIPT = "tests/workloads/test_scripts.py::test_the_built_tutorial_trains_as_on_one_device[{spec}]"
-GAN_SCRIPT = "tests/workloads/test_cluster_scripts.py::test_a_gans_mistakes_are_named_with_their_model[{spec}-right]"
+GAN_SCRIPT = "tests/workloads/test_cluster_scripts.py::test_each_zoo_scripts_verdict_and_cause[{spec}-gan.py-right]"
 MULTI_WORKER_SCRIPT = ("tests/workloads/test_cluster_scripts.py::"
                        "test_the_multi_worker_tutorial_trains_as_on_one_device_and_leaves_no_file[{spec}]")
 
