@@ -50,6 +50,8 @@ import tensorflow as tf
 # the strategy names a script may build, by the attribute path under ``tf.distribute``
 CONSTRUCTORS = ("MirroredStrategy", "OneDeviceStrategy", "MultiWorkerMirroredStrategy",
                 "experimental.CentralStorageStrategy", "experimental.MultiWorkerMirroredStrategy")
+# where a script finds ClusterCoordinator, under ``tf.distribute``
+COORDINATORS = ("coordinator.ClusterCoordinator", "experimental.coordinator.ClusterCoordinator")
 # configuration calls that raise once the engine has set its devices up: recorded and skipped
 DEVICE_CONFIG = ("config.set_logical_device_configuration", "config.experimental.set_virtual_device_configuration",
                  "config.set_visible_devices", "config.experimental.set_visible_devices")
@@ -58,6 +60,11 @@ DEVICE_CONFIG = ("config.set_logical_device_configuration", "config.experimental
 class ScriptError(Exception):
     """The script cannot be checked (it does not import, builds no strategy, draws no distributed
     dataset); the message is one line naming the script."""
+
+
+class Unsupported(BaseException):
+    """The script does what the check cannot run yet (builds a ClusterCoordinator); a BaseException,
+    so that the script's ``except Exception`` does not take it for its own error."""
 
 
 class Stop(BaseException):
@@ -232,6 +239,9 @@ class Watcher:
                 name = dotted.rpartition(".")[2]
                 self._patch(parent, name, _stand_in_class(real, name, self.construct))
         self._patch(distribute, "get_strategy", self._get_strategy(distribute.get_strategy))
+        for dotted in COORDINATORS:
+            if _attr(distribute, dotted) is not None:
+                self._patch(_attr(distribute, dotted.rpartition(".")[0]), "ClusterCoordinator", self._coordinator)
         for dotted in DEVICE_CONFIG:
             if _attr(tf, dotted) is not None:
                 parent = _attr(tf, dotted.rpartition(".")[0])
@@ -258,6 +268,11 @@ class Watcher:
                     setattr(owner, name, previous)
             self._patched.clear()
             self._marked.clear()
+
+    @staticmethod
+    def _coordinator(*args, **kwargs):
+        raise Unsupported("it builds a tf.distribute.coordinator.ClusterCoordinator: scripts written for a "
+                          "ClusterCoordinator (parameter-server training) are not checked yet")
 
     def _get_strategy(self, real_get_strategy):
         """``tf.distribute.get_strategy()`` called by the script outside any scope, where it builds no

@@ -116,6 +116,11 @@ UNUSABLE = {
         for batch in strategy.experimental_distribute_dataset(tf.data.Dataset.range(8).batch(2)):
             pass
         """, "no variable changed in 3 steps on one device"),
+    "coordinator.py": ("""
+        import tensorflow as tf
+        strategy = tf.distribute.MirroredStrategy()
+        coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+        """, "it builds a tf.distribute.coordinator.ClusterCoordinator: scripts written for a ClusterCoordinator"),
     "missing.py": (None, "script 'missing.py': no such file"),
 }
 
@@ -202,14 +207,14 @@ def test_an_entry_function_is_checked_as_a_script(tmp_path):
 
 
 def test_specs_scripts_are_not_checked_under_are_listed_not_errors():
-    """A parameter-server spec beside a one-process one: its line says scripts are not checked there
-    yet; the verdict and the exit status are the one-process spec's."""
+    """A parameter-server spec beside a one-process one: its line says why the synchronous script is
+    not checked there; the verdict and the exit status are the one-process spec's."""
     done, _ = check_cli(Path(TUTORIAL).parent, "tutorial.py", "--strategies", "mirrored:1,parameter_server:2w1ps",
                         "--", "--build-optimizer")
     check = Check("python -m suite.check tutorial.py")
     check.equal(done.returncode, 0, "exit status", done.stdout[-1500:] + done.stderr[-600:])
-    check.contains(done.stdout, ["parameter_server:2w1ps: not checked: scripts are not checked under parameter_server "
-                                 "specs yet",
+    check.contains(done.stdout, ["parameter_server:2w1ps: not checked: a parameter-server cluster trains only what a "
+                                 "ClusterCoordinator schedules, so a synchronous script",
                                  "PASS: every spec trains what one device trains"], "the report")
 
 

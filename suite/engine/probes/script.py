@@ -20,7 +20,7 @@ import tensorflow as tf
 from ...common import matching
 from ...common.results import SCRIPT_RAISED, WorkloadRun, WorkloadStep
 from .. import compat, workload
-from ..script import ScriptError, Stop, Watcher, execute, isolated
+from ..script import ScriptError, Stop, Unsupported, Watcher, execute, isolated
 from ..workloads import stand_in as stand_ins
 from .common import failed
 from .registry import probe
@@ -317,6 +317,8 @@ def run(ctx, target, folder, path=None, entry=None, args=(), steps=3, seed=0, re
             pass
         except ScriptError:
             raise
+        except Unsupported as exc:
+            raise ScriptError(f"script {target!r}: {exc}") from None
         except SystemExit as exc:
             if exc.code not in (None, 0) and not watcher.drawn:
                 raise ScriptError(f"script {target!r}: it exited with status {exc.code} before its first step") from None
