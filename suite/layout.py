@@ -10,7 +10,10 @@ other module imports its siblings relatively and asks this one for the rest. No 
 from __future__ import annotations
 
 import importlib
+import importlib.abc
+import importlib.util
 import os
+import sys
 from pathlib import Path
 
 NAMES = ("suite", "tf_distribute_suite")  # the package's import name in the repository and installed
@@ -27,6 +30,32 @@ _INSTALLED_DEVIATIONS = PACKAGE_DIR / "known_deviations.toml"
 DEVIATIONS_FILE = _INSTALLED_DEVIATIONS if _INSTALLED_DEVIATIONS.is_file() else IMPORT_ROOT / "known_deviations.toml"
 REFERENCE = "reference" if REPO_ROOT is not None and PACKAGE_DIR.name == "suite" and PACKAGE == "suite" \
     else f"{PACKAGE}.reference"
+
+
+class _EngineNames(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """In an editable install (``tf_distribute_suite`` mapped onto the checkout's ``suite/``) engines
+    run as ``suite`` (ENGINE_MODULE) and their replies name ``suite.…`` classes: here those names are
+    the modules this process imports as ``tf_distribute_suite.…``, the same objects, so that a reply
+    unpickles wherever the command runs (outside the checkout ``suite`` is not importable)."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name == PACKAGE_DIR.name or name.startswith(PACKAGE_DIR.name + "."):
+            return importlib.util.spec_from_loader(name, self)
+        return None
+
+    def create_module(self, spec):
+        return importlib.import_module(PACKAGE + spec.name[len(PACKAGE_DIR.name):])
+
+    def exec_module(self, module):
+        pass  # imported already, under this process's name
+
+
+def alias_engine_names() -> None:
+    """Where the engines' package name differs from this process's (an editable install), make it
+    name this process's modules (first: in the checkout ``suite`` would be another copy of them);
+    elsewhere nothing."""
+    if PACKAGE != PACKAGE_DIR.name and PACKAGE in NAMES and not any(isinstance(f, _EngineNames) for f in sys.meta_path):
+        sys.meta_path.insert(0, _EngineNames())
 
 
 def reference(module: str):

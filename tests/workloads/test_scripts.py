@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import importlib.util
+import os
+import subprocess
+import sys
 import textwrap
 import time
 from pathlib import Path
@@ -286,3 +290,19 @@ def test_runs_with_other_variables_are_said_apart_not_compared():
     more = dataclasses.replace(run(replicas=2), optimizer_names=["iteration"])
     check.contains(scriptcheck._variables_apart(ref, more), ["optimizer variables: 1 here, 0 there",
                                                              "#1: iteration here, none there"], "one more")
+
+
+def test_the_installed_command_runs_outside_the_checkout(tmp_path):
+    """``python -m tf_distribute_suite.check`` of an editable install, run from a folder outside the
+    checkout (``suite`` not importable there): the engines' replies name their package ``suite``,
+    which the command's process maps onto its own modules (suite/layout.py), so a script checks as it
+    does from the checkout instead of stopping with ModuleNotFoundError."""
+    if importlib.util.find_spec("tf_distribute_suite") is None:
+        pytest.skip("the project is not installed in this interpreter (pip install -e .)")
+    (tmp_path / "train.py").write_text((ROOT / "examples" / "scripts" / "gan.py").read_text())
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and not k.startswith("PYTEST_XDIST_")}
+    done = subprocess.run([sys.executable, "-m", "tf_distribute_suite.check", "train.py", "--strategies", "default",
+                           "-q"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    check = Check("python -m tf_distribute_suite.check train.py, outside the checkout")
+    check.equal(done.returncode, 0, "exit status", done.stdout[-1500:] + done.stderr[-1500:])
+    check.contains(done.stdout, ["PASS: every spec trains what one device trains"], "the report")

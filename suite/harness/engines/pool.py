@@ -29,6 +29,8 @@ from ...common.results import Raised
 from ...common.specs import Spec
 from . import agent, forks, topology, versions
 
+layout.alias_engine_names()  # replies name the engines' package (suite.…): this process's modules
+
 
 class EngineError(RuntimeError):
     """An engine failed: it could not start, died, hung, or a probe raised."""
