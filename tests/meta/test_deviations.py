@@ -353,6 +353,8 @@ def test_a_result_equal_to_the_reference_where_a_model_predicts_otherwise_fails(
 
 # entry -> a test id it covers (the spec is the id's first parameter)
 COVERED = {
+    "keras3-central-storage-variables-made-in-the-step":
+        "tests/properties/test_training.py::test_a_model_built_by_its_first_call_in_a_distributed_step[central_storage:2]",
     "keras3-central-storage-loss-scale-updates":
         "tests/properties/test_blocks.py::test_loss_scaling_skips_a_non_finite_step_on_every_replica"
         "[central_storage:2-mixed_float16-dynamic]",

@@ -113,6 +113,11 @@ CASES = [
          "[{spec}-constant]", "replica batch sizes in epoch 1"),
     Case("optimizer_outside_scope", "tests/properties/test_training.py::"
          "test_optimizer_variables_created_lazily_in_a_distributed_step[{spec}-SGD]", "SGD (worker 0)", MULTI),
+    # (on multi_worker:2x1 only: under mirrored:2 and central_storage:2 Keras 3 cannot build the model in
+    # the step at all, known deviations that the raise matches before any variable is looked at)
+    Case("optimizer_outside_scope", "tests/properties/test_training.py::"
+         "test_a_model_built_by_its_first_call_in_a_distributed_step[{spec}]", "SGD (worker 0)",
+         ("multi_worker:2x1",)),
     Case("optimizer_names_extra", "tests/properties/test_training.py::test_every_builtin_optimizer_is_covered[{spec}]",
          "not covered by OPTIMIZER_CLASSES"),
     Case("metric_first_replica",

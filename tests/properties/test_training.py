@@ -126,6 +126,10 @@ def test_default_denominator_weights_each_replica_by_its_own_batch(engines, spec
 
 OPTIMIZER_CLASSES = ["Adadelta", "Adafactor", "Adagrad", "Adam", "AdamW", "Adamax", "Ftrl", "Lamb",
                      "Lion", "Muon", "Nadam", "RMSprop", "SGD", "ScheduleFreeAdamW"]
+# the custom-training tutorial's model: no Input, so its first call (in the distributed step) builds it
+LAZY_MODEL = Rule("documented", "https://www.tensorflow.org/tutorials/distribute/custom_training: create_model() "
+                                "is a Sequential with no Input, created under strategy.scope() and first called "
+                                "inside strategy.run in the tf.function step, which creates its variables")
 # the optimizers keras.optimizers exports: a class not in OPTIMIZER_CLASSES is one the property does not cover
 EXPORTED = Rule("observed", "the keras.optimizers.Optimizer subclasses keras.optimizers exports (suite/engine/compat.py "
                             "builtin_optimizer_names): OPTIMIZER_CLASSES, in the versions tested")
@@ -151,8 +155,20 @@ def test_optimizer_variables_created_lazily_in_a_distributed_step(engines, spec,
     and every replica holds the same copy of every optimizer and model variable."""
     if name not in engines.call(spec, "training.optimizer_names")[0]:
         pytest.skip(f"keras.optimizers has no {name} in this version")
-    check = Check(spec, case={"optimizer": name}, rule=LAZY)
-    for w, r in enumerate(engines.call(spec, "training.lazy_optimizer", name=name)):
+    _check_lazy(engines, spec, name, Check(spec, case={"optimizer": name}, rule=LAZY))
+
+
+def test_a_model_built_by_its_first_call_in_a_distributed_step(engines, spec):
+    """A model with no Input, created under the scope with SGD (TensorFlow's custom-training
+    tutorial builds its model so): its first call, inside the distributed tf.function step, creates
+    its variables there. The steps run, iterations counts them, and every replica holds the same
+    copy of every model and optimizer variable."""
+    _check_lazy(engines, spec, "SGD", Check(spec, case={"optimizer": "SGD", "model": "no Input"}, rule=LAZY_MODEL),
+                lazy_model=True)
+
+
+def _check_lazy(engines, spec, name: str, check: Check, lazy_model: bool = False) -> None:
+    for w, r in enumerate(engines.call(spec, "training.lazy_optimizer", name=name, lazy_model=lazy_model)):
         who = f"{name} (worker {w})"
         # the probe never builds the optimizer before its first step (the condition of a deviation that raises)
         if not check.returned(r, f"{who}: two distributed steps", given={"optimizer_built": False}):

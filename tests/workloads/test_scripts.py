@@ -297,8 +297,9 @@ def test_the_installed_command_runs_outside_the_checkout(tmp_path):
     checkout (``suite`` not importable there): the engines' replies name their package ``suite``,
     which the command's process maps onto its own modules (suite/layout.py), so a script checks as it
     does from the checkout instead of stopping with ModuleNotFoundError."""
-    if importlib.util.find_spec("tf_distribute_suite") is None:
-        pytest.skip("the project is not installed in this interpreter (pip install -e .)")
+    found = importlib.util.find_spec("tf_distribute_suite")
+    if found is None or not str(found.origin).startswith(str(ROOT / "suite")):
+        pytest.skip("this checkout is not installed editable in this interpreter (pip install -e .)")
     (tmp_path / "train.py").write_text((ROOT / "examples" / "scripts" / "gan.py").read_text())
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and not k.startswith("PYTEST_XDIST_")}
     done = subprocess.run([sys.executable, "-m", "tf_distribute_suite.check", "train.py", "--strategies", "default",

@@ -80,19 +80,24 @@ def train(ctx, arch, optimizer, dtype, params, steps, denominator="global", opti
 
 
 @probe
-def lazy_optimizer(ctx, name):
+def lazy_optimizer(ctx, name, lazy_model=False):
     """A fresh model and optimizer ``name`` (default arguments) created under the scope; the
     first ``apply_gradients`` runs inside a distributed tf.function step and so creates the
-    optimizer's variables there. Returns what was created and whether copies agree."""
+    optimizer's variables there. ``lazy_model``: the model has no Input either (as TensorFlow's
+    custom-training tutorial builds it), so its first call in that step creates its variables too.
+    Returns what was created and whether copies agree."""
     strategy = ctx.strategy
     with strategy.scope():
-        model = compat.build_model({"input_dim": 2, "hidden": [], "outputs": 1, "head": "linear", "l2": 0.0},
-                                   "float32")
+        if lazy_model:
+            model = compat.keras.Sequential([compat.keras.layers.Dense(1)])
+        else:
+            model = compat.build_model({"input_dim": 2, "hidden": [], "outputs": 1, "head": "linear", "l2": 0.0},
+                                       "float32")
         if not mutants.on("optimizer_outside_scope"):
             opt = getattr(compat.keras.optimizers, name)()
     if mutants.on("optimizer_outside_scope"):
         opt = getattr(compat.keras.optimizers, name)()
-    before = [v.numpy() for v in model.trainable_variables]
+    before = [] if lazy_model else [v.numpy() for v in model.trainable_variables]  # (Keras 2 refuses to list none)
     x = tf.constant([[1.0, 2.0], [3.0, -1.0], [0.5, 0.5], [-2.0, 1.0]])
     y = tf.constant([[1.0], [0.0], [2.0], [-1.0]])
     train_step = TrainStep(model, opt, compat.keras.losses.mse)
