@@ -46,6 +46,20 @@ def test_rounding_passes_and_a_tenth_of_a_percent_of_an_update_fails():
                [m.ratio for m in found], "1.001")
 
 
+def test_small_differences_across_the_update_are_said_not_judged():
+    """A FAIL with no cause whose every difference is small and lies across the update (noise, as
+    rounding gives) carries a note saying so; an update 0.5% too large (along it) gets none."""
+    check = Check("differential.verdict")
+    ref = run()
+    across = differential.verdict("mirrored:2", ref, [run(noise=1e-6, replicas=2)], 48, rtol=1e-6)
+    check.equal(across.status, "FAIL", "noise beyond a tight tolerance", differential.details(across))
+    check.contains(" ".join(across.notes), ["lies across the update, not along it"], "the note")
+    along = differential.verdict("mirrored:2", ref, [run(scale=1.005, replicas=2)], 48)
+    check.equal(along.status, "FAIL", "an update 0.5% too large", differential.details(along))
+    check.that(not any("across the update" in n for n in along.notes), "no such note", along.notes,
+               "none for a difference along the update")
+
+
 def test_a_replica_that_disagrees_is_a_difference():
     dist = run(replicas=2)
     dist.steps[0].variables[1][1] = dist.steps[0].variables[1][1] + 0.01

@@ -799,6 +799,29 @@ def judge_for(spec, versions: dict):
     return judge
 
 
+# what is observed where every difference is small and lies across the update, not along it: said,
+# not judged (docs/check.md, "Small differences across the update")
+ACROSS_THE_UPDATE = (
+    "every difference at step {k} is small (at most {largest:.2g} of one device's update) and lies across the "
+    "update, not along it (the updates' sizes agree within {along:.1g}): no catalogued mistake makes that, and float "
+    "rounding can, where a kernel's sums depend on how the batch is split (convolutions) and max-pooling or ReLU then "
+    "pick between near ties; the check cannot tell it from an uncatalogued mistake")
+
+
+def _label(note: str) -> str:
+    """How a verdict's note is shown: what a control showed, or what was observed of the runs."""
+    controls = ("the control", "the stand-in control", "no control")
+    return "control" if note.startswith(controls) or ": the control (" in note else "note"
+
+
+def _across_the_update(mismatches: list) -> bool:
+    """Whether every difference is at most 1% of the update and at least ten times larger than its
+    part along the update (|ratio - 1|): a loop that scales or drops part of an update moves along it."""
+    return bool(mismatches) and all(
+        m.ratio is not None and math.isfinite(m.ratio) and m.relative <= 1e-2 and abs(m.ratio - 1) * 10 <= m.relative
+        for m in mismatches)
+
+
 def verdict(spec: str, ref, runs: list, global_batch: int, rtol: float = RTOL, atol: float = ATOL,
             seconds: float = 0.0, spec_obj=None, versions: dict | None = None, control=None) -> Verdict:
     """Compare a spec's run with the reference and diagnose its first divergence. A difference,
@@ -891,6 +914,10 @@ def verdict(spec: str, ref, runs: list, global_batch: int, rtol: float = RTOL, a
         v.status = "FAIL"
         if control is not None and control.evidence not in v.notes:
             v.notes.append(control.evidence)
+        if not v.diagnoses and _across_the_update(mismatches):
+            v.notes.append(ACROSS_THE_UPDATE.format(
+                k=mismatches[0].step, largest=max(m.relative for m in mismatches),
+                along=max(abs(m.ratio - 1) for m in mismatches)))
     elif v.deviations:
         v.status = "DEVIATION"  # the loop is right; TensorFlow/Keras is not
     if len(dist.steps) < len(ref.steps) and not mismatches:
@@ -947,7 +974,7 @@ def details(v: Verdict, limit: int | None = 6) -> str:
         out = [f"{v.spec}: {head}"]
         out.extend(f"  known deviation {i}: {e}" if i != "unrecorded" else f"  unrecorded deviation: {e}"
                    for i, e in v.deviations[:limit])
-        out.extend(f"  control: {n}" for n in v.notes if all(n != e for _, e in v.deviations))
+        out.extend(f"  {_label(n)}: {n}" for n in v.notes if all(n != e for _, e in v.deviations))
         return "\n".join(out)
     out = [f"{v.spec}: {v.status}" + (f", first divergence at step {v.first_step}" if v.first_step else "")]
     if v.error:
@@ -964,5 +991,5 @@ def details(v: Verdict, limit: int | None = 6) -> str:
         out.append(f"    fix: {d.fix}")
     for i, e in v.deviations[:limit]:
         out.append(f"  known deviation {i} (TensorFlow/Keras, not the loop) explains other differences: {e}")
-    out.extend(f"  control: {n}" for n in v.notes)
+    out.extend(f"  {_label(n)}: {n}" for n in v.notes)
     return "\n".join(out)
