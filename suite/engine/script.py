@@ -50,8 +50,13 @@ import tensorflow as tf
 # the strategy names a script may build, by the attribute path under ``tf.distribute``
 CONSTRUCTORS = ("MirroredStrategy", "OneDeviceStrategy", "MultiWorkerMirroredStrategy",
                 "experimental.CentralStorageStrategy", "experimental.MultiWorkerMirroredStrategy")
-# where a script finds ClusterCoordinator, under ``tf.distribute``
-COORDINATORS = ("coordinator.ClusterCoordinator", "experimental.coordinator.ClusterCoordinator")
+# what a parameter-server script builds, under ``tf.distribute``: refused (``Unsupported``) at once, before
+# a server binds a port or a cluster trains in the engine
+REFUSED = {"coordinator.ClusterCoordinator": "a tf.distribute.coordinator.ClusterCoordinator",
+           "experimental.coordinator.ClusterCoordinator": "a tf.distribute.coordinator.ClusterCoordinator",
+           "ParameterServerStrategy": "a tf.distribute.ParameterServerStrategy",
+           "experimental.ParameterServerStrategy": "a tf.distribute.ParameterServerStrategy",
+           "Server": "a tf.distribute.Server (a cluster of its own)"}
 # configuration calls that raise once the engine has set its devices up: recorded and skipped
 DEVICE_CONFIG = ("config.set_logical_device_configuration", "config.experimental.set_virtual_device_configuration",
                  "config.set_visible_devices", "config.experimental.set_visible_devices")
@@ -90,6 +95,11 @@ def _attr(root, dotted: str):
         if obj is None:
             return None
     return obj
+
+
+def _refuse(what: str, args, kwargs):
+    raise Unsupported(f"it builds {what}: parameter-server scripts (a ClusterCoordinator's schedule) are not "
+                      "checked yet")
 
 
 def _stand_in_class(real, name: str, construct):
@@ -239,9 +249,11 @@ class Watcher:
                 name = dotted.rpartition(".")[2]
                 self._patch(parent, name, _stand_in_class(real, name, self.construct))
         self._patch(distribute, "get_strategy", self._get_strategy(distribute.get_strategy))
-        for dotted in COORDINATORS:
-            if _attr(distribute, dotted) is not None:
-                self._patch(_attr(distribute, dotted.rpartition(".")[0]), "ClusterCoordinator", self._coordinator)
+        for dotted, what in REFUSED.items():
+            real = _attr(distribute, dotted)
+            if real is not None:
+                parent = _attr(distribute, dotted.rpartition(".")[0]) if "." in dotted else distribute
+                self._patch(parent, dotted.rpartition(".")[2], _stand_in_class(real, what, _refuse))
         for dotted in DEVICE_CONFIG:
             if _attr(tf, dotted) is not None:
                 parent = _attr(tf, dotted.rpartition(".")[0])
@@ -268,11 +280,6 @@ class Watcher:
                     setattr(owner, name, previous)
             self._patched.clear()
             self._marked.clear()
-
-    @staticmethod
-    def _coordinator(*args, **kwargs):
-        raise Unsupported("it builds a tf.distribute.coordinator.ClusterCoordinator: scripts written for a "
-                          "ClusterCoordinator (parameter-server training) are not checked yet")
 
     def _get_strategy(self, real_get_strategy):
         """``tf.distribute.get_strategy()`` called by the script outside any scope, where it builds no

@@ -124,7 +124,12 @@ UNUSABLE = {
         import tensorflow as tf
         strategy = tf.distribute.MirroredStrategy()
         coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
-        """, "it builds a tf.distribute.coordinator.ClusterCoordinator: scripts written for a ClusterCoordinator"),
+        """, "it builds a tf.distribute.coordinator.ClusterCoordinator: parameter-server scripts"),
+    "in_process_cluster.py": ("""
+        import tensorflow as tf
+        cluster = tf.train.ClusterSpec({"worker": ["localhost:1"], "ps": ["localhost:2"]})
+        server = tf.distribute.Server(cluster, job_name="worker", task_index=0, protocol="grpc")
+        """, "it builds a tf.distribute.Server (a cluster of its own): parameter-server scripts"),
     "missing.py": (None, "script 'missing.py': no such file"),
 }
 
