@@ -312,3 +312,62 @@ def test_the_installed_command_runs_outside_the_checkout(tmp_path):
     check = Check("python -m tf_distribute_suite.check train.py, outside the checkout")
     check.equal(done.returncode, 0, "exit status", done.stdout[-1500:] + done.stderr[-1500:])
     check.contains(done.stdout, ["PASS: every spec trains what one device trains"], "the report")
+
+
+NO_INPUT = """
+import numpy as np
+import tensorflow as tf
+
+strategy = tf.distribute.MirroredStrategy()
+GLOBAL_BATCH_SIZE = 16 * strategy.num_replicas_in_sync
+rng = np.random.default_rng(4)
+x = rng.normal(size=(128, 6)).astype(np.float32)
+y = x.sum(axis=1, keepdims=True)
+dataset = strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensor_slices((x, y)).batch(GLOBAL_BATCH_SIZE))
+with strategy.scope():
+    model = tf.keras.Sequential([tf.keras.layers.Dense(8, activation="relu"), tf.keras.layers.Dense(1)])  # no Input
+    optimizer = tf.keras.optimizers.SGD(0.05)
+
+
+def train_step(inputs):
+    features, labels = inputs
+    with tf.GradientTape() as tape:
+        per_example = tf.reduce_mean(tf.square(model(features, training=True) - labels), axis=1)
+        loss = tf.nn.compute_average_loss(per_example, global_batch_size=GLOBAL_BATCH_SIZE)
+    grads = tape.gradient(loss, model.trainable_variables)
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    return loss
+
+
+@tf.function
+def distributed_train_step(inputs):
+    return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(train_step, args=(inputs,)), axis=None)
+
+
+for batch in dataset:
+    distributed_train_step(batch)
+"""
+BUILT_IN_THE_STEP = ("keras3-lazy-optimizer-slots-mirrored", "keras3-central-storage-variables-made-in-the-step")
+
+
+@pytest.mark.specs(lambda spec: scriptcheck.not_checked(spec) is None,
+                   without_deep=trimmed(("default", "mirrored:2", "central_storage:2")))
+def test_a_model_with_no_input_built_in_the_step(any_spec, pool, suite_state, tmp_path_factory):
+    """A model with no Input, as TensorFlow's custom-training tutorial writes it, is built by its
+    first call in the step: the check runs it on Keras 2 (whose unbuilt models refuse to list their
+    variables) and Keras 3 alike; it trains as on one device, or is BLOCKED naming the entry where
+    Keras 3 cannot make variables in the step (mirrored over collectives, central storage)."""
+    key = ("no_input",)
+    if key not in _CHECKERS:
+        folder = tmp_path_factory.mktemp("no_input")
+        (folder / "train.py").write_text(NO_INPUT)
+        _CHECKERS[key] = scriptcheck.ScriptChecker(pool, str(folder / "train.py"))
+    v = _CHECKERS[key].check(any_spec)
+    check = Check(any_spec)
+    blocking = [e for e in BUILT_IN_THE_STEP if _applies(e, f"loop-check[{any_spec.text}]", suite_state.versions)]
+    if blocking:
+        check.equal((v.status, v.deviation[0] if v.deviation else None), ("BLOCKED", blocking[0]),
+                    "a model built in the step", differential.details(v))
+    else:
+        check.that(right(v) and not v.diagnoses, "a model built in the step", (v.status, v.deviations),
+                   "PASS, or DEVIATION where a known deviation predicts every difference", differential.details(v))

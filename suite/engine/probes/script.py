@@ -127,7 +127,7 @@ class _Found:
 
     def variables(self, group: dict) -> list:
         return [(name, v) for name, o in group.items()
-                for v in (compat.optimizer_variables(o) if group is self.optimizers else o.variables)]
+                for v in (compat.optimizer_variables(o) if group is self.optimizers else _variables_of(o))]
 
 
 class _Targets:
@@ -170,6 +170,15 @@ class _Targets:
         return step
 
 
+def _variables_of(model, trainable: bool = False) -> list:
+    """A model's (trainable) variables; none for a model not built yet (Keras 2 raises where Keras 3
+    gives an empty list: a model with no Input before its first call)."""
+    try:
+        return list(model.trainable_variables if trainable else model.variables)
+    except ValueError:
+        return []
+
+
 def _ids(pairs) -> set:
     return {id(compat.tf_variable(v)) for _, v in pairs}
 
@@ -196,7 +205,7 @@ def _trains(found: _Found, handed: dict) -> dict:
         return {}
     out = {}
     for name, gradients in handed.items():
-        overlap = {m: len(gradients.seen & {id(compat.tf_variable(v)) for v in model.trainable_variables})
+        overlap = {m: len(gradients.seen & {id(compat.tf_variable(v)) for v in _variables_of(model, trainable=True)})
                    for m, model in found.models.items()}
         best = max(overlap, key=overlap.get, default=None)
         if best is not None and overlap[best]:
@@ -286,7 +295,7 @@ def run(ctx, target, folder, path=None, entry=None, args=(), steps=3, seed=0, re
         facts["random_layers_keras"] = all(type(layer).__module__.startswith(("keras", "tf_keras"))
                                            for layer in layers if _random_attr(layer))
         # each optimizer's apply_gradients wrapped as the workload probe wraps it (the engine's mutants act there)
-        trainable = [v for m in found.models.values() for v in m.trainable_variables]
+        trainable = [v for m in found.models.values() for v in _variables_of(m, trainable=True)]
         for o in found.optimizers.values():
             _Capture(o, trainable, record=False)
         for name, o in found.optimizers.items():  # each replica's gradients as evidence
@@ -356,7 +365,7 @@ def _groups(found: _Found, seen: _Seen, trains: dict) -> list:
         model = trains.get(name)
         if model is not None:
             out.append((name, model, [index[id(compat.tf_variable(v))]
-                                      for v in found.models[model].trainable_variables]))
+                                      for v in _variables_of(found.models[model], trainable=True)]))
     return out
 
 
@@ -380,7 +389,7 @@ def _named(found: _Found, seen: _Seen, k: int, reduced: list, groups: list) -> d
         return None
     out = {}
     for _, model, _ in groups:
-        ids = {id(compat.tf_variable(v)) for v in found.models[model].trainable_variables}
+        ids = {id(compat.tf_variable(v)) for v in _variables_of(found.models[model], trainable=True)}
         per_replica: dict = {}
         for sources, replica, value in seen.targets[k]:
             if sources & ids:

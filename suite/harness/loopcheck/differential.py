@@ -804,8 +804,9 @@ def judge_for(spec, versions: dict):
 ACROSS_THE_UPDATE = (
     "every difference at step {k} is small (at most {largest:.2g} of one device's update) and lies across the "
     "update, not along it (the updates' sizes agree within {along:.1g}): no catalogued mistake makes that, and float "
-    "rounding can, where a kernel's sums depend on how the batch is split (convolutions) and max-pooling or ReLU then "
-    "pick between near ties; the check cannot tell it from an uncatalogued mistake")
+    "rounding can, since the split changes the order of the batch's sums and training amplifies it (an optimizer "
+    "that normalizes its update, such as Adam; a variable that changes little in the step); the check cannot tell it "
+    "from an uncatalogued mistake")
 
 
 def _label(note: str) -> str:
