@@ -47,6 +47,8 @@ import threading
 import numpy as np
 import tensorflow as tf
 
+from . import compat
+
 # the strategy names a script may build, by the attribute path under ``tf.distribute``
 CONSTRUCTORS = ("MirroredStrategy", "OneDeviceStrategy", "MultiWorkerMirroredStrategy",
                 "experimental.CentralStorageStrategy", "experimental.MultiWorkerMirroredStrategy")
@@ -266,6 +268,8 @@ class Watcher:
             # autograph must call the wrappers as they are (converted, they would see their own frames)
             self._patch(target, name, tf.autograph.experimental.do_not_convert(wrapper(getattr(self.real, name))))
         self._patch(tf.data.Dataset, "__iter__", self._plain_iter(tf.data.Dataset.__iter__))
+        for model_class in {compat.keras.Model, tf.keras.Model}:
+            self._patch(model_class, "fit", self._fit(model_class.fit))
         function = type(tf.function(lambda: 0))
         self._patch(function, "__call__", self._function_call(function.__call__))
         try:
@@ -280,6 +284,18 @@ class Watcher:
                     setattr(owner, name, previous)
             self._patched.clear()
             self._marked.clear()
+
+    def _fit(self, real_fit):
+        """``Model.fit`` for the run: called by the script's code, refused at once (``Unsupported``)
+        rather than trained through before the check finds no step of the script's own."""
+        watcher = self
+
+        def fit(model, *args, **kwargs):
+            if watcher._called_by_user(sys._getframe(1)):
+                raise Unsupported("it trains with Model.fit, which the check does not run yet (it checks custom "
+                                  "training loops: strategy.run in the script's own step)")
+            return real_fit(model, *args, **kwargs)
+        return fit
 
     def _get_strategy(self, real_get_strategy):
         """``tf.distribute.get_strategy()`` called by the script outside any scope, where it builds no

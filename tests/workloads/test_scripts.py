@@ -130,6 +130,15 @@ UNUSABLE = {
         cluster = tf.train.ClusterSpec({"worker": ["localhost:1"], "ps": ["localhost:2"]})
         server = tf.distribute.Server(cluster, job_name="worker", task_index=0, protocol="grpc")
         """, "it builds a tf.distribute.Server (a cluster of its own): parameter-server scripts"),
+    "fits.py": ("""
+        import numpy as np
+        import tensorflow as tf
+        strategy = tf.distribute.MirroredStrategy()
+        with strategy.scope():
+            model = tf.keras.Sequential([tf.keras.Input((2,)), tf.keras.layers.Dense(1)])
+            model.compile("sgd", "mse")
+        model.fit(np.ones((8, 2), np.float32), np.ones((8, 1), np.float32), epochs=1000, verbose=0)
+        """, "it trains with Model.fit, which the check does not run yet"),
     "missing.py": (None, "script 'missing.py': no such file"),
 }
 

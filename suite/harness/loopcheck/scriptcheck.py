@@ -297,12 +297,12 @@ def _script_notes(checker: ScriptChecker) -> list:
     for (replicas, workers), ref in sorted(checker.refs.items()):
         facts = ref.facts
         built = "; ".join(f"{name}({shown})" for name, shown in facts.get("constructed", []))
-        reads = ", ".join(f"{where} ({n}x)" for where, n in facts.get("replica_reads", {}).items()) or "nowhere"
+        reads = ", ".join(f"{where} ({n}x)" for where, n in facts.get("replica_reads", {}).items())
+        reads = f"it read num_replicas_in_sync at {reads}" if reads else "it never read num_replicas_in_sync"
         given = f" and a TF_CONFIG of {workers} workers" if workers > 1 else ""
         stepped = ("steps by calls of a tf.function that runs strategy.run" if facts.get("step_mode") == "calls"
                    else f"{facts.get('draws')} elements drawn")
-        out.append(f"reference told {replicas} replica(s){given}: the script built {built}; it read "
-                   f"num_replicas_in_sync at {reads}; {stepped}")
+        out.append(f"reference told {replicas} replica(s){given}: the script built {built}; {reads}; {stepped}")
         if facts.get("device_config"):
             out.append(f"the script's device configuration was skipped (the engine set its devices up): "
                        f"{', '.join(facts['device_config'])}")
