@@ -380,3 +380,25 @@ def test_a_model_with_no_input_built_in_the_step(any_spec, pool, suite_state, tm
     else:
         check.that(right(v) and not v.diagnoses, "a model built in the step", (v.status, v.deviations),
                    "PASS, or DEVIATION where a known deviation predicts every difference", differential.details(v))
+
+
+KERAS2_ONLY = """
+import tensorflow as tf
+strategy = tf.distribute.MirroredStrategy()
+with strategy.scope():
+    optimizer = tf.keras.optimizers.legacy.SGD(0.1)  # Keras 2's legacy optimizers, gone in Keras 3
+"""
+
+
+def test_a_script_written_for_keras_2_is_told_the_env_to_use(tmp_path, suite_state):
+    """On Keras 3 engines, a script that stops on what Keras 3 removed (here tf.keras.optimizers.legacy)
+    gets one line naming its error and how to check it on a legacy-Keras env's engines."""
+    if not suite_state.versions["keras"].startswith("3."):
+        pytest.skip(f"Keras {suite_state.versions['keras']} has the legacy optimizers")
+    (tmp_path / "train.py").write_text(KERAS2_ONLY)
+    done, left = check_cli(tmp_path, "train.py", "--strategies", "mirrored:2")
+    check = Check("python -m suite.check train.py")
+    check.equal((done.returncode, len(done.stderr.strip().splitlines()), left), (2, 1, []),
+                "exit status, stderr lines and engines left", done.stderr[-800:])
+    check.contains(done.stderr, ["it raised before its first step", "legacy", "TF_USE_LEGACY_KERAS=1",
+                                 "--engine-python .tox/tf221-legacy/bin/python"], "the error and the env to use")

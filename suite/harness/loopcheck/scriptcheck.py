@@ -146,7 +146,8 @@ class ScriptChecker:
             where = "it raised before its first step:" if first.raised.where == SCRIPT_RAISED else \
                 f"{first.raised.where} raised"
             raise CheckInputError(f"script {self.target!r}: on one device{told}, {where} {first.raised.type}: "
-                                  f"{differential.short_error(first.raised.message, 200)}")
+                                  f"{differential.short_error(first.raised.message, 200)}"
+                                  + self._keras2_hint(first.raised.message))
         facts = first.facts
         if not facts.get("constructed"):
             raise CheckInputError(f"script {self.target!r}: it constructed no tf.distribute strategy "
@@ -167,6 +168,16 @@ class ScriptChecker:
                                   "between two runs with the same seeds (an unseeded random op, a non-deterministic "
                                   "kernel); fix that before checking it under strategies")
         return first
+
+    def _keras2_hint(self, message: str) -> str:
+        """Where the engines run Keras 3 and the script meets what Keras 3 removed (legacy optimizers,
+        ``reset_states``, tf_keras), the env to check it on instead."""
+        if not str(self.versions.get("keras") or "").startswith("3.") or not any(
+                m in message for m in ("Keras 3", "legacy", "tf_keras", "TF_USE_LEGACY_KERAS", "reset_states")):
+            return ""
+        return (f"; if it was written for Keras 2, check it on a legacy-Keras env's engines: TF_USE_LEGACY_KERAS=1 "
+                f"tf-distribute-check {self.target} --engine-python .tox/tf221-legacy/bin/python (tox -e "
+                "tf221-legacy --notest builds it)")
 
     def by_stand_in(self, spec, ref, v) -> differential.Verdict:
         """A script has no canonical-step control: a FAIL is judged by the stand-in control alone, the
