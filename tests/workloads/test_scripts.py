@@ -402,3 +402,18 @@ def test_a_script_written_for_keras_2_is_told_the_env_to_use(tmp_path, suite_sta
                 "exit status, stderr lines and engines left", done.stderr[-800:])
     check.contains(done.stderr, ["it raised before its first step", "legacy", "TF_USE_LEGACY_KERAS=1",
                                  "--engine-python .tox/tf221-legacy/bin/python"], "the error and the env to use")
+
+
+def test_a_replica_count_the_script_cannot_run_is_not_checked_the_others_are(tmp_path):
+    """TensorFlow's distributed-training guide picks its learning rate from a table of global batch
+    sizes (5, 10, 20): told 3 replicas the script raises before its first step on one device. The
+    spec of that count gets a line saying why it is not checked; the others are checked (exit 0)."""
+    source = GET_STRATEGY.replace("tf.distribute.get_strategy()", "tf.distribute.MirroredStrategy()").replace(
+        "main()\n", "LEARNING_RATES_BY_REPLICAS = {1: 0.1, 2: 0.05}\n"
+        "LEARNING_RATES_BY_REPLICAS[tf.distribute.MirroredStrategy().num_replicas_in_sync]\nmain()\n", 1)
+    (tmp_path / "train.py").write_text(source)
+    done, left = check_cli(tmp_path, "train.py", "--strategies", "mirrored:1,mirrored:3,mirrored:2")
+    check = Check("python -m suite.check train.py")
+    check.equal((done.returncode, left), (0, []), "exit status and engines left", done.stdout[-1500:] + done.stderr[-600:])
+    check.contains(done.stdout, ["mirrored:3: not checked: on one device (told 3 replicas), it raised before its first "
+                                 "step: KeyError: 3", "PASS: every spec trains what one device trains"], "the report")

@@ -112,6 +112,8 @@ class ScriptChecker:
         self._ref_locks: defaultdict = defaultdict(threading.Lock)
         self.notes: list[str] = []
         self.created_at = time.monotonic()
+        self.first_key = None  # the reference computed first: its failure stops the check
+        self.not_here: dict = {}  # spec text -> why it is not checked (its reference raised)
 
     def _run(self, spec, **kwargs) -> list:
         s = self.script
@@ -127,6 +129,7 @@ class ScriptChecker:
         """The script on one device, told ``replicas`` replicas (and, for a multi-worker spec, given a
         TF_CONFIG of ``workers`` workers), run twice: it must repeat itself."""
         key = (replicas, workers)
+        self.first_key = self.first_key or key
         with self._ref_locks[key]:  # specs checked at once share each replica count's reference
             if key not in self.refs:
                 self.refs[key] = self._reference(replicas, workers)
@@ -204,7 +207,16 @@ class ScriptChecker:
 
     def check(self, spec) -> differential.Verdict:
         spec = self.on(spec)
-        ref = self.reference(*_reference_key(spec))
+        key = _reference_key(spec)
+        try:
+            ref = self.reference(*key)
+        except CheckInputError as exc:
+            if not self.refs or key == self.first_key:
+                raise  # the first reference: input the check cannot use
+            # another replica count the script cannot run on one device (a table of batch sizes): this spec
+            # is not checked, the others are
+            self.not_here[spec.text] = str(exc).partition(": ")[2]
+            raise NotCheckedHere(self.not_here[spec.text]) from None
         began = time.monotonic()
         try:
             engine = self.pool.get(spec)
@@ -236,6 +248,11 @@ class ScriptChecker:
             v.diagnoses = []
         v.start_seconds = engine.start_seconds if engine.started_at >= self.created_at else 0.0
         return v
+
+
+class NotCheckedHere(EngineUnavailable):
+    """The script does not run on one device told this spec's replica count (it raised there before
+    its first step), though it ran for the first spec checked: this spec is not checked."""
 
 
 def _reference_key(spec) -> tuple:
@@ -294,7 +311,8 @@ def run(target: str, specs: list, pool: EnginePool, args: list | None = None, st
     finally:
         if starter:
             starter.shutdown(wait=False, cancel_futures=True)
-    skipped += [f"{spec.text}: skipped (its hardware is absent)" for spec, v in zip(checked, verdicts) if v is None]
+    skipped += [f"{spec.text}: not checked: {checker.not_here[spec.text]}" if spec.text in checker.not_here
+                else f"{spec.text}: skipped (its hardware is absent)" for spec, v in zip(checked, verdicts) if v is None]
     first = next(iter(checker.refs.values()), None)
     notes = list(checker.notes) + (_script_notes(checker) if first is not None else [])
     return Report(target, checker.versions, (first.facts.get("first_batch_rows") or 0) if first else 0,
