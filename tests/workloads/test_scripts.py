@@ -373,6 +373,10 @@ def test_a_model_with_no_input_built_in_the_step(any_spec, pool, suite_state, tm
         _CHECKERS[key] = scriptcheck.ScriptChecker(pool, str(folder / "train.py"))
     v = _CHECKERS[key].check(any_spec)
     check = Check(any_spec)
+    ref = _CHECKERS[key].reference(any_spec.replicas)
+    check.equal(len(ref.facts["built_in_step"]), 4, "model variables made in the first step, said in the report",
+                ref.facts["built_in_step"])
+    check.contains(" ".join(scriptcheck._script_notes(_CHECKERS[key])), ["made in the first step"], "the report's note")
     blocking = [e for e in BUILT_IN_THE_STEP if _applies(e, f"loop-check[{any_spec.text}]", suite_state.versions)]
     if blocking:
         check.equal((v.status, v.deviation[0] if v.deviation else None), ("BLOCKED", blocking[0]),

@@ -472,6 +472,9 @@ def _report(ctx, watcher, found, seen, facts, raised) -> WorkloadRun:
         "local_reads": [[[float(np.sum(np.asarray(v, np.float64))) for v in read] for read in b.local_reads]
                         for b in boundaries[1:]],
         "loss_object_reduction": next((str(getattr(o, "reduction", "")) for o in found.losses.values()), None),
+        # model variables made after the first boundary (a model with no Input, built by its first call in the
+        # step): not loaded with the reference's values, and their first change measured from zero
+        "built_in_step": [_name(variables[i], names) for i in model if i not in first],
     })
     facts.setdefault("random_layers", [])
     if ctx.spec.kind != "default":

@@ -332,6 +332,12 @@ def _script_notes(checker: ScriptChecker) -> list:
         stepped = ("steps by calls of a tf.function that runs strategy.run" if facts.get("step_mode") == "calls"
                    else f"{facts.get('draws')} elements drawn")
         out.append(f"reference told {replicas} replica(s){given}: the script built {built}; {reads}; {stepped}")
+        if facts.get("built_in_step"):
+            late = facts["built_in_step"]
+            out.append(f"{len(late)} model variables ({', '.join(late[:3])}{' ...' if len(late) > 3 else ''}) were made "
+                       "in the first step (a model with no Input, built by its first call): each run starts them from "
+                       "its own seeded initializers, not the reference's values, and their differences are measured "
+                       "against their values, not their change since the start, a looser comparison")
         if facts.get("device_config"):
             out.append(f"the script's device configuration was skipped (the engine set its devices up): "
                        f"{', '.join(facts['device_config'])}")
