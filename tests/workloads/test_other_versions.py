@@ -1,6 +1,9 @@
 """The check of a user's loop on the Keras releases whose deviations a right loop meets, with
 engines of those tox envs (``SPEC@ENV``; .ci/run builds them): a right loop is never blamed.
 
+- TF 2.21 with tf-keras (tf221-legacy): TensorFlow's tutorials, Keras 2 code, checked on the Keras
+  they were written for train as on one device where Keras 3 blocks them.
+
 - TF 2.17 / Keras 3.4 again, where no canonical-step control can speak (batches of (x, y,
   sample_weight), a training script run unchanged): the stand-in control alone turns the FAIL into
   DEVIATION naming keras3-gradients-not-summed-before-3.5, and a loop with a cause keeps it.
@@ -131,3 +134,19 @@ def test_on_keras38_the_dropout_loop_builds_and_no_spec_names_the_entry(pool):
     Check("mirrored:2@tf218-keras38").equal((right(v), SEED_MEAN in [i for i, _ in v.deviations], v.steps),
                                             (True, False, 3), "the verdict of the Dropout loop on Keras 3.8.0",
                                             differential.details(v))
+
+
+@needs("tf221-legacy")
+@pytest.mark.parametrize("script,text", [("tutorial.py", "mirrored:2"), ("multi_worker_ctl.py", "multi_worker:2x2")])
+def test_tensorflows_tutorials_train_on_the_keras_they_were_written_for(pool, script, text):
+    """TensorFlow's distribute tutorials are Keras 2 code: with the engines of a legacy-Keras env
+    (tf221-legacy: TF 2.21 with tf-keras, TF_USE_LEGACY_KERAS=1), the custom-training tutorial as
+    written (its Adam built lazily) and the multi-worker one on two workers of two replicas, which
+    Keras 3 blocks (keras3-lazy-optimizer-slots-mirrored), train what one device trains."""
+    c = scriptcheck.ScriptChecker(pool, str(ROOT / "examples" / "scripts" / script), env="tf221-legacy")
+    v = c.check(parse_spec(text))
+    check = Check(f"{text}@tf221-legacy", case={"script": script})
+    check.equal(c.versions["keras"].split(".")[0], "2", "the engines' Keras generation")
+    check.that(right(v) and not v.diagnoses, f"{script} on Keras 2", (v.status, v.deviations),
+               "PASS, or DEVIATION where a known deviation predicts every difference", differential.details(v))
+    check.equal(v.steps, 3, "steps compared")
