@@ -21,8 +21,8 @@ import numpy as np
 import tensorflow as tf
 
 CASES = ("right", "right_chief_writes_checkpoints", "global_batch_not_scaled_by_workers",
-         "input_not_sharded_per_worker", "replicas_disagree", "loss_averaged_per_replica", "shuffle_seeded_per_worker",
-         "dataset_sharded_twice")
+         "input_not_sharded_per_worker", "replicas_disagree", "loss_averaged_per_replica",
+         "shuffled_per_worker_before_sharding", "dataset_sharded_twice")
 # mistakes that train the same on one device told the workers as on the workers: not seen by the check
 SAME_ON_ONE_DEVICE = ("global_batch_not_scaled_by_workers",)
 parser = argparse.ArgumentParser()
@@ -43,8 +43,7 @@ labels = rng.integers(0, 4, size=512)
 def dataset_fn(input_context):
     batch_size = input_context.get_per_replica_batch_size(global_batch_size)
     dataset = tf.data.Dataset.from_tensor_slices((features, labels))
-    if case == "shuffle_seeded_per_worker":  # each worker shuffles its own way before it takes its shard
-        tf.random.set_seed(task_index)
+    if case == "shuffled_per_worker_before_sharding":  # no seed: each worker, a process, shuffles its own way
         dataset = dataset.shuffle(512)
     else:
         dataset = dataset.shuffle(512, seed=1)

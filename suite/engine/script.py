@@ -175,6 +175,11 @@ class Watcher:
         self.runs = 0  # calls of strategy.run (a traced call counts once per trace)
         self.distributed = False  # whether the script distributed a dataset
         self.feature_shape = None  # per example, of the first element drawn (the stand-in control's data)
+        self._unseeded: dict = {}  # id -> (dataset, "file:line"): what the script shuffled without a seed
+        # a worker other than the first of a multi-worker spec: a process of its own, whose unseeded shuffles draw
+        # another order than worker 0's (and the reference's), as separate processes' do
+        self.worker = 0
+        self.shuffled_before_sharding: dict = {}  # "file:line" of an unseeded shuffle -> where it was sharded after
         self._local = threading.local()
         self._marked: dict = {}  # id -> object: datasets and iterators whose draws are boundaries
         self._plain: dict = {}  # id -> iterator: of the script's own datasets (boundaries where none is distributed)
@@ -268,6 +273,8 @@ class Watcher:
             # autograph must call the wrappers as they are (converted, they would see their own frames)
             self._patch(target, name, tf.autograph.experimental.do_not_convert(wrapper(getattr(self.real, name))))
         self._patch(tf.data.Dataset, "__iter__", self._plain_iter(tf.data.Dataset.__iter__))
+        self._patch(tf.data.Dataset, "shuffle", self._shuffle(tf.data.Dataset.shuffle))
+        self._patch(tf.data.Dataset, "shard", self._shard(tf.data.Dataset.shard))
         for model_class in {compat.keras.Model, tf.keras.Model}:
             self._patch(model_class, "fit", self._fit(model_class.fit))
         function = type(tf.function(lambda: 0))
@@ -463,8 +470,51 @@ class Watcher:
             sizes = [tf.shape(p)[0] if p.shape.rank else tf.constant(1) for p in parts]
             self._keep(sizes, lambda values: setattr(self, "_rows", [int(v) for v in values]))
 
+    def _where(self, frame) -> str:
+        frames = self.user_frames(frame)
+        return f"{os.path.relpath(frames[0].f_code.co_filename, self.folder)}:{frames[0].f_lineno}" if frames else "?"
+
+    def _shuffle(self, original):
+        """``Dataset.shuffle`` for the run: a shuffle the script's code asks for without a seed is kept."""
+        watcher = self
+
+        def shuffle(self_, buffer_size, seed=None, *args, **kwargs):
+            users = seed is None and watcher._called_by_user(sys._getframe(1))
+            if users and watcher.worker:  # another process draws another order (a seed of this worker's own)
+                seed = 7919 * watcher.worker + len(watcher._unseeded)
+            out = original(self_, buffer_size, seed, *args, **kwargs)
+            if users:
+                watcher._unseeded[id(out)] = (out, watcher._where(sys._getframe(1)))
+            return out
+        return shuffle
+
+    def _upstream_unseeded(self, dataset) -> str | None:
+        """Where an unseeded shuffle upstream of ``dataset`` was made (following ``_input_dataset``)."""
+        for _ in range(64):
+            if dataset is None:
+                return None
+            if id(dataset) in self._unseeded and self._unseeded[id(dataset)][0] is dataset:
+                return self._unseeded[id(dataset)][1]
+            dataset = getattr(dataset, "_input_dataset", None)
+        return None
+
+    def _shard(self, original):
+        """``Dataset.shard`` for the run: a shard of a dataset shuffled without a seed is kept."""
+        watcher = self
+
+        def shard(self_, *args, **kwargs):
+            shuffled = watcher._upstream_unseeded(self_)
+            if shuffled is not None:
+                watcher.shuffled_before_sharding.setdefault(shuffled, f"shard at {watcher._where(sys._getframe(1))}")
+            return original(self_, *args, **kwargs)
+        return shard
+
     def _distribute(self, real_distribute):
         def distribute(*args, **kwargs):
+            if args and isinstance(args[0], tf.data.Dataset):  # auto-sharded per worker after the whole pipeline
+                shuffled = self._upstream_unseeded(args[0])
+                if shuffled is not None:
+                    self.shuffled_before_sharding.setdefault(shuffled, "auto-sharded by experimental_distribute_dataset")
             out = real_distribute(*args, **kwargs)
             self.distributed = True
             self._mark(out)

@@ -24,7 +24,7 @@ RIGHT_LOOP = "tests/workloads/test_examples.py::test_the_right_loop_of_the_mista
 RIGHT_SCRIPT = "tests/workloads/test_scripts.py::test_the_built_tutorial_trains_as_on_one_device[{spec}]"
 GAN_SCRIPT = "tests/workloads/test_cluster_scripts.py::test_each_zoo_scripts_verdict_and_cause[{spec}-gan.py-right]"
 MULTI_WORKER_SCRIPT = ("tests/workloads/test_cluster_scripts.py::"
-                       "test_the_multi_worker_tutorial_trains_as_on_one_device_and_leaves_no_file[{spec}]")
+                       "test_each_zoo_scripts_verdict_and_cause[{spec}-multi_worker_mistakes.py-right]")
 
 # One spec of every strategy kind: the mutants run on each kind where they apply.
 ONE = ("default", "one_device")  # one replica
@@ -69,9 +69,9 @@ CASES = [
     # ... and in a training script run unchanged (one-process specs only, suite/harness/loopcheck/scriptcheck.py)
     Case("double_gradient_aggregation", RIGHT_SCRIPT, "examples/scripts/tutorial.py", ("mirrored:2", "central_storage:2")),
     Case("step_one_replica_dropped", RIGHT_SCRIPT, "examples/scripts/tutorial.py", ("mirrored:2", "central_storage:2")),
-    # ... and under a multi-worker spec, each worker running TensorFlow's multi-worker tutorial
-    Case("double_gradient_aggregation", MULTI_WORKER_SCRIPT, "the tutorial's verdict", ("multi_worker:2x1",)),
-    Case("step_one_replica_dropped", MULTI_WORKER_SCRIPT, "the tutorial's verdict", ("multi_worker:2x1",)),
+    # ... and under a multi-worker spec, each worker running a script in the multi-worker tutorial's shape
+    Case("double_gradient_aggregation", MULTI_WORKER_SCRIPT, "multi_worker_mistakes.py --case right", ("multi_worker:2x1",)),
+    Case("step_one_replica_dropped", MULTI_WORKER_SCRIPT, "multi_worker_mistakes.py --case right", ("multi_worker:2x1",)),
     # ... and in a script of two models and two optimizers (the mutants act on both)
     Case("double_gradient_aggregation", GAN_SCRIPT, "gan.py --case right", MULTI),
     Case("step_one_replica_dropped", GAN_SCRIPT, "gan.py --case right", MULTI),

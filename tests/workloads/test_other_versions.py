@@ -137,16 +137,28 @@ def test_on_keras38_the_dropout_loop_builds_and_no_spec_names_the_entry(pool):
 
 
 @needs("tf221-legacy")
-@pytest.mark.parametrize("script,text", [("tutorial.py", "mirrored:2"), ("multi_worker_ctl.py", "multi_worker:2x2")])
-def test_tensorflows_tutorials_train_on_the_keras_they_were_written_for(pool, script, text):
+@pytest.mark.parametrize("script,text,causes", [("tutorial.py", "mirrored:2", []),
+                                                ("multi_worker_ctl.py", "multi_worker:2x2",
+                                                 ["shuffled_per_worker_before_sharding"])])
+def test_tensorflows_tutorials_train_on_the_keras_they_were_written_for(pool, script, text, causes):
     """TensorFlow's distribute tutorials are Keras 2 code: with the engines of a legacy-Keras env
     (tf221-legacy: TF 2.21 with tf-keras, TF_USE_LEGACY_KERAS=1), the custom-training tutorial as
-    written (its Adam built lazily) and the multi-worker one on two workers of two replicas, which
-    Keras 3 blocks (keras3-lazy-optimizer-slots-mirrored), train what one device trains."""
+    written (its Adam built lazily) trains what one device trains, and the multi-worker one on two
+    workers of two replicas, which Keras 3 blocks (keras3-lazy-optimizer-slots-mirrored), runs and
+    meets its own mistake: it shuffles without a seed before sharding, so each worker's shard is of
+    its own order (FAIL naming that cause alone)."""
     c = scriptcheck.ScriptChecker(pool, str(ROOT / "examples" / "scripts" / script), env="tf221-legacy")
-    v = c.check(parse_spec(text))
+    try:
+        v = c.check(parse_spec(text))
+    finally:  # engines no other test uses: their memory back (the session keeps an engine per spec)
+        for spec in (c.on(parse_spec(text)), c.default):
+            pool.release(spec)
     check = Check(f"{text}@tf221-legacy", case={"script": script})
     check.equal(c.versions["keras"].split(".")[0], "2", "the engines' Keras generation")
+    if causes:
+        check.equal((v.status, [d.cause for d in v.diagnoses]), ("FAIL", causes), f"{script} on Keras 2",
+                    differential.details(v))
+        return
     check.that(right(v) and not v.diagnoses, f"{script} on Keras 2", (v.status, v.deviations),
                "PASS, or DEVIATION where a known deviation predicts every difference", differential.details(v))
     check.equal(v.steps, 3, "steps compared")

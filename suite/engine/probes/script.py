@@ -274,6 +274,8 @@ def run(ctx, target, folder, path=None, entry=None, args=(), steps=3, seed=0, re
             tf.train.ClusterSpec(json.loads(environ["TF_CONFIG"])["cluster"]), task_type="worker", task_id=0,
             rpc_layer="grpc")
     watcher = Watcher(strategy, steps, folder, reference_replicas=replicas, cluster_resolver=resolver)
+    if ctx.spec.kind == "multi_worker" and ctx.worker_index:
+        watcher.worker = ctx.worker_index  # its unseeded shuffles draw an order of their own (Watcher._shuffle)
     found = _Found()
     seen = _Seen()
     facts: dict = {"script": True, "user_step": True}
@@ -475,6 +477,8 @@ def _report(ctx, watcher, found, seen, facts, raised) -> WorkloadRun:
         # model variables made after the first boundary (a model with no Input, built by its first call in the
         # step): not loaded with the reference's values, and their first change measured from zero
         "built_in_step": [_name(variables[i], names) for i in model if i not in first],
+        # unseeded shuffles the dataset was sharded after ("file:line" -> where): per worker, its own order
+        "shuffled_before_sharding": watcher.shuffled_before_sharding,
     })
     facts.setdefault("random_layers", [])
     if ctx.spec.kind != "default":

@@ -565,6 +565,16 @@ class EnginePool:
     def call(self, spec: Spec, probe: str, timeout: float | None = None, **kwargs) -> list:
         return self.get(spec).call(probe, timeout=timeout, **kwargs)
 
+    def release(self, spec: Spec) -> None:
+        """Close ``spec``'s engine if it runs (its memory back before the session ends; a later call
+        starts it afresh): for the specs a test alone uses, a cluster or another env's interpreter."""
+        engine = self._engines.pop(spec.text, None)
+        if engine is not None:
+            counts = engine.trace_counts()
+            if counts is not None:
+                self.trace_report[spec.text] = counts
+            engine.close()
+
     def live_pids(self) -> list[int]:
         """Every running process of the pool: its engines' and its fork servers'."""
         servers = self.fork_servers.pids() if self.fork_servers else []

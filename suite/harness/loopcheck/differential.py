@@ -119,6 +119,10 @@ CAUSES = {
         "keep one device's learning rate (and other step sizes): the loss is already the global batch's mean, so "
         "the gradients apply_gradients sums are one device's; do not multiply the learning rate by "
         "strategy.num_replicas_in_sync"),
+    "shuffled_per_worker_before_sharding": Cause(
+        "input shuffled per worker before sharding",
+        "shard before shuffling (tf.data.Dataset.shard: 'Be sure to shard before you use any randomizing operator "
+        "(such as shuffle)'), or give the shuffle a seed every worker shares: shuffle(buffer_size, seed=...)"),
     "input_not_sharded_per_worker": Cause(
         "input not sharded per worker",
         "give each worker its own examples: in the dataset function of distribute_datasets_from_function, "
@@ -629,12 +633,10 @@ def diagnose(ref, dist, mismatches: list, global_batch: int) -> list[Diagnosis]:
         else:
             add("per_replica_batch_size", f"step {k} gave the replicas {rows} examples ({d.rows}), one device {rows_ref}")
         return out
-    # named where the lazily made slots did what such slots do: differ between the replicas, or train
-    # another update than one device's; not for an update of one device's direction and size (ratio 1),
-    # which float rounding of a split batch also gives (seen on TensorFlow's custom-training tutorial)
-    if lazy and any("against replica 0" in m.quantity or (m.quantity.startswith("optimizer ") and m.ratio is not None
-                                                          and math.isfinite(m.ratio) and not _is(m.ratio, 1.0))
-                    for m in mismatches):
+    # named where the lazily made slots did what such slots do: differ between the replicas; not for a slot
+    # that differs from one device's, which rounding of a split batch (TensorFlow's custom-training tutorial
+    # under multi_worker:2x1) or other data (its multi-worker tutorial's per-worker shuffles) also give
+    if lazy and any("against replica 0" in m.quantity for m in mismatches):
         add("lazy_optimizer_build", f"the optimizer had {before} variables when the first step began and {after} "
                                     "after it: its slots were created inside strategy.run")
     loss_ratio = d.loss / r.loss if r.loss else None
@@ -724,6 +726,13 @@ def diagnose(ref, dist, mismatches: list, global_batch: int) -> list[Diagnosis]:
                 "optimizer turned the same gradients into a larger step"
                 + (f"; {hyper[0].quantity} is {hyper[0].ratio:.4g} x one device's from the first step" if hyper else ""))
     workers = facts.get("workers", 1)
+    shuffled = facts.get("shuffled_before_sharding") or {}
+    if workers > 1 and shuffled and k == 1:
+        shuffle, shard = next(iter(shuffled.items()))
+        add("shuffled_per_worker_before_sharding",
+            f"the script shuffles at {shuffle} without a seed, and the dataset is sharded after it ({shard}): each "
+            f"of the {workers} workers, a process of its own, draws its own order, so their shards overlap and miss "
+            f"examples; step 1 already differs from one device's")
     if workers > 1 and _same_batches_on_every_worker(d, workers):
         add("input_not_sharded_per_worker",
             f"the replicas of all {workers} workers returned the same losses {d.replica_losses} and handed "
