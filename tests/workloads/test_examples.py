@@ -127,9 +127,10 @@ IN_THE_ZOO_ONLY = ("gradients_aggregated_by_hand", "optimizer_scaled_by_replicas
                    "weighted_loss_normalized_per_replica", "gradient_of_per_replica_mean")
 
 
-# causes of a training script's outer loop, whose mistakes live in examples/scripts/mistakes.py
-# (judged by tests/workloads/test_scripts.py): a workload's loop is the suite's, which makes neither
-IN_SCRIPTS_ONLY = ("batch_not_distributed", "metric_from_one_replica")
+# causes of a training script's outer loop, whose mistakes live in examples/scripts/mistakes.py and
+# multi_worker_mistakes.py (judged by tests/workloads/test_scripts.py and test_cluster_scripts.py): a
+# workload's loop is the suite's, which makes none of them
+IN_SCRIPTS_ONLY = ("batch_not_distributed", "metric_from_one_replica", "shuffled_per_worker_before_sharding")
 
 
 @pytest.mark.specs(lambda spec: spec.replicas > 1, without_deep=trimmed(ONE_PER_KIND))

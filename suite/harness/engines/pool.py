@@ -575,6 +575,12 @@ class EnginePool:
                 self.trace_report[spec.text] = counts
             engine.close()
 
+    def release_all(self) -> None:
+        """Close every engine (each starts afresh on its next call, from its interpreter's fork server):
+        what a group of tests made grow is given back before the next group starts its own."""
+        for key in list(self._engines):
+            self.release(self._engines[key].spec)
+
     def live_pids(self) -> list[int]:
         """Every running process of the pool: its engines' and its fork servers'."""
         servers = self.fork_servers.pids() if self.fork_servers else []
