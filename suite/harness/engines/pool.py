@@ -576,10 +576,13 @@ class EnginePool:
             engine.close()
 
     def release_all(self) -> None:
-        """Close every engine (each starts afresh on its next call, from its interpreter's fork server):
-        what a group of tests made grow is given back before the next group starts its own."""
+        """Close every local engine (each starts afresh on its next call, from its interpreter's fork
+        server): what a group of tests made grow is given back before the next group starts its own.
+        A real cluster's (the ``cluster`` spec, on machines the user owns) is kept: it starts through
+        the agents, once a session."""
         for key in list(self._engines):
-            self.release(self._engines[key].spec)
+            if self._engines[key].spec.kind != "cluster":
+                self.release(self._engines[key].spec)
 
     def live_pids(self) -> list[int]:
         """Every running process of the pool: its engines' and its fork servers'."""
