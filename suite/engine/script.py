@@ -403,10 +403,7 @@ class Watcher:
             if self.real.num_replicas_in_sync > 1 and self._called_by_user(sys._getframe(1)):
                 for leaf in tf.nest.flatten((args, kwargs or {})):
                     if isinstance(leaf, tf.Tensor) and leaf.shape.rank:
-                        frame = self.user_frames(sys._getframe(1))
-                        where = (f"{os.path.relpath(frame[0].f_code.co_filename, self.folder)}:{frame[0].f_lineno}"
-                                 if frame else "?")
-                        self.undistributed.setdefault(where, list(leaf.shape))
+                        self.undistributed.setdefault(self._where(sys._getframe(1)), list(leaf.shape))
                         break
             self._local.running = getattr(self._local, "running", 0) + 1
             try:

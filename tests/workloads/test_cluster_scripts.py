@@ -7,7 +7,6 @@ and two optimizers (examples/scripts/gan.py), each mistake named with its model.
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import os
 import textwrap
@@ -20,6 +19,7 @@ from suite.harness.loopcheck import differential, scriptcheck
 from suite.harness.verdict.judgment import Check
 from tests.helpers import ROOT
 from tests.workloads.test_examples import _applies, trimmed
+from tests.workloads.test_scripts import _cases
 
 SCRIPTS = ROOT / "examples" / "scripts"
 LAZY = "keras3-lazy-optimizer-slots-mirrored"
@@ -153,13 +153,6 @@ def test_a_multi_worker_script_reads_the_specs_cluster(pool):
     notes = scriptcheck._script_notes(c)
     check.contains(" ".join(notes), ["a TF_CONFIG of 2 workers", "steps by calls of a tf.function"], "the report's note")
     check.equal(scriptcheck.not_checked(parse_spec("multi_worker:2x2")), None, "multi-worker specs are checked")
-
-
-def _cases(name: str) -> tuple[str, ...]:
-    """The CASES of an example script, read without importing it (it imports TensorFlow)."""
-    tree = ast.parse((SCRIPTS / name).read_text())
-    return next(ast.literal_eval(node.value) for node in tree.body
-                if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "CASES")
 
 
 # The zoo of scripts of several models and of clusters: per script and case, what the check must

@@ -236,9 +236,10 @@ def test_specs_scripts_are_not_checked_under_are_listed_not_errors():
                                  "PASS: every spec trains what one device trains"], "the report")
 
 
-def _cases() -> tuple[str, ...]:
-    """The cases of examples/scripts/mistakes.py (its CASES, read without importing it: it imports TensorFlow)."""
-    tree = ast.parse((ROOT / "examples" / "scripts" / "mistakes.py").read_text())
+def _cases(name: str = "mistakes.py") -> tuple[str, ...]:
+    """The cases of an example script, examples/scripts/mistakes.py by default (its CASES, read without
+    importing it: it imports TensorFlow)."""
+    tree = ast.parse((ROOT / "examples" / "scripts" / name).read_text())
     return next(ast.literal_eval(node.value) for node in tree.body
                 if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "CASES")
 
