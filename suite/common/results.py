@@ -103,6 +103,7 @@ class EngineInfo:
     cross_device_ops: str | None
     tf_config: dict | None
     tmpdir: str
+    heartbeat_timeout_ms: int | None = None  # the coordination service's, where one runs
 
 
 @record

@@ -48,6 +48,16 @@ strategy = tf.distribute.TPUStrategy(resolver)
 """
 
 
+# How long the coordination service of a cluster waits for a task's heartbeat before it aborts
+# every collective (engines set it when they build a strategy: suite/engine/context.py).
+# TensorFlow's default, 10 s, is for machines that never pause a process that long; here a
+# cluster's workers share 2 cores with the rest of a test session, and a task starved for 10 s
+# was declared failed ("Task /job:worker/replica:0/task:0 heartbeat timeout", TF 2.15, a
+# fresh-clone .ci/run). A worker that dies is still seen at once (the pool watches its process),
+# one that hangs by the collective timeout.
+HEARTBEAT_TIMEOUT_MS = 120_000
+
+
 def strategy_source(spec: Spec, collective_timeout: float | None = None) -> str:
     """Source that builds ``spec``'s strategy in a fresh process (one copy per task, with its
     TF_CONFIG, for clusters). ``collective_timeout`` bounds a multi-worker collective."""

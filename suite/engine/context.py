@@ -4,6 +4,7 @@ and what a probe gets to work with (imports TensorFlow)."""
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
 import tempfile
@@ -12,7 +13,7 @@ import tensorflow as tf
 
 from ..common.results import EngineInfo, ServerInfo
 from ..common.specs import Spec
-from ..common.strategies import strategy_source
+from ..common.strategies import HEARTBEAT_TIMEOUT_MS, strategy_source
 from . import compat
 
 
@@ -20,12 +21,36 @@ class EngineUnavailableHere(RuntimeError):
     """The spec needs hardware this machine lacks (GPUs, a TPU): tests skip, not fail."""
 
 
+@contextlib.contextmanager
+def _patient_heartbeats():
+    """While a strategy is built, the coordination service it configures (MultiWorkerMirrored
+    calls ``configure_coordination_service`` without a heartbeat timeout, which means 10 s) gets
+    ``HEARTBEAT_TIMEOUT_MS``; a timeout the caller sets is kept."""
+    from tensorflow.python.eager import context as eager_context  # private: the one way in
+
+    ctx = eager_context.context()
+    original = ctx.configure_coordination_service
+
+    def configure(*args, **kwargs):
+        if not kwargs.get("heartbeat_timeout_in_ms"):
+            kwargs["heartbeat_timeout_in_ms"] = HEARTBEAT_TIMEOUT_MS
+        return original(*args, **kwargs)
+
+    ctx.configure_coordination_service = configure
+    try:
+        yield
+    finally:
+        del ctx.configure_coordination_service  # the class's method again
+
+
 def build_strategy(spec: Spec, collective_timeout: float):
     """The strategy of ``spec`` and, for parameter servers, its ClusterCoordinator: the source
-    from ``suite.common.strategies`` executed here (the repro snippets print the same source)."""
+    from ``suite.common.strategies`` executed here (the repro snippets print the same source),
+    with the coordination service's heartbeats given time (``_patient_heartbeats``)."""
     namespace = {"tf": tf, "Unavailable": EngineUnavailableHere}
     code = compile(strategy_source(spec, collective_timeout), f"<strategy of {spec.text}>", "exec")
-    exec(code, namespace)
+    with _patient_heartbeats():
+        exec(code, namespace)
     return namespace["strategy"], namespace.get("coordinator")
 
 
@@ -76,7 +101,16 @@ class EngineContext:
             keras_version=compat.KERAS_VERSION, keras_generation=compat.KERAS_GENERATION,
             num_replicas_in_sync=self.num_replicas, local_replica_ids=self.local_replica_ids,
             strategy=type(self.strategy).__name__, cross_device_ops=compat.cross_device_ops_name(self.strategy),
-            tf_config=json.loads(os.environ.get("TF_CONFIG", "null")), tmpdir=tempfile.gettempdir())
+            tf_config=json.loads(os.environ.get("TF_CONFIG", "null")), tmpdir=tempfile.gettempdir(),
+            heartbeat_timeout_ms=_heartbeat_timeout_ms())
+
+
+def _heartbeat_timeout_ms() -> int | None:
+    """The heartbeat timeout of the coordination service this process joined (None: none)."""
+    from tensorflow.python.eager import context as eager_context  # private: the one way in
+
+    config = eager_context.context().coordination_service
+    return config.heartbeat_timeout_in_ms if config is not None and config.service_type else None
 
 
 def build_context(spec: Spec, worker_index: int, collective_timeout: float) -> EngineContext:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from suite.common.specs import parse_spec
+from suite.common.strategies import HEARTBEAT_TIMEOUT_MS
 from suite.harness.engines import topology
 from suite.harness.engines.pool import EngineDied, EngineError, EnginePool, ProbeError
 from suite.harness.verdict.judgment import Check
@@ -86,6 +87,37 @@ def test_hung_collective_fails_within_the_configured_time(spec):
             check.contains(message, [f"did not answer probe 'engine.collective_fault' within {HUNG_TIMEOUT:.0f}s"],
                            "the error of the engine deadline")
         check_replaced(check, pool, spec, old)
+    finally:
+        pool.close()
+
+
+STARVED = 14.0  # seconds a worker is stopped: over TensorFlow's default heartbeat timeout, 10 s
+
+
+def test_a_worker_starved_of_cpu_for_longer_than_tensorflows_heartbeat_timeout_keeps_its_cluster():
+    """A loaded machine can pause a worker for seconds. Each worker of multi_worker:2x1 in turn is
+    stopped (SIGSTOP) for STARVED seconds, then continued; the next step's all-reduces complete on
+    both workers (each replica adds 1, then the sums: 2 replicas x 2). With TensorFlow's default
+    heartbeat timeout the coordination service declared the stopped task failed and aborted
+    every later collective ("heartbeat timeout"), which failed a fresh-clone .ci/run; engines
+    give the service HEARTBEAT_TIMEOUT_MS, which every worker's info reports."""
+    spec = parse_spec("multi_worker:2x1")
+    pool = EnginePool(start_timeout=180, call_timeout=120)
+    try:
+        check = Check(spec, case={"stopped for": STARVED})
+        infos = pool.call(spec, "engine.info")
+        check.equal([info.heartbeat_timeout_ms for info in infos], [HEARTBEAT_TIMEOUT_MS] * 2,
+                    "the coordination service's heartbeat timeout on each worker (ms)")
+        pool.call(spec, "engine.collective_fault", victim=-1)  # the step traced before the pause
+        for worker, pid in enumerate(pool.get(spec).pids()):
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                time.sleep(STARVED)
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            time.sleep(2.0)  # the service's next check of the heartbeats
+            sums = pool.call(spec, "engine.collective_fault", victim=-1)
+            check.equal(sums, [[4.0], [4.0]], f"the step's sums per worker after worker {worker} was stopped")
     finally:
         pool.close()
 
