@@ -14,6 +14,11 @@ How a run is watched (docs/check.md, "A training script"):
   (so it computes the same global batch) and forwards everything else. ``isinstance`` with the
   replaced names still answers for the real classes. The arguments the script passed are kept
   for the report.
+* **Parameter servers.** A script that builds a ``ParameterServerStrategy`` gets the spec's (on a
+  parameter-server spec's cluster) or the reference's, and its ``ClusterCoordinator`` is a
+  ``_Coordinator``: each ``schedule`` is a step, joined before it returns; the reference runs each
+  closure at once on the iterator of the worker the spec's run recorded for it. A script of the
+  other kind than the run's spec raises ``WrongKind`` at its constructor.
 * **Step boundaries.** What the checked strategy's ``experimental_distribute_dataset`` and
   ``distribute_datasets_from_function`` return is marked; each element drawn eagerly from it
   (``for``, ``next``, ``get_next``) ends the step before it. A script that draws no element
@@ -43,6 +48,7 @@ import shutil
 import sys
 import tempfile
 import threading
+import zlib
 
 import numpy as np
 import tensorflow as tf
@@ -52,13 +58,10 @@ from . import compat
 # the strategy names a script may build, by the attribute path under ``tf.distribute``
 CONSTRUCTORS = ("MirroredStrategy", "OneDeviceStrategy", "MultiWorkerMirroredStrategy",
                 "experimental.CentralStorageStrategy", "experimental.MultiWorkerMirroredStrategy")
-# what a parameter-server script builds, under ``tf.distribute``: refused (``Unsupported``) at once, before
-# a server binds a port or a cluster trains in the engine
-REFUSED = {"coordinator.ClusterCoordinator": "a tf.distribute.coordinator.ClusterCoordinator",
-           "experimental.coordinator.ClusterCoordinator": "a tf.distribute.coordinator.ClusterCoordinator",
-           "ParameterServerStrategy": "a tf.distribute.ParameterServerStrategy",
-           "experimental.ParameterServerStrategy": "a tf.distribute.ParameterServerStrategy",
-           "Server": "a tf.distribute.Server (a cluster of its own)"}
+# what a parameter-server script builds, under ``tf.distribute``: its strategy (the spec's where the spec is a
+# parameter-server cluster's, or the reference's one device) and its ClusterCoordinator (_Coordinator)
+COORDINATED = ("ParameterServerStrategy", "experimental.ParameterServerStrategy")
+COORDINATORS = ("coordinator.ClusterCoordinator", "experimental.coordinator.ClusterCoordinator")
 # configuration calls that raise once the engine has set its devices up: recorded and skipped
 DEVICE_CONFIG = ("config.set_logical_device_configuration", "config.experimental.set_virtual_device_configuration",
                  "config.set_visible_devices", "config.experimental.set_visible_devices")
@@ -70,8 +73,18 @@ class ScriptError(Exception):
 
 
 class Unsupported(BaseException):
-    """The script does what the check cannot run yet (builds a ClusterCoordinator); a BaseException,
+    """The script does what the check cannot run (calls Model.fit, serves as a cluster's task); a BaseException,
     so that the script's ``except Exception`` does not take it for its own error."""
+
+
+class WrongKind(Unsupported):
+    """A parameter-server script (it builds a ParameterServerStrategy or a ClusterCoordinator) run
+    for a synchronous spec, or a synchronous one for a parameter-server spec; ``kind`` is the
+    script's: "coordinated" or "synchronous"."""
+
+    def __init__(self, message: str, kind: str):
+        super().__init__(message)
+        self.kind = kind
 
 
 class Stop(BaseException):
@@ -99,9 +112,21 @@ def _attr(root, dotted: str):
     return obj
 
 
-def _refuse(what: str, args, kwargs):
-    raise Unsupported(f"it builds {what}: parameter-server scripts (a ClusterCoordinator's schedule) are not "
-                      "checked yet")
+class _Server:
+    """What ``tf.distribute.Server`` gives a script under the check: the spec's cluster runs already
+    (the tutorial's in-process cluster is not started); serving (``join``) is not the coordinator's
+    code, the only code the check runs."""
+
+    target = "grpc://localhost:0"
+    server_def = None
+
+    def start(self):
+        pass
+
+    def join(self):
+        raise Unsupported("it serves as a worker or ps task (tf.distribute.Server.join): under the check only the "
+                          "coordinator's code runs, on the spec's cluster; run it as the chief (TF_CONFIG's task) "
+                          "or build the cluster in process, as TensorFlow's tutorial does")
 
 
 def _stand_in_class(real, name: str, construct):
@@ -145,11 +170,133 @@ class Reference:
         return getattr(self._real, name)
 
 
+class _Coordinator:
+    """The ClusterCoordinator a parameter-server script builds, as the check runs it: each
+    ``schedule`` is one step, joined before it returns (one valid order of the asynchronous
+    updates, the same on both sides), with a boundary before the first and after each; the
+    closure's output is the step's reported value. ``_Scheduled`` runs on the spec's cluster,
+    ``_Local`` in the reference."""
+
+    def __init__(self, watcher, strategy):
+        self._watcher, self.strategy = watcher, strategy
+
+    def schedule(self, fn, args=None, kwargs=None):
+        w = self._watcher
+        if not w.boundaries:
+            w.boundary()
+        out, fetched = self._schedule(fn, tuple(args or ()), dict(kwargs or {}))
+        w.drawn += 1
+        w.scheduled(fetched)
+        w.boundary()
+        return out
+
+    def join(self):
+        pass
+
+    def done(self):
+        return True
+
+
+class _Scheduled(_Coordinator):
+    """On the spec's cluster: the engine's ClusterCoordinator, joined after each schedule; the
+    worker that ran each closure is kept (``Watcher.closure_workers``) for the reference to replay."""
+
+    def __init__(self, watcher, strategy, real):
+        super().__init__(watcher, strategy)
+        self._real = real
+
+    def _schedule(self, fn, args, kwargs):
+        w = self._watcher
+        start = len(w.executed)
+        remote = self._real.schedule(fn, args=args, kwargs=kwargs)
+        self._real.join()
+        ran = w.executed[start:]
+        w.closure_workers.append(ran[-1] if ran else None)
+        return remote, remote.fetch()
+
+    def join(self):
+        self._real.join()
+
+    def done(self):
+        return self._real.done()
+
+    def fetch(self, val):
+        return self._real.fetch(val)
+
+    def create_per_worker_dataset(self, dataset_fn):
+        return self._real.create_per_worker_dataset(dataset_fn)
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+
+class _PerWorker:
+    """The reference's per-worker datasets or iterators: one per worker of the spec."""
+
+    def __init__(self, items):
+        self.items = list(items)
+
+    def __iter__(self):
+        return _PerWorker(iter(item) for item in self.items)
+
+    def __next__(self):
+        raise TypeError("next() of a per-worker iterator: pass it to ClusterCoordinator.schedule, whose closure gets "
+                        "its worker's iterator")
+
+
+class _Remote:
+    """A closure's output in the reference (``fetch``, ``get``: its values)."""
+
+    def __init__(self, values):
+        self._values = values
+
+    def fetch(self):
+        return tf.nest.map_structure(_numpy, self._values)
+
+    get = fetch
+
+
+def _numpy(value):
+    return value.numpy() if hasattr(value, "numpy") else value
+
+
+class _Local(_Coordinator):
+    """In the reference: each closure runs here, at once, on the iterator of the worker the spec's
+    run gave it (``order``; round robin where none is given: the first reference runs)."""
+
+    def __init__(self, watcher, strategy, workers: int, order=None):
+        super().__init__(watcher, strategy)
+        self._workers, self._order = max(workers, 1), list(order or [])
+
+    def _schedule(self, fn, args, kwargs):
+        w = self._watcher
+        k = len(w.closure_workers)
+        worker = self._order[k] if k < len(self._order) and self._order[k] is not None else k % self._workers
+        w.closure_workers.append(worker)
+
+        def on(value):
+            return value.items[worker] if isinstance(value, _PerWorker) else value
+
+        out = fn(*[on(a) for a in args], **{key: on(v) for key, v in kwargs.items()})
+        return _Remote(out), tf.nest.map_structure(_numpy, out)
+
+    def fetch(self, val):
+        return tf.nest.map_structure(lambda v: v.fetch() if isinstance(v, _Remote) else _numpy(v), val)
+
+    def create_per_worker_dataset(self, dataset_fn):
+        """Each worker's dataset: the function's (its Python function: traced, the reference's one
+        device could not return a distributed dataset), called once per worker, or the dataset given."""
+        if callable(dataset_fn) and not isinstance(dataset_fn, tf.data.Dataset):
+            make = getattr(dataset_fn, "python_function", dataset_fn)
+            return _PerWorker(make() for _ in range(self._workers))
+        return _PerWorker([dataset_fn] * self._workers)
+
+
 class Watcher:
     """One run of a script: what it built, drew and created (see the module's docstring)."""
 
     def __init__(self, strategy, steps: int, folder: str, reference_replicas: int | None = None,
-                 cluster_resolver=None):
+                 cluster_resolver=None, coordinated: bool = False, coordinator=None, workers: int = 1, order=None):
         self.real = strategy  # the strategy TensorFlow runs (the spec's, or the default strategy)
         self.steps = steps
         self.folder = os.path.realpath(folder)  # the script's folder: its frames are the user's code
@@ -185,12 +332,43 @@ class Watcher:
         self._plain: dict = {}  # id -> iterator: of the script's own datasets (boundaries where none is distributed)
         self._patched: list = []  # (owner, attribute, previous value or _ABSENT)
         self._wrapped_types: set = set()
+        # a parameter-server spec's run or its reference: the script must build a ParameterServerStrategy and
+        # train through a ClusterCoordinator (_Coordinator), on the spec's (``coordinator``) or here, one closure
+        # after another on the iterators of ``workers`` workers in ``order`` (the spec's run's)
+        self.coordinated = coordinated
+        self._coordinator_args = (coordinator, workers, order)
+        self._coordinator = None
+        self.executed: list = []  # the worker of each closure the spec's coordinator ran, in order
+        self.closure_workers: list = []  # per step (schedule), the worker its closure ran on
+        self.seeded_shuffles: dict = {}  # "file:line" -> the seed given to an unseeded shuffle (coordinated runs)
+        self._scheduled_op = "SUM"  # the reduce op a scheduled function last traced
 
     # -- the script's view ---------------------------------------------------------------------
     def construct(self, name: str, args, kwargs):
+        coordinated = name in [c.rpartition(".")[2] for c in COORDINATED]
+        if coordinated != self.coordinated:
+            raise WrongKind(f"it builds a {name}", "coordinated" if coordinated else "synchronous")
         shown = ", ".join([repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()])
         self.constructed.append([name, shown[:200]])
         return self.shown
+
+    def coordinate(self, name: str, args, kwargs):
+        """``ClusterCoordinator(strategy)``: one coordinator a run (as TensorFlow keeps one a strategy)."""
+        if not self.coordinated:
+            raise WrongKind("it builds a ClusterCoordinator", "coordinated")
+        if self._coordinator is None:
+            real, workers, order = self._coordinator_args
+            self._coordinator = (_Scheduled(self, self.shown, real) if real is not None
+                                 else _Local(self, self.shown, workers, order))
+            self.mode = "schedules"
+        return self._coordinator
+
+    def scheduled(self, fetched) -> None:
+        """A scheduled closure returned ``fetched``: a floating value is the step's reported one."""
+        with contextlib.suppress(Exception):  # an output of no single floating value: none reported
+            value = np.asarray(fetched)
+            if value.dtype.kind == "f":
+                self._reduced.append((self._scheduled_op, value, [value]))
 
     def read_replicas(self, frame, inside: bool = False) -> None:
         while frame is not None and not self._users(frame.f_code.co_filename):
@@ -256,11 +434,26 @@ class Watcher:
                 name = dotted.rpartition(".")[2]
                 self._patch(parent, name, _stand_in_class(real, name, self.construct))
         self._patch(distribute, "get_strategy", self._get_strategy(distribute.get_strategy))
-        for dotted, what in REFUSED.items():
-            real = _attr(distribute, dotted)
-            if real is not None:
-                parent = _attr(distribute, dotted.rpartition(".")[0]) if "." in dotted else distribute
-                self._patch(parent, dotted.rpartition(".")[2], _stand_in_class(real, what, _refuse))
+        for names, construct in ((COORDINATED, self.construct), (COORDINATORS, self.coordinate),
+                                 (("Server",), lambda *_: _Server())):
+            for dotted in names:
+                real = _attr(distribute, dotted)
+                if real is not None:
+                    parent = _attr(distribute, dotted.rpartition(".")[0]) if "." in dotted else distribute
+                    self._patch(parent, dotted.rpartition(".")[2],
+                                _stand_in_class(real, dotted.rpartition(".")[2], construct))
+        if self._coordinator_args[0] is not None:  # which worker runs each closure (private: the one way in)
+            from tensorflow.python.distribute.coordinator import cluster_coordinator
+
+            closure = cluster_coordinator.Closure
+            execute_on = closure.execute_on
+
+            def executed(closure_, worker):
+                if type(closure_) is closure:  # not a per-worker resource's closure
+                    self.executed.append(worker.worker_index)
+                return execute_on(closure_, worker)
+
+            self._patch(closure, "execute_on", executed)
         for dotted in DEVICE_CONFIG:
             if _attr(tf, dotted) is not None:
                 parent = _attr(tf, dotted.rpartition(".")[0])
@@ -357,6 +550,7 @@ class Watcher:
             if getattr(self._local, "quiet", False) or not self._called_by_user(sys._getframe(1)):
                 return out  # the suite's own read (a metric's result at a boundary), or a library's
             op = getattr(reduce_op, "name", str(reduce_op)).rsplit(".", 1)[-1].upper()
+            self._scheduled_op = op
             self._keep([out, *self._parts(value)], lambda values: self._reduced.append((op, values[0], values[1:])))
             return out
         return reduce
@@ -368,11 +562,18 @@ class Watcher:
             except Exception:  # noqa: BLE001  (not a distributed value: one part)
                 return [value]
 
-    @staticmethod
-    def _keep(tensors, record) -> None:
-        """``record([numpy values])`` of ``tensors`` now (eagerly) or when a traced function runs."""
+    def remote(self) -> bool:
+        """Whether code traced now may run on a parameter-server cluster's worker, where no
+        ``py_function`` can call back (in the reference too, so that both keep the same)."""
+        return self.mode == "schedules" and not tf.executing_eagerly()
+
+    def _keep(self, tensors, record) -> None:
+        """``record([numpy values])`` of ``tensors`` now (eagerly) or when a traced function runs
+        (not kept in a scheduled closure: ``remote``)."""
         if tf.executing_eagerly():
             record([np.array(t) for t in tensors])
+            return
+        if self.remote():
             return
 
         def keep(*values):
@@ -420,7 +621,7 @@ class Watcher:
         watcher = self
 
         def __call__(self_, *args, **kwargs):
-            if (getattr(watcher._local, "calling", None) is not None or watcher.mode == "draws"
+            if (getattr(watcher._local, "calling", None) is not None or watcher.mode in ("draws", "schedules")
                     or not tf.executing_eagerly() or not watcher._called_by_user(sys._getframe(1))):
                 return original(self_, *args, **kwargs)
             watcher._local.calling = id(self_)
@@ -477,6 +678,11 @@ class Watcher:
 
         def shuffle(self_, buffer_size, seed=None, *args, **kwargs):
             users = seed is None and watcher._called_by_user(sys._getframe(1))
+            if users and watcher.coordinated:
+                # each parameter-server worker would draw an order of its own: both runs get one seed per line
+                where = watcher._where(sys._getframe(1))
+                seed = watcher.seeded_shuffles.setdefault(where, zlib.crc32(where.encode()) % 2**31)
+                return original(self_, buffer_size, seed, *args, **kwargs)
             if users and watcher.worker:  # another process draws another order (a seed of this worker's own)
                 seed = 7919 * watcher.worker + len(watcher._unseeded)
             out = original(self_, buffer_size, seed, *args, **kwargs)
@@ -561,7 +767,7 @@ class Watcher:
 
             def drawing(self_, *args, _original=original, **kwargs):
                 if not watcher._counts(self_) or getattr(watcher._local, "drawing", False) \
-                        or not tf.executing_eagerly() or watcher.mode == "calls":
+                        or not tf.executing_eagerly() or watcher.mode in ("calls", "schedules"):
                     return _original(self_, *args, **kwargs)
                 watcher.mode = "draws"
                 watcher.boundary()

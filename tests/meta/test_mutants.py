@@ -25,6 +25,7 @@ RIGHT_SCRIPT = "tests/workloads/test_scripts.py::test_the_built_tutorial_trains_
 GAN_SCRIPT = "tests/workloads/test_cluster_scripts.py::test_each_zoo_scripts_verdict_and_cause[{spec}-gan.py-right]"
 MULTI_WORKER_SCRIPT = ("tests/workloads/test_cluster_scripts.py::"
                        "test_each_zoo_scripts_verdict_and_cause[{spec}-multi_worker_mistakes.py-right]")
+PS_SCRIPT = "tests/workloads/test_ps_scripts.py::test_the_parameter_server_tutorials_loop_trains_as_on_one_device[{spec}]"
 
 # One spec of every strategy kind: the mutants run on each kind where they apply.
 ONE = ("default", "one_device")  # one replica
@@ -75,6 +76,8 @@ CASES = [
     # ... and in a script of two models and two optimizers (the mutants act on both)
     Case("double_gradient_aggregation", GAN_SCRIPT, "gan.py --case right", MULTI),
     Case("step_one_replica_dropped", GAN_SCRIPT, "gan.py --case right", MULTI),
+    # ... and in a parameter-server script's scheduled step, on the spec's cluster
+    Case("ps_gradient_doubled", PS_SCRIPT, "parameter_server.py", PS),
     Case("local_batch_denominator", LOSSES + "test_compute_average_loss_matches_reference[{spec}-none-{dtype}]",
          "compute_average_loss", MULTI, BOTH),
     Case("local_batch_denominator", LOSSES + "test_summed_scaled_loss_equals_the_global_mean_on_even_splits"

@@ -124,12 +124,15 @@ UNUSABLE = {
         import tensorflow as tf
         strategy = tf.distribute.MirroredStrategy()
         coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
-        """, "it builds a tf.distribute.coordinator.ClusterCoordinator: parameter-server scripts"),
-    "in_process_cluster.py": ("""
+        """, "not checked under mirrored:2: the script trains through a ClusterCoordinator (a ParameterServerStrategy's), "
+             "which runs on parameter_server specs only"),
+    "serves.py": ("""
         import tensorflow as tf
         cluster = tf.train.ClusterSpec({"worker": ["localhost:1"], "ps": ["localhost:2"]})
         server = tf.distribute.Server(cluster, job_name="worker", task_index=0, protocol="grpc")
-        """, "it builds a tf.distribute.Server (a cluster of its own): parameter-server scripts"),
+        server.join()
+        """, "it serves as a worker or ps task (tf.distribute.Server.join): under the check only the coordinator's code "
+             "runs"),
     "fits.py": ("""
         import numpy as np
         import tensorflow as tf
@@ -232,7 +235,7 @@ def test_specs_scripts_are_not_checked_under_are_listed_not_errors():
     check = Check("python -m suite.check tutorial.py")
     check.equal(done.returncode, 0, "exit status", done.stdout[-1500:] + done.stderr[-600:])
     check.contains(done.stdout, ["parameter_server:2w1ps: not checked: a parameter-server cluster trains only what a "
-                                 "ClusterCoordinator schedules, so a synchronous script",
+                                 "ClusterCoordinator schedules, and the script steps with strategy.run in lockstep",
                                  "PASS: every spec trains what one device trains"], "the report")
 
 

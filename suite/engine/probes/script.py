@@ -20,7 +20,7 @@ import tensorflow as tf
 from ...common import matching
 from ...common.results import SCRIPT_RAISED, WorkloadRun, WorkloadStep
 from .. import compat, workload
-from ..script import ScriptError, Stop, Unsupported, Watcher, execute, isolated
+from ..script import ScriptError, Stop, Unsupported, Watcher, WrongKind, execute, isolated
 from ..workloads import stand_in as stand_ins
 from .common import failed
 from .registry import probe
@@ -36,9 +36,9 @@ class _Gradients:
     applied twice in a step (a GAN's discriminator steps), their sum. ``seen``: the variables it was
     handed (which model it trains)."""
 
-    def __init__(self, optimizer, variables):
+    def __init__(self, optimizer, variables, watcher):
         self.index = {id(compat.tf_variable(v)): i for i, v in enumerate(variables)}
-        self.variables = variables
+        self.variables, self.watcher = variables, watcher
         self.step: dict = {}  # replica id -> its gradients, this step
         self.seen: set = set()
         original = optimizer.apply_gradients
@@ -56,7 +56,7 @@ class _Gradients:
 
     def _keep(self, pairs) -> None:
         context = tf.distribute.get_replica_context()
-        if context is None:
+        if context is None or self.watcher.remote():
             return
         given = {self.index.get(id(compat.tf_variable(v))): g for g, v in pairs}
         grads = [tf.zeros_like(tf.convert_to_tensor(v)) if given.get(i) is None else tf.convert_to_tensor(given[i])
@@ -140,6 +140,7 @@ class _Targets:
         self.step: list = []  # (the source variables' ids, replica id, value), this step
         original = tf.GradientTape.gradient
         targets = self
+        self.watcher = watcher
 
         def gradient(tape, target, sources, *args, **kwargs):
             out = original(tape, target, sources, *args, **kwargs)
@@ -151,6 +152,8 @@ class _Targets:
         watcher.patch(tf.GradientTape, "gradient", gradient)
 
     def _keep(self, target, sources) -> None:
+        if self.watcher.remote():
+            return
         ids = frozenset(id(compat.tf_variable(v)) for v in tf.nest.flatten(sources))
         context = tf.distribute.get_replica_context()
         replica = context.replica_id_in_sync_group if context is not None else 0
@@ -257,23 +260,31 @@ def kind(ctx, target, path):
 
 @probe
 def run(ctx, target, folder, path=None, entry=None, args=(), steps=3, seed=0, replicas=None, init=None,
-        init_names=None, init_trainable=None, root=None, workers=None):
+        init_names=None, init_trainable=None, root=None, workers=None, ps=0, order=None):
     """Run the script ``path`` (or the entry function ``entry``) with ``args`` until ``steps``
     step boundaries, and report each step. ``replicas``: the reference (this engine's strategy is
     one device's; the script is told ``replicas``). ``init``, ``init_names``, ``init_trainable``:
     the reference's initial model values, loaded at the first boundary (suite/common/matching.py).
     ``workers``: the reference of a multi-worker spec: the run gets a TF_CONFIG of that many workers
-    (this process the first), as each of the spec's workers gets its own."""
+    (this process the first), as each of the spec's workers gets its own. ``ps``: the reference of a
+    parameter-server spec (``workers`` workers, ``ps`` parameter servers, this process the chief): the
+    script's ClusterCoordinator runs each closure here, on the iterator of the worker ``order`` gives."""
     strategy = ctx.strategy
     fresh_start(seed)
     environ, resolver = {}, None
     if workers:
-        environ["TF_CONFIG"] = json.dumps({"cluster": {"worker": [f"localhost:{i + 1}" for i in range(workers)]},
-                                           "task": {"type": "worker", "index": 0}})
+        cluster = {"worker": [f"localhost:{i + 1}" for i in range(workers)]}
+        task = {"type": "worker", "index": 0}
+        if ps:
+            cluster.update(chief=["localhost:0"], ps=[f"localhost:{workers + i + 1}" for i in range(ps)])
+            task = {"type": "chief", "index": 0}
+        environ["TF_CONFIG"] = json.dumps({"cluster": cluster, "task": task})
         resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
-            tf.train.ClusterSpec(json.loads(environ["TF_CONFIG"])["cluster"]), task_type="worker", task_id=0,
-            rpc_layer="grpc")
-    watcher = Watcher(strategy, steps, folder, reference_replicas=replicas, cluster_resolver=resolver)
+            tf.train.ClusterSpec(cluster), task_type=task["type"], task_id=0, rpc_layer="grpc")
+    on_cluster = ctx.spec.kind == "parameter_server"
+    watcher = Watcher(strategy, steps, folder, reference_replicas=replicas, cluster_resolver=resolver,
+                      coordinated=on_cluster or bool(ps), coordinator=ctx.coordinator if on_cluster else None,
+                      workers=workers or ctx.spec.workers, order=order)
     if ctx.spec.kind == "multi_worker" and ctx.worker_index:
         watcher.worker = ctx.worker_index  # its unseeded shuffles draw an order of their own (Watcher._shuffle)
     found = _Found()
@@ -301,7 +312,7 @@ def run(ctx, target, folder, path=None, entry=None, args=(), steps=3, seed=0, re
         for o in found.optimizers.values():
             _Capture(o, trainable, record=False)
         for name, o in found.optimizers.items():  # each replica's gradients as evidence
-            seen.handed[name] = _Gradients(o, trainable)
+            seen.handed[name] = _Gradients(o, trainable, w)
         seen.trainable = trainable
         model, opt = _parts(w, found)
         facts["optimizer_variables_before_step"] = len(opt)
@@ -328,6 +339,8 @@ def run(ctx, target, folder, path=None, entry=None, args=(), steps=3, seed=0, re
             pass
         except ScriptError:
             raise
+        except WrongKind as exc:
+            raise OtherKind(f"script {target!r}: {exc}", exc.kind) from None
         except Unsupported as exc:
             raise ScriptError(f"script {target!r}: {exc}") from None
         except SystemExit as exc:
@@ -339,6 +352,15 @@ def run(ctx, target, folder, path=None, entry=None, args=(), steps=3, seed=0, re
         else:
             watcher.finish()
     return _report(ctx, watcher, found, seen, facts, raised)
+
+
+class OtherKind(ScriptError):
+    """The script is a parameter-server one and the run's spec synchronous, or the other way round
+    (``kind``: the script's, "coordinated" or "synchronous"): the spec does not run it."""
+
+    def __init__(self, message: str, kind: str):
+        super().__init__(message)
+        self.kind = kind
 
 
 class _Seen:
@@ -465,6 +487,8 @@ def _report(ctx, watcher, found, seen, facts, raised) -> WorkloadRun:
         "constructed": watcher.constructed, "device_config": watcher.device_config,
         "replica_reads": watcher.replica_reads, "draws": watcher.drawn, "boundaries": len(boundaries),
         "runs": watcher.runs, "distributed": watcher.distributed, "step_mode": watcher.mode,
+        # a parameter-server script's: per step, the worker its closure ran on; unseeded shuffles given a seed
+        "closure_workers": watcher.closure_workers, "seeded_shuffles": watcher.seeded_shuffles,
         # the stand-in control's description: the script's (first) optimizer and its features' shape
         "stand_in": (stand_ins.described(next(iter(found.optimizers.values())), watcher.feature_shape or [8])
                      if len(found.optimizers) == 1 else None),

@@ -143,6 +143,9 @@ class _Capture:
             if mutants.on("step_one_replica_dropped") and context is not None:  # replica 1 never reaches the sum
                 keep = tf.cast(tf.not_equal(context.replica_id_in_sync_group, 1), pairs[0][0].dtype)
                 pairs = [(g * keep, v) for g, v in pairs]
+            if mutants.on("ps_gradient_doubled") and not record and hasattr(
+                    tf.distribute.get_strategy(), "_is_parameter_server_strategy_v2"):  # a script's step on a cluster
+                pairs = [(2 * g, v) for g, v in pairs]
             return original(pairs, *args, **kwargs)
 
         optimizer.apply_gradients = apply_gradients

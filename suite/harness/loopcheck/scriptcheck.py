@@ -28,8 +28,16 @@ from . import controls, differential
 from .usercheck import CheckInputError, Report, _check_specs, _start_quietly, default_jobs
 
 INSIDE = " (in the replica function)"  # a read of the replica count inside strategy.run (the engine's mark)
-# the spec kinds whose strategy a script's constructors can be given here (synchronous ones)
-SCRIPT_KINDS = ("default", "one_device", "mirrored", "central_storage", "multi_worker")
+# the spec kinds whose strategy a script's constructors can be given here: synchronous ones, and parameter
+# servers for a script that trains through a ClusterCoordinator
+SCRIPT_KINDS = ("default", "one_device", "mirrored", "central_storage", "multi_worker", "parameter_server")
+# why a spec of the other kind than the script's is not checked (by the script's kind)
+OTHER_KIND = {
+    "synchronous": "a parameter-server cluster trains only what a ClusterCoordinator schedules, and the script steps "
+                   "with strategy.run in lockstep (it builds a synchronous strategy)",
+    "coordinated": "the script trains through a ClusterCoordinator (a ParameterServerStrategy's), which runs on "
+                   "parameter_server specs only",
+}
 
 
 def is_script(target: str) -> bool:
@@ -51,10 +59,6 @@ def not_checked(spec) -> str | None:
     """Why scripts are not checked under ``spec`` (None: they are)."""
     if spec.kind in SCRIPT_KINDS and not spec.gpus:
         return None
-    if spec.kind == "parameter_server":
-        return ("a parameter-server cluster trains only what a ClusterCoordinator schedules, so a synchronous "
-                "script (strategy.run in lockstep) is not what it runs, and scripts written for a ClusterCoordinator "
-                "are not checked yet")
     return f"scripts are not checked under {spec.kind} specs yet (only under {', '.join(SCRIPT_KINDS)})"
 
 
@@ -106,7 +110,9 @@ class ScriptChecker:
         self.env = env
         self.default = self.on(parse_spec("default"))
         self.versions = engine_versions(*versions.interpreter(env)) if env else engine_versions(pool.python)
-        self.refs: dict = {}  # (replicas, workers) -> the reference run told that many (_reference_key)
+        self.refs: dict = {}  # (replicas, workers, ps) -> the reference run told that many (_reference_key)
+        self.replays: dict = {}  # (key, closure workers) -> the reference replaying a parameter-server run's order
+        self.kind: str | None = None  # the script's: "synchronous" or "coordinated" (once a reference ran)
         self.stand_in_refs: dict = {}  # global batch -> the stand-in control on one device
         self._lock = threading.Lock()
         self._ref_locks: defaultdict = defaultdict(threading.Lock)
@@ -121,29 +127,50 @@ class ScriptChecker:
                               root=s.root, args=self.args, steps=self.steps, seed=self.seed, **kwargs)
 
     def _input_error(self, exc: EngineError) -> CheckInputError:
+        if isinstance(exc, ProbeError) and exc.raised.type == "OtherKind":
+            return OtherKindError(exc.raised.message)
         if isinstance(exc, ProbeError) and exc.raised.type == "ScriptError":
             return CheckInputError(exc.raised.message)
         return CheckInputError(f"script {self.target!r}: the reference run failed: {str(exc).splitlines()[0]}")
 
-    def reference(self, replicas: int = 1, workers: int = 1):
-        """The script on one device, told ``replicas`` replicas (and, for a multi-worker spec, given a
-        TF_CONFIG of ``workers`` workers), run twice: it must repeat itself."""
-        key = (replicas, workers)
+    def reference(self, replicas: int = 1, workers: int = 1, ps: int = 0):
+        """The script on one device, told ``replicas`` replicas (and, for a multi-worker or a
+        parameter-server spec, given a TF_CONFIG of ``workers`` workers and ``ps`` parameter servers),
+        run twice: it must repeat itself."""
+        key = (replicas, workers, ps)
         self.first_key = self.first_key or key
         with self._ref_locks[key]:  # specs checked at once share each replica count's reference
             if key not in self.refs:
-                self.refs[key] = self._reference(replicas, workers)
+                self.refs[key] = self._reference(replicas, workers, ps)
+                self.kind = self.kind or ("coordinated" if ps else "synchronous")
         return self.refs[key]
 
-    def _reference(self, replicas: int, workers: int):
-        cluster = {"workers": workers} if workers > 1 else {}
+    def replay(self, key: tuple, ref, order: list):
+        """The reference of ``key`` with each closure run on the iterator of the worker ``order``
+        names (a parameter-server run's: which worker ran each of its closures), from the same
+        initial values; ``ref`` itself where its round robin was that order."""
+        if list(order) == list(ref.facts.get("closure_workers") or []):
+            return ref
+        with self._ref_locks[key]:
+            if (key, tuple(order)) not in self.replays:
+                try:
+                    self.replays[key, tuple(order)] = self._run(
+                        self.default, replicas=key[0], workers=key[1], ps=key[2], order=list(order), init=ref.initial,
+                        init_names=ref.names, init_trainable=ref.trainable)[0]
+                except EngineError as exc:
+                    raise self._input_error(exc) from None
+        return self.replays[key, tuple(order)]
+
+    def _reference(self, replicas: int, workers: int, ps: int = 0):
+        cluster = ({"workers": workers} if workers > 1 else {}) | ({"ps": ps} if ps else {})
         try:
             first = self._run(self.default, replicas=replicas, **cluster)[0]
             second = self._run(self.default, replicas=replicas, init=first.initial, init_names=first.names,
                                init_trainable=first.trainable, **cluster)[0]
         except EngineError as exc:
             raise self._input_error(exc) from None
-        told = f" (told {replicas} replicas" + (f" and given a TF_CONFIG of {workers} workers)" if cluster else ")")
+        told = f" (told {replicas} replicas" + (f" and given a TF_CONFIG of {workers} workers"
+                                                 + (f" and {ps} parameter servers" if ps else "") + ")" if cluster else ")")
         told = told if replicas > 1 or cluster else ""
         if first.raised is not None:
             where = "it raised before its first step:" if first.raised.where == SCRIPT_RAISED else \
@@ -205,11 +232,34 @@ class ScriptChecker:
         """``spec`` as this checker's engines run it (``mirrored:2@ENV`` for ``mirrored:2``)."""
         return parse_spec(f"{spec.text}@{self.env}") if self.env and not spec.python else spec
 
+    def first_reference(self, specs: list) -> list:
+        """Run the first reference, of ``specs[0]``; where the script is of the other kind than that
+        spec (a parameter-server script for a synchronous spec, or the other way round), the
+        specs of the other kind are not checked (``not_here``) and the first of the script's kind
+        gives the first reference. The specs that are checked, in order."""
+        try:
+            self.reference(*_reference_key(specs[0]))
+        except OtherKindError:
+            self.kind, self.first_key = _other(_kind(specs[0])), None
+        mine = [spec for spec in specs if _kind(spec) == self.kind]
+        self.not_here.update({spec.text: OTHER_KIND[self.kind] for spec in specs if _kind(spec) != self.kind})
+        if not mine:
+            raise CheckInputError(f"script {self.target!r}: not checked under {', '.join(s.text for s in specs)}: "
+                                  f"{OTHER_KIND[self.kind]}")
+        self.reference(*_reference_key(mine[0]))
+        return mine
+
     def check(self, spec) -> differential.Verdict:
         spec = self.on(spec)
         key = _reference_key(spec)
+        if self.kind is not None and _kind(spec) != self.kind:
+            self.not_here[spec.text] = OTHER_KIND[self.kind]
+            raise NotCheckedHere(self.not_here[spec.text])
         try:
             ref = self.reference(*key)
+        except OtherKindError:
+            self.not_here[spec.text] = OTHER_KIND[_other(_kind(spec))]
+            raise NotCheckedHere(self.not_here[spec.text]) from None
         except CheckInputError as exc:
             if not self.refs or key == self.first_key:
                 raise  # the first reference: input the check cannot use
@@ -229,6 +279,12 @@ class ScriptChecker:
                 raise CheckInputError(exc.raised.message) from None
             return differential.Verdict(spec.text, spec.replicas, "ERROR", seconds=time.monotonic() - began,
                                         error=str(exc).splitlines()[0])
+        if key[2] and runs[0].raised is None:  # each closure on the iterator of the worker that ran it here
+            try:
+                ref = self.replay(key, ref, runs[0].facts.get("closure_workers") or [])
+            except CheckInputError as exc:
+                return differential.Verdict(spec.text, spec.replicas, "ERROR", seconds=time.monotonic() - began,
+                                            error=f"the reference in the cluster's order failed: {exc}")
         apart = _variables_apart(ref, runs[0])
         if apart is not None:  # compared by creation order: another set of variables cannot be compared
             return differential.Verdict(spec.text, spec.replicas, "ERROR", seconds=time.monotonic() - started,
@@ -250,6 +306,19 @@ class ScriptChecker:
         return v
 
 
+class OtherKindError(CheckInputError):
+    """The script is of the other kind than the spec it ran for (the engine's ``OtherKind``)."""
+
+
+def _kind(spec) -> str:
+    """The kind of script a spec runs: "coordinated" (a parameter-server cluster's) or "synchronous"."""
+    return "coordinated" if spec.kind == "parameter_server" else "synchronous"
+
+
+def _other(kind: str) -> str:
+    return "synchronous" if kind == "coordinated" else "coordinated"
+
+
 class NotCheckedHere(EngineUnavailable):
     """The script does not run on one device told this spec's replica count (it raised there before
     its first step), though it ran for the first spec checked: this spec is not checked."""
@@ -257,8 +326,10 @@ class NotCheckedHere(EngineUnavailable):
 
 def _reference_key(spec) -> tuple:
     """The reference a spec is compared with: one device told its replica count and, for a
-    multi-worker spec, given a TF_CONFIG of its workers."""
-    return spec.replicas, spec.workers if spec.kind == "multi_worker" else 1
+    multi-worker or a parameter-server spec, given a TF_CONFIG of its workers (and parameter servers)."""
+    if spec.kind == "parameter_server":
+        return 1, spec.workers, spec.ps
+    return spec.replicas, spec.workers if spec.kind == "multi_worker" else 1, 0
 
 
 def _stand_in_run(checker: ScriptChecker, spec, global_batch: int, described: dict, init=None) -> list:
@@ -302,11 +373,18 @@ def run(target: str, specs: list, pool: EnginePool, args: list | None = None, st
         progress(line)
     starter = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="engine-start") if jobs > 1 else None
     try:
-        if starter:
+        if starter:  # most scripts are synchronous: a parameter-server cluster starts once the script is known to be one
             for spec in checked:
-                starter.submit(_start_quietly, pool, spec)
+                if _kind(spec) == "synchronous":
+                    starter.submit(_start_quietly, pool, spec)
         if checked:  # the first reference: input the check cannot use stops it before any spec runs
-            checker.reference(*_reference_key(checked[0]))
+            mine = checker.first_reference(checked)
+            other = [spec for spec in checked if spec not in mine]
+            checked = mine
+            for line in [f"{spec.text}: not checked: {checker.not_here[spec.text]}" for spec in other]:
+                skipped.append(line)
+                if progress:
+                    progress(line)
         verdicts = _check_specs(checker, checked, jobs, progress)
     finally:
         if starter:
@@ -323,14 +401,18 @@ def run(target: str, specs: list, pool: EnginePool, args: list | None = None, st
 def _script_notes(checker: ScriptChecker) -> list:
     """What the reference saw of the script: the strategies it built, where it read the replica count."""
     out = []
-    for (replicas, workers), ref in sorted(checker.refs.items()):
+    for (replicas, workers, ps), ref in sorted(checker.refs.items()):
         facts = ref.facts
         built = "; ".join(f"{name}({shown})" for name, shown in facts.get("constructed", []))
         reads = ", ".join(f"{where} ({n}x)" for where, n in facts.get("replica_reads", {}).items())
         reads = f"it read num_replicas_in_sync at {reads}" if reads else "it never read num_replicas_in_sync"
         given = f" and a TF_CONFIG of {workers} workers" if workers > 1 else ""
-        stepped = ("steps by calls of a tf.function that runs strategy.run" if facts.get("step_mode") == "calls"
-                   else f"{facts.get('draws')} elements drawn")
+        given += f" and {ps} parameter servers" if ps else ""
+        stepped = {"calls": "steps by calls of a tf.function that runs strategy.run",
+                   "schedules": "steps by the closures it schedules on its ClusterCoordinator (each joined before the "
+                                "next: one order of the asynchronous updates, the same on both sides; the reference runs "
+                                "each on the iterator of the worker that ran it on the cluster)"}.get(
+            facts.get("step_mode"), f"{facts.get('draws')} elements drawn")
         out.append(f"reference told {replicas} replica(s){given}: the script built {built}; {reads}; {stepped}")
         if facts.get("built_in_step"):
             late = facts["built_in_step"]
@@ -338,6 +420,13 @@ def _script_notes(checker: ScriptChecker) -> list:
                        "in the first step (a model with no Input, built by its first call): each run starts them from "
                        "its own seeded initializers, not the reference's values, and their differences are measured "
                        "against their values, not their change since the start, a looser comparison")
+        if facts.get("seeded_shuffles"):
+            out.append(f"the script's unseeded shuffles ({', '.join(facts['seeded_shuffles'])}) were given a seed of their "
+                       "own, the same on every worker and in the reference: parameter-server workers would each draw "
+                       "another order, which no reference reproduces")
+        if any("variable_partitioner=" in shown for _, shown in facts.get("constructed", [])):
+            out.append("the script's variable_partitioner was not applied: the spec's strategy keeps each variable "
+                       "whole, as the reference does, so sharded variables are not what was checked")
         if facts.get("device_config"):
             out.append(f"the script's device configuration was skipped (the engine set its devices up): "
                        f"{', '.join(facts['device_config'])}")

@@ -78,7 +78,7 @@ class Report:
         """The report a user reads; ``verbose``: also the notes (the canonical step's comparison on
         one device) and every difference, not the first few."""
         head = (f"{self.kind} {self.target}: TensorFlow {self.versions.get('tensorflow')}, Keras "
-                f"{self.versions.get('keras')}, global batch {self.global_batch}, {self.steps} steps, "
+                f"{self.versions.get('keras')}, global batch {self.global_batch or 'not seen'}, {self.steps} steps, "
                 f"rtol {self.rtol:g}, atol {self.atol:g}")
         reference = ("reference: the workload with no strategy on the global batch, run twice: it repeats itself bit "
                      "for bit" if self.kind == "workload" else
