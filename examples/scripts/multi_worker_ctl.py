@@ -3,7 +3,7 @@
 generated), datasets sharded by ``input_context``, ``next(iterator)`` inside the ``tf.function``,
 ``strategy.reduce(SUM)``, checkpoints written by the chief and to a temporary folder by the others.
 
-    tf-distribute-check examples/scripts/multi_worker_ctl.py --specs multi_worker:2x1,multi_worker:2x2
+    tf-distribute-check examples/scripts/multi_worker_ctl.py --strategies multi_worker:2x1,multi_worker:2x2
 """
 # ruff: noqa: E111, E114, E117, E501, I001, UP031  (the tutorial's indentation, imports and format, kept)
 import os

@@ -5,7 +5,7 @@ scheduled ``tf.function``, ``strategy.reduce(SUM)``, epochs of ``schedule`` ende
 the last step's loss fetched. Its data is generated (the tutorial's string features and lookup
 layers replaced by numbers) and ``portpicker`` by the socket module (both not installed here).
 
-    tf-distribute-check examples/scripts/parameter_server.py --specs parameter_server:2w1ps
+    tf-distribute-check examples/scripts/parameter_server.py --strategies parameter_server:2w1ps
 """
 # ruff: noqa: E111, E114, E117, E501, UP031  (the tutorial's indentation and format, kept)
 import os

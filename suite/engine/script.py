@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import importlib
 import multiprocessing
 import multiprocessing.util
@@ -342,6 +343,7 @@ class Watcher:
         self.closure_workers: list = []  # per step (schedule), the worker its closure ran on
         self.seeded_shuffles: dict = {}  # "file:line" -> the seed given to an unseeded shuffle (coordinated runs)
         self._scheduled_op = "SUM"  # the reduce op a scheduled function last traced
+        self.partitioner = None  # the variable_partitioner the script gave its ParameterServerStrategy
 
     # -- the script's view ---------------------------------------------------------------------
     def construct(self, name: str, args, kwargs):
@@ -350,6 +352,10 @@ class Watcher:
             raise WrongKind(f"it builds a {name}", "coordinated" if coordinated else "synchronous")
         shown = ", ".join([repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()])
         self.constructed.append([name, shown[:200]])
+        if coordinated and (kwargs.get("variable_partitioner") or (args[1:2] or [None])[0]) is not None:
+            self.partitioner = kwargs.get("variable_partitioner") or args[1]
+            if self._coordinator_args[0] is not None:  # the spec's strategy shards as the script's would (private)
+                self._patch(self.real.extended, "_variable_partitioner", self.partitioner)
         return self.shown
 
     def coordinate(self, name: str, args, kwargs):
@@ -539,9 +545,55 @@ class Watcher:
     def _scope(self, real_scope):
         @contextlib.contextmanager
         def scope():
-            with real_scope(), tf.variable_creator_scope(self._inner):
+            with real_scope(), tf.variable_creator_scope(self._sharding), tf.variable_creator_scope(self._inner):
                 yield
         return scope
+
+    def _sharding(self, next_creator, **kwargs):
+        """In the reference of a script whose ParameterServerStrategy has a ``variable_partitioner``,
+        a variable made in its scope is sharded as that strategy shards it (a ``ShardedVariable`` of
+        "div" parts, ``ParameterServerStrategyV2Extended._create_variable``), so that both sides hold
+        the same variables; elsewhere, made as asked."""
+        partitioner, initial_value = self.partitioner, kwargs.get("initial_value")
+        if (partitioner is None or self._coordinator_args[0] is not None or "colocate_with" in kwargs
+                or initial_value is None):
+            return next_creator(**kwargs)
+        from tensorflow.python.distribute import sharded_variable  # private: the class TensorFlow shards into
+
+        shape, dtype = kwargs.get("shape"), kwargs.get("dtype")
+        from_fn = callable(initial_value) and shape is not None and dtype is not None
+        if not from_fn:
+            initial_value = tf.convert_to_tensor(initial_value() if callable(initial_value) else initial_value,
+                                                 dtype=dtype)
+            shape, dtype = initial_value.shape, initial_value.dtype
+            kwargs["initial_value"] = initial_value
+        shape = tf.TensorShape(shape)
+        parts = partitioner(shape=shape, dtype=tf.as_dtype(dtype)) if shape.rank else None
+        if not parts or parts[0] <= 1:
+            return next_creator(**kwargs)
+        n = min(parts[0], shape[0])
+        offsets = [0]
+        for i in range(n):
+            offsets.append(offsets[-1] + shape[0] // n + (1 if i < shape[0] % n else 0))
+
+        def shard(i):
+            if not from_fn:
+                return initial_value[offsets[i]:offsets[i + 1]]
+            part = (offsets[i + 1] - offsets[i], *shape[1:])
+            try:
+                value = initial_value(partition_shape=part, partition_offset=(offsets[i],) + (0,) * (shape.rank - 1))
+            except (TypeError, ValueError):  # an initializer that takes no partition: the whole value, sliced
+                value = initial_value()
+            return value if tuple(value.shape) == part else value[offsets[i]:offsets[i + 1]]
+
+        name, shards = kwargs.get("name"), []
+        for i in range(n):
+            kwargs["shape"] = (offsets[i + 1] - offsets[i], *shape[1:])
+            kwargs["initial_value"] = functools.partial(shard, i)
+            if name is not None:
+                kwargs["name"] = f"{name}/part_{i}"
+            shards.append(next_creator(**kwargs))
+        return sharded_variable.ShardedVariable(shards)
 
     # -- reported values -------------------------------------------------------------------------
     def _reduce(self, real_reduce):

@@ -139,14 +139,17 @@ def test_on_keras38_the_dropout_loop_builds_and_no_spec_names_the_entry(pool):
 @needs("tf221-legacy")
 @pytest.mark.parametrize("script,text,causes", [("tutorial.py", "mirrored:2", []),
                                                 ("multi_worker_ctl.py", "multi_worker:2x2",
-                                                 ["shuffled_per_worker_before_sharding"])])
+                                                 ["shuffled_per_worker_before_sharding"]),
+                                                ("parameter_server_tutorial.py", "parameter_server:2w1ps", [])])
 def test_tensorflows_tutorials_train_on_the_keras_they_were_written_for(pool, script, text, causes):
     """TensorFlow's distribute tutorials are Keras 2 code: with the engines of a legacy-Keras env
     (tf221-legacy: TF 2.21 with tf-keras, TF_USE_LEGACY_KERAS=1), the custom-training tutorial as
     written (its Adam built lazily) trains what one device trains, and the multi-worker one on two
     workers of two replicas, which Keras 3 blocks (keras3-lazy-optimizer-slots-mirrored), runs and
     meets its own mistake: it shuffles without a seed before sharding, so each worker's shard is of
-    its own order (FAIL naming that cause alone)."""
+    its own order (FAIL naming that cause alone). The parameter-server tutorial's loop (its embedding
+    table sharded in two by its partitioner, which it asserts on both sides) trains on the cluster what
+    one device trains."""
     c = scriptcheck.ScriptChecker(pool, str(ROOT / "examples" / "scripts" / script), env="tf221-legacy")
     try:
         v = c.check(parse_spec(text))

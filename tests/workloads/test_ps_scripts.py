@@ -42,7 +42,7 @@ def test_the_parameter_server_tutorials_loop_trains_as_on_one_device(ps_spec, po
     notes = " ".join(scriptcheck._script_notes(c))
     check.contains(notes, ["steps by the closures it schedules on its ClusterCoordinator",
                            "unseeded shuffles (parameter_server.py:95) were given a seed",
-                           "variable_partitioner was not applied"], "the report's notes")
+                           "variable_partitioner shards the spec's strategy's variables"], "the report's notes")
     with pytest.raises(scriptcheck.NotCheckedHere) as info:
         c.check(parse_spec("mirrored:2"))
     check.contains(str(info.value), [scriptcheck.OTHER_KIND["coordinated"]], "why a synchronous spec does not run it")

@@ -127,7 +127,17 @@ class _Found:
 
     def variables(self, group: dict) -> list:
         return [(name, v) for name, o in group.items()
-                for v in (compat.optimizer_variables(o) if group is self.optimizers else _variables_of(o))]
+                for v in (_optimizer_state(o) if group is self.optimizers else _variables_of(o))]
+
+
+def _optimizer_state(optimizer) -> list:
+    """An optimizer's variables and, for a Keras 2 legacy optimizer (OptimizerV2), its hyper-parameters
+    made variables in its first step (``_hyper``: learning rate, decay, momentum), which ``variables()`` omits."""
+    out = compat.optimizer_variables(optimizer)
+    hyper = getattr(optimizer, "_hyper", None)
+    ids = {id(v) for v in out}
+    return out + [v for v in (hyper.values() if isinstance(hyper, dict) else ())
+                  if isinstance(v, tf.Variable) and id(v) not in ids]
 
 
 class _Targets:
@@ -229,7 +239,18 @@ def _parts(watcher: Watcher, found: _Found):
 
 
 def _name(v, names: dict) -> str:
+    if _shards(v):  # a ShardedVariable (a parameter-server script's partitioned variable): its first part's, less the part
+        return _name(_shards(v)[0], names).removesuffix("/part_0")
     return names.get(id(v)) or v.name.split(":")[0]
+
+
+def _shards(v) -> list:
+    """The parts of a ShardedVariable (a variable a ParameterServerStrategy's partitioner split), else []."""
+    return list(v.variables) if type(v).__name__ == "ShardedVariable" else []
+
+
+def _trainable(v) -> bool:
+    return all(p.trainable for p in _shards(v)) if _shards(v) else bool(v.trainable)
 
 
 def _metric_results(found: _Found) -> dict:
@@ -321,7 +342,7 @@ def run(ctx, target, folder, path=None, entry=None, args=(), steps=3, seed=0, re
                                     else getattr(optimizers[0], "built", None) if optimizers else None)
         if init is not None:
             names = _keras_names(found)
-            mine = [(_name(w.variables[i], names), tuple(w.variables[i].shape), bool(w.variables[i].trainable))
+            mine = [(_name(w.variables[i], names), tuple(w.variables[i].shape), _trainable(w.variables[i]))
                     for i in model]
             theirs = [(n, tuple(np.shape(x)), t) for n, x, t in zip(init_names, init, init_trainable)]
             for i, j in zip(model, matching.match(theirs, mine)):
@@ -512,8 +533,8 @@ def _report(ctx, watcher, found, seen, facts, raised) -> WorkloadRun:
         owned = _ids(found.variables(found.models)) | _ids(found.variables(found.optimizers))
         facts["outside_scope"] = sorted(
             _name(variables[i], names) for i in model + opt
-            if (id(variables[i]) in owned or (variables[i].dtype.is_floating and variables[i].trainable))
-            and not extended.variable_created_in_scope(variables[i]))
+            if (id(variables[i]) in owned or (variables[i].dtype.is_floating and _trainable(variables[i])))
+            and not all(extended.variable_created_in_scope(p) for p in _shards(variables[i]) or [variables[i]]))
     return WorkloadRun(strategy.num_replicas_in_sync, ctx.local_replica_ids, [_name(variables[i], names) for i in model],
-                       [bool(variables[i].trainable) for i in model], [_name(variables[i], names) for i in opt],
+                       [_trainable(variables[i]) for i in model], [_name(variables[i], names) for i in opt],
                        initial, steps, facts, None, raised)

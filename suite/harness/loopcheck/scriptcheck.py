@@ -425,8 +425,8 @@ def _script_notes(checker: ScriptChecker) -> list:
                        "own, the same on every worker and in the reference: parameter-server workers would each draw "
                        "another order, which no reference reproduces")
         if any("variable_partitioner=" in shown for _, shown in facts.get("constructed", [])):
-            out.append("the script's variable_partitioner was not applied: the spec's strategy keeps each variable "
-                       "whole, as the reference does, so sharded variables are not what was checked")
+            out.append("the script's variable_partitioner shards the spec's strategy's variables, and the reference's "
+                       "the same way (each a ShardedVariable of the same parts), compared whole")
         if facts.get("device_config"):
             out.append(f"the script's device configuration was skipped (the engine set its devices up): "
                        f"{', '.join(facts['device_config'])}")
