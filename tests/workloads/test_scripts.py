@@ -37,11 +37,16 @@ def checker(pool, args=()) -> scriptcheck.ScriptChecker:
     return _CHECKERS[key]
 
 
+def synchronous_scripts(spec) -> bool:
+    """Whether a synchronous script (the tutorial's: strategy.run in lockstep) is checked under ``spec``."""
+    return scriptcheck.not_checked(spec) is None and spec.synchronous
+
+
 # the one-process specs scripts are checked under; without --deep one of each kind and count
 SCRIPT_SPECS = ("default", "one_device", "mirrored:1", "mirrored:2", "central_storage:2")
 
 
-@pytest.mark.specs(lambda spec: scriptcheck.not_checked(spec) is None, without_deep=trimmed(SCRIPT_SPECS))
+@pytest.mark.specs(synchronous_scripts, without_deep=trimmed(SCRIPT_SPECS))
 def test_the_tutorial_as_written_is_blocked_only_where_keras_cannot_build_its_optimizer(any_spec, pool, suite_state):
     """The tutorial creates Adam() without building it. Where keras3-lazy-optimizer-slots-mirrored
     applies (Keras 3.5+, 2 or more local replicas over collectives) its first step raises: BLOCKED
@@ -60,7 +65,7 @@ def test_the_tutorial_as_written_is_blocked_only_where_keras_cannot_build_its_op
         check.equal(v.steps, 3, "steps compared")
 
 
-@pytest.mark.specs(lambda spec: scriptcheck.not_checked(spec) is None, without_deep=trimmed(SCRIPT_SPECS))
+@pytest.mark.specs(synchronous_scripts, without_deep=trimmed(SCRIPT_SPECS))
 def test_the_built_tutorial_trains_as_on_one_device(any_spec, pool):
     """With ``--build-optimizer`` (Adam built in the scope) every one-process spec trains what one
     device trains: the same variables, optimizer slots, reported loss and metrics after each of 3
@@ -363,7 +368,7 @@ for batch in dataset:
 BUILT_IN_THE_STEP = ("keras3-lazy-optimizer-slots-mirrored", "keras3-central-storage-variables-made-in-the-step")
 
 
-@pytest.mark.specs(lambda spec: scriptcheck.not_checked(spec) is None,
+@pytest.mark.specs(synchronous_scripts,
                    without_deep=trimmed(("default", "mirrored:2", "central_storage:2")))
 def test_a_model_with_no_input_built_in_the_step(any_spec, pool, suite_state, tmp_path_factory):
     """A model with no Input, as TensorFlow's custom-training tutorial writes it, is built by its
