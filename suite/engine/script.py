@@ -344,6 +344,7 @@ class Watcher:
         self.seeded_shuffles: dict = {}  # "file:line" -> the seed given to an unseeded shuffle (coordinated runs)
         self._scheduled_op = "SUM"  # the reduce op a scheduled function last traced
         self.partitioner = None  # the variable_partitioner the script gave its ParameterServerStrategy
+        self.tf_config_built = _ABSENT  # TF_CONFIG as the script built its first strategy (it may set it itself)
 
     # -- the script's view ---------------------------------------------------------------------
     def construct(self, name: str, args, kwargs):
@@ -352,6 +353,8 @@ class Watcher:
             raise WrongKind(f"it builds a {name}", "coordinated" if coordinated else "synchronous")
         shown = ", ".join([repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()])
         self.constructed.append([name, shown[:200]])
+        if self.tf_config_built is _ABSENT:
+            self.tf_config_built = os.environ.get("TF_CONFIG")
         if coordinated and (kwargs.get("variable_partitioner") or (args[1:2] or [None])[0]) is not None:
             self.partitioner = kwargs.get("variable_partitioner") or args[1]
             if self._coordinator_args[0] is not None:  # the spec's strategy shards as the script's would (private)

@@ -142,6 +142,65 @@ def test_files_a_script_writes_reach_no_other_run_and_do_not_stay(spec, pool, tm
                 "files left in the script's folder and in the engines' temporary folder")
 
 
+SETS_TF_CONFIG = """
+import json
+import os
+
+import numpy as np
+import tensorflow as tf
+
+# as TensorFlow's multi-worker tutorials set it in their notebook, for a cluster of the script's own
+os.environ["TF_CONFIG"] = json.dumps({"cluster": {"worker": ["localhost:12345", "localhost:23456"]},
+                                      "task": {"type": "worker", "index": 0}})
+per_worker_batch_size = 8
+num_workers = len(json.loads(os.environ["TF_CONFIG"])["cluster"]["worker"])
+global_batch_size = per_worker_batch_size * num_workers
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+with strategy.scope():
+    model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(1)])
+    optimizer = tf.keras.optimizers.SGD(0.1)
+x = np.arange(256, dtype=np.float32).reshape(64, 4) / 100.0
+y = x.sum(axis=1, keepdims=True)
+dataset = strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensor_slices((x, y)).batch(global_batch_size))
+
+
+@tf.function
+def train_step(batch):
+    def step_fn(inputs):
+        features, labels = inputs
+        with tf.GradientTape() as tape:
+            per_example = tf.reduce_mean(tf.square(model(features) - labels), axis=1)
+            loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch_size)
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+    return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(step_fn, args=(batch,)), axis=None)
+
+
+for batch in dataset:
+    train_step(batch)
+"""
+
+
+@pytest.mark.specs(lambda spec: spec.kind == "multi_worker" and spec.workers == 2,
+                   without_deep=trimmed(("multi_worker:2x1",)))
+def test_a_script_that_sets_tf_config_itself_runs_on_the_specs_cluster(spec, pool, tmp_path):
+    """A script that sets TF_CONFIG itself (a cluster of its own, as the tutorials' notebooks do) before
+    building MultiWorkerMirroredStrategy: every worker of the spec and the reference run it, its
+    strategy is the spec's, it trains what one device trains (its global batch is from the two workers
+    it set, as the spec's two are), the report says what it set, and the engines' TF_CONFIG is theirs
+    again afterwards."""
+    (tmp_path / "sets_tf_config.py").write_text(textwrap.dedent(SETS_TF_CONFIG))
+    c = scriptcheck.ScriptChecker(pool, str(tmp_path / "sets_tf_config.py"))
+    v = c.check(spec)
+    check = Check(spec)
+    check.equal(v.status, "PASS", "the script setting TF_CONFIG", differential.details(v))
+    check.contains(" ".join(scriptcheck._script_notes(c)), [
+        "the script set TF_CONFIG itself before building its strategy (2 worker; task worker 0)"], "the report's note")
+    tasks = [info.tf_config["task"] for info in pool.call(spec, "engine.info")]
+    check.equal(tasks, [{"type": "worker", "index": i} for i in range(spec.workers)], "the workers' TF_CONFIG tasks after")
+
+
 def test_a_multi_worker_script_reads_the_specs_cluster(pool):
     """The reference of a multi-worker spec gives the script a TF_CONFIG of the spec's workers (this
     process the chief) and a cluster resolver that answers as the spec's strategy's does."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import json
+import os
 import sys
 
 import numpy as np
@@ -353,6 +354,7 @@ def run(ctx, target, folder, path=None, entry=None, args=(), steps=3, seed=0, re
     raised = None
     argv = [path or entry.partition(":")[0], *args]
     with isolated(argv, folder, root, environ), watcher.installed():
+        given = os.environ.get("TF_CONFIG")  # the spec's worker's, the reference's, or none
         seen.tape = _Targets(watcher)
         try:
             execute(path, entry)
@@ -372,7 +374,21 @@ def run(ctx, target, folder, path=None, entry=None, args=(), steps=3, seed=0, re
             raised = failed(ctx, exc, f"step {watcher.drawn}" if watcher.drawn else SCRIPT_RAISED)
         else:
             watcher.finish()
+    built = watcher.tf_config_built
+    if isinstance(built, str) and built != given:  # the script set TF_CONFIG itself before building its strategy
+        facts["tf_config_set"] = _cluster_of(built)
     return _report(ctx, watcher, found, seen, facts, raised)
+
+
+def _cluster_of(tf_config: str) -> str:
+    """A TF_CONFIG the script set, in short: its tasks per job and its own task."""
+    try:
+        config = json.loads(tf_config)
+        jobs = ", ".join(f"{len(hosts)} {job}" for job, hosts in config.get("cluster", {}).items())
+        task = config.get("task", {})
+        return f"{jobs}; task {task.get('type')} {task.get('index')}"
+    except (ValueError, AttributeError, TypeError):
+        return "not JSON"
 
 
 class OtherKind(ScriptError):

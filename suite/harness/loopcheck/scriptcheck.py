@@ -420,6 +420,10 @@ def _script_notes(checker: ScriptChecker) -> list:
                        "in the first step (a model with no Input, built by its first call): each run starts them from "
                        "its own seeded initializers, not the reference's values, and their differences are measured "
                        "against their values, not their change since the start, a looser comparison")
+        if facts.get("tf_config_set"):
+            out.append(f"the script set TF_CONFIG itself before building its strategy ({facts['tf_config_set']}): its "
+                       "strategy is the spec's, on the spec's cluster (each worker its own task), and what it reads from "
+                       "its TF_CONFIG (its workers, its rank, whether it is the chief) is what it set, in every run")
         if facts.get("seeded_shuffles"):
             out.append(f"the script's unseeded shuffles ({', '.join(facts['seeded_shuffles'])}) were given a seed of their "
                        "own, the same on every worker and in the reference: parameter-server workers would each draw "
