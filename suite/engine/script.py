@@ -297,7 +297,8 @@ class Watcher:
     """One run of a script: what it built, drew and created (see the module's docstring)."""
 
     def __init__(self, strategy, steps: int, folder: str, reference_replicas: int | None = None,
-                 cluster_resolver=None, coordinated: bool = False, coordinator=None, workers: int = 1, order=None):
+                 cluster_resolver=None, coordinated: bool = False, coordinator=None, workers: int = 1, order=None,
+                 late_init=None):
         self.real = strategy  # the strategy TensorFlow runs (the spec's, or the default strategy)
         self.steps = steps
         self.folder = os.path.realpath(folder)  # the script's folder: its frames are the user's code
@@ -345,6 +346,11 @@ class Watcher:
         self._scheduled_op = "SUM"  # the reduce op a scheduled function last traced
         self.partitioner = None  # the variable_partitioner the script gave its ParameterServerStrategy
         self.tf_config_built = _ABSENT  # TF_CONFIG as the script built its first strategy (it may set it itself)
+        # variables made after the first boundary: their values at creation (by id), [name, shape, value] of each in
+        # creation order (the reference's are a spec's run's ``late_init``, taken by name and shape: _late)
+        self.created_late: dict = {}
+        self.late_values: list = []
+        self.late_init = [list(entry) for entry in late_init or []]
 
     # -- the script's view ---------------------------------------------------------------------
     def construct(self, name: str, args, kwargs):
@@ -524,25 +530,53 @@ class Watcher:
         return skipped
 
     # -- variables -------------------------------------------------------------------------------
-    def _add(self, v) -> None:
+    def _add(self, v, late=None) -> None:
         if id(v) not in self._ids:
             self._ids.add(id(v))
             self.variables.append(v)
+            if late is not None:  # made in the first step (a model built by its first call), from this value
+                self.created_late[id(v)] = late[2]
+                self.late_values.append(late)
+
+    def _late(self, kwargs: dict):
+        """A variable made after the first boundary (a model built by its first call in the step, in a
+        trace, where its value cannot be read at its creation): its initial value computed here, at
+        once, or the reference's of the first one made under the same name with the same shape
+        (``late_init``), where one is left, so that both sides start it from the same value. The
+        kwargs to make it with, and its [name, shape, value] (None: not one made late)."""
+        if not self.boundaries or getattr(self._local, "inner", 0) or kwargs.get("initial_value") is None:
+            return kwargs, None
+        initial = kwargs["initial_value"]
+        try:
+            with tf.init_scope():
+                value = np.array(tf.convert_to_tensor(initial() if callable(initial) else initial,
+                                                      dtype=kwargs.get("dtype")))
+        except Exception:  # noqa: BLE001  (a value only its trace can make, a checkpoint's: made as asked)
+            return kwargs, None
+        name = str(kwargs.get("name"))
+        for entry in self.late_init:
+            if entry[0] == name and list(entry[1]) == list(value.shape):
+                self.late_init.remove(entry)
+                value = np.asarray(entry[2])
+                break
+        return {**kwargs, "initial_value": value}, [name, list(value.shape), value]
 
     def _outer(self, next_creator, **kwargs):
+        kwargs, late = self._late(kwargs)
         v = next_creator(**kwargs)
         if not getattr(self._local, "inner", 0):  # not a part of a distributed variable being made
-            self._add(v)
+            self._add(v, late)
         return v
 
     def _inner(self, next_creator, **kwargs):
+        kwargs, late = self._late(kwargs)
         self._local.inner = getattr(self._local, "inner", 0) + 1
         try:
             v = next_creator(**kwargs)
         finally:
             self._local.inner -= 1
         if not self._local.inner:
-            self._add(v)
+            self._add(v, late)
         return v
 
     def _scope(self, real_scope):

@@ -15,6 +15,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from suite.common.specs import parse_spec
@@ -393,6 +394,15 @@ def test_a_model_with_no_input_built_in_the_step(any_spec, pool, suite_state, tm
     else:
         check.that(right(v) and not v.diagnoses, "a model built in the step", (v.status, v.deviations),
                    "PASS, or DEVIATION where a known deviation predicts every difference", differential.details(v))
+        # made with the reference's values at creation: a run seeded otherwise starts from them all the same
+        c = scriptcheck.ScriptChecker(pool, _CHECKERS[key].target, seed=1)
+        other = c._run(c.on(any_spec), init=ref.initial, init_names=ref.names, init_trainable=ref.trainable,
+                       late_init=ref.facts["late_values"])[0]
+        check.equal((ref.facts["built_in_step_from_creation"], other.facts["built_in_step_from_creation"]), (True, True),
+                    "every variable made in the step read at its creation, in the reference and the spec's run")
+        late = [i for i, name in enumerate(ref.names) if name in ref.facts["built_in_step"]]
+        check.equal([np.array_equal(other.initial[i], ref.initial[i]) for i in late], [True] * len(late),
+                    "each variable made in the step starts from the reference's value (a run with another seed)")
 
 
 KERAS2_ONLY = """

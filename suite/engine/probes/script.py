@@ -282,11 +282,12 @@ def kind(ctx, target, path):
 
 @probe
 def run(ctx, target, folder, path=None, entry=None, args=(), steps=3, seed=0, replicas=None, init=None,
-        init_names=None, init_trainable=None, root=None, workers=None, ps=0, order=None):
+        init_names=None, init_trainable=None, root=None, workers=None, ps=0, order=None, late_init=None):
     """Run the script ``path`` (or the entry function ``entry``) with ``args`` until ``steps``
     step boundaries, and report each step. ``replicas``: the reference (this engine's strategy is
     one device's; the script is told ``replicas``). ``init``, ``init_names``, ``init_trainable``:
-    the reference's initial model values, loaded at the first boundary (suite/common/matching.py).
+    the reference's initial model values, loaded at the first boundary (suite/common/matching.py);
+    ``late_init``: the reference's ``late_values`` (a variable made in the first step starts from them).
     ``workers``: the reference of a multi-worker spec: the run gets a TF_CONFIG of that many workers
     (this process the first), as each of the spec's workers gets its own. ``ps``: the reference of a
     parameter-server spec (``workers`` workers, ``ps`` parameter servers, this process the chief): the
@@ -306,7 +307,7 @@ def run(ctx, target, folder, path=None, entry=None, args=(), steps=3, seed=0, re
     on_cluster = ctx.spec.kind == "parameter_server"
     watcher = Watcher(strategy, steps, folder, reference_replicas=replicas, cluster_resolver=resolver,
                       coordinated=on_cluster or bool(ps), coordinator=ctx.coordinator if on_cluster else None,
-                      workers=workers or ctx.spec.workers, order=order)
+                      workers=workers or ctx.spec.workers, order=order, late_init=late_init)
     if ctx.spec.kind == "multi_worker" and ctx.worker_index:
         watcher.worker = ctx.worker_index  # its unseeded shuffles draw an order of their own (Watcher._shuffle)
     found = _Found()
@@ -479,8 +480,9 @@ def _report(ctx, watcher, found, seen, facts, raised) -> WorkloadRun:
     variables = watcher.variables
     boundaries = watcher.boundaries
     first = boundaries[0].values if boundaries else {}
-    initial = [first[i][0] if i in first else np.zeros(variables[i].shape, variables[i].dtype.as_numpy_dtype)
-               for i in model]
+    # a variable made in the first step (not read at the first boundary): its value at creation
+    initial = [first[i][0] if i in first else watcher.created_late.get(
+        id(variables[i]), np.zeros(variables[i].shape, variables[i].dtype.as_numpy_dtype)) for i in model]
 
     def values(b, i):
         if i in b.values:
@@ -536,8 +538,10 @@ def _report(ctx, watcher, found, seen, facts, raised) -> WorkloadRun:
                         for b in boundaries[1:]],
         "loss_object_reduction": next((str(getattr(o, "reduction", "")) for o in found.losses.values()), None),
         # model variables made after the first boundary (a model with no Input, built by its first call in the
-        # step): not loaded with the reference's values, and their first change measured from zero
+        # step): started from the reference's values at creation (late_init), their change measured from there
         "built_in_step": [_name(variables[i], names) for i in model if i not in first],
+        "built_in_step_from_creation": all(id(variables[i]) in watcher.created_late for i in model if i not in first),
+        "late_values": watcher.late_values,  # [name, shape, value at creation] of each variable made in the first step
         # unseeded shuffles the dataset was sharded after ("file:line" -> where): per worker, its own order
         "shuffled_before_sharding": watcher.shuffled_before_sharding,
     })

@@ -156,7 +156,7 @@ class ScriptChecker:
                 try:
                     self.replays[key, tuple(order)] = self._run(
                         self.default, replicas=key[0], workers=key[1], ps=key[2], order=list(order), init=ref.initial,
-                        init_names=ref.names, init_trainable=ref.trainable)[0]
+                        init_names=ref.names, init_trainable=ref.trainable, late_init=ref.facts.get("late_values"))[0]
                 except EngineError as exc:
                     raise self._input_error(exc) from None
         return self.replays[key, tuple(order)]
@@ -166,7 +166,7 @@ class ScriptChecker:
         try:
             first = self._run(self.default, replicas=replicas, **cluster)[0]
             second = self._run(self.default, replicas=replicas, init=first.initial, init_names=first.names,
-                               init_trainable=first.trainable, **cluster)[0]
+                               init_trainable=first.trainable, late_init=first.facts.get("late_values"), **cluster)[0]
         except EngineError as exc:
             raise self._input_error(exc) from None
         told = f" (told {replicas} replicas" + (f" and given a TF_CONFIG of {workers} workers"
@@ -271,7 +271,8 @@ class ScriptChecker:
         try:
             engine = self.pool.get(spec)
             started = time.monotonic()
-            runs = self._run(spec, init=ref.initial, init_names=ref.names, init_trainable=ref.trainable)
+            runs = self._run(spec, init=ref.initial, init_names=ref.names, init_trainable=ref.trainable,
+                             late_init=ref.facts.get("late_values"))
         except EngineUnavailable:
             raise
         except EngineError as exc:
@@ -416,10 +417,15 @@ def _script_notes(checker: ScriptChecker) -> list:
         out.append(f"reference told {replicas} replica(s){given}: the script built {built}; {reads}; {stepped}")
         if facts.get("built_in_step"):
             late = facts["built_in_step"]
-            out.append(f"{len(late)} model variables ({', '.join(late[:3])}{' ...' if len(late) > 3 else ''}) were made "
-                       "in the first step (a model with no Input, built by its first call): each run starts them from "
-                       "its own seeded initializers, not the reference's values, and their differences are measured "
-                       "against their values, not their change since the start, a looser comparison")
+            made = f"{len(late)} model variables ({', '.join(late[:3])}{' ...' if len(late) > 3 else ''}) were made "
+            if facts.get("built_in_step_from_creation"):
+                out.append(made + "in the first step (a model with no Input, built by its first call): each spec's run "
+                           "makes them with the reference's values at their creation (matched by name and shape), and "
+                           "their change is measured from there")
+            else:
+                out.append(made + "in the first step (a model with no Input, built by its first call), and not all "
+                           "could be read at their creation: those start from each run's own seeded initializers, "
+                           "and their differences are measured against their values, a looser comparison")
         if facts.get("tf_config_set"):
             out.append(f"the script set TF_CONFIG itself before building its strategy ({facts['tf_config_set']}): its "
                        "strategy is the spec's, on the spec's cluster (each worker its own task), and what it reads from "
