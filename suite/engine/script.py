@@ -74,7 +74,7 @@ class ScriptError(Exception):
 
 
 class Unsupported(BaseException):
-    """The script does what the check cannot run (calls Model.fit, serves as a cluster's task); a BaseException,
+    """The script does what the check cannot run (serves as a cluster's task); a BaseException,
     so that the script's ``except Exception`` does not take it for its own error."""
 
 
@@ -257,6 +257,24 @@ class _Remote:
     get = fetch
 
 
+def _fit_steps(watcher):
+    """A Keras callback (of the Keras the engine runs) whose batch events are the run's step boundaries."""
+
+    class _FitSteps(compat.keras.callbacks.Callback):
+        def on_train_batch_begin(self, batch, logs=None):
+            if self.model not in watcher.fit_models:
+                watcher.fit_models.append(self.model)
+            if not watcher.boundaries:
+                watcher.boundary()
+
+        def on_train_batch_end(self, batch, logs=None):
+            watcher.drawn += 1
+            watcher.fitted(logs)
+            watcher.boundary()
+
+    return _FitSteps()
+
+
 def _numpy(value):
     return value.numpy() if hasattr(value, "numpy") else value
 
@@ -345,6 +363,8 @@ class Watcher:
         self.seeded_shuffles: dict = {}  # "file:line" -> the seed given to an unseeded shuffle (coordinated runs)
         self._scheduled_op = "SUM"  # the reduce op a scheduled function last traced
         self.partitioner = None  # the variable_partitioner the script gave its ParameterServerStrategy
+        self.fit_logs: dict = {}  # the logs of fit's last batch, less its loss
+        self.fit_models: list = []  # the models fit trains (their compiled optimizer and metrics are the run's)
         self.tf_config_built = _ABSENT  # TF_CONFIG as the script built its first strategy (it may set it itself)
         # variables made after the first boundary: their values at creation (by id), [name, shape, value] of each in
         # creation order (the reference's are a spec's run's ``late_init``, taken by name and shape: _late)
@@ -501,16 +521,34 @@ class Watcher:
             self._marked.clear()
 
     def _fit(self, real_fit):
-        """``Model.fit`` for the run: called by the script's code, refused at once (``Unsupported``)
-        rather than trained through before the check finds no step of the script's own."""
+        """``Model.fit`` for the run: called by the script's code, it gets a callback of the watcher's
+        (``_FitSteps``): a boundary before its first batch and at the end of each (of each execution,
+        with ``steps_per_execution``), where its logs are read."""
         watcher = self
 
         def fit(model, *args, **kwargs):
-            if watcher._called_by_user(sys._getframe(1)):
-                raise Unsupported("it trains with Model.fit, which the check does not run yet (it checks custom "
-                                  "training loops: strategy.run in the script's own step)")
+            if not watcher._called_by_user(sys._getframe(1)) or watcher.mode not in (None, "fit"):
+                return real_fit(model, *args, **kwargs)
+            watcher.mode = "fit"
+            args = list(args)
+            if len(args) > 5:  # fit(x, y, batch_size, epochs, verbose, callbacks, ...)
+                args[5] = [*(args[5] or []), _fit_steps(watcher)]
+            else:
+                kwargs["callbacks"] = [*(kwargs.get("callbacks") or []), _fit_steps(watcher)]
             return real_fit(model, *args, **kwargs)
         return fit
+
+    def fitted(self, logs) -> None:
+        """The logs of a batch of ``fit`` that ended: its loss is the step's reported value (Keras'
+        running mean over the epoch), the others are kept as metrics (``fit_logs``)."""
+        values = {}
+        for key, value in (logs or {}).items():
+            with contextlib.suppress(Exception):  # a log of no single number: not kept
+                values[key] = float(np.asarray(value, np.float64).reshape(()))
+        if "loss" in values:
+            loss = np.asarray(values.pop("loss"))
+            self._reduced.append(("FIT", loss, [loss]))
+        self.fit_logs = values
 
     def _get_strategy(self, real_get_strategy):
         """``tf.distribute.get_strategy()`` called by the script outside any scope, where it builds no
@@ -710,7 +748,7 @@ class Watcher:
         watcher = self
 
         def __call__(self_, *args, **kwargs):
-            if (getattr(watcher._local, "calling", None) is not None or watcher.mode in ("draws", "schedules")
+            if (getattr(watcher._local, "calling", None) is not None or watcher.mode in ("draws", "schedules", "fit")
                     or not tf.executing_eagerly() or not watcher._called_by_user(sys._getframe(1))):
                 return original(self_, *args, **kwargs)
             watcher._local.calling = id(self_)
@@ -856,7 +894,7 @@ class Watcher:
 
             def drawing(self_, *args, _original=original, **kwargs):
                 if not watcher._counts(self_) or getattr(watcher._local, "drawing", False) \
-                        or not tf.executing_eagerly() or watcher.mode in ("calls", "schedules"):
+                        or not tf.executing_eagerly() or watcher.mode in ("calls", "schedules", "fit"):
                     return _original(self_, *args, **kwargs)
                 watcher.mode = "draws"
                 watcher.boundary()

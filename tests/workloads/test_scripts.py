@@ -139,15 +139,6 @@ UNUSABLE = {
         server.join()
         """, "it serves as a worker or ps task (tf.distribute.Server.join): under the check only the coordinator's code "
              "runs"),
-    "fits.py": ("""
-        import numpy as np
-        import tensorflow as tf
-        strategy = tf.distribute.MirroredStrategy()
-        with strategy.scope():
-            model = tf.keras.Sequential([tf.keras.Input((2,)), tf.keras.layers.Dense(1)])
-            model.compile("sgd", "mse")
-        model.fit(np.ones((8, 2), np.float32), np.ones((8, 1), np.float32), epochs=1000, verbose=0)
-        """, "it trains with Model.fit, which the check does not run yet"),
     "missing.py": (None, "script 'missing.py': no such file"),
 }
 

@@ -126,6 +126,18 @@ class _Found:
                     if not name.startswith("__"):
                         self._take(name, obj)
 
+    def fitted(self, models) -> None:
+        """The optimizer and the compiled metrics (its loss tracker's included) of each model ``fit``
+        trains, under the name the script holds the model by (``model.optimizer``, ``model.metrics[name]``)."""
+        for model in models:
+            held = next((name for name, m in self.models.items() if m is model), getattr(model, "name", "model"))
+            optimizer = getattr(model, "optimizer", None)
+            if optimizer is not None and not self._seen(optimizer):
+                self.optimizers[f"{held}.optimizer"] = optimizer
+            for metric in getattr(model, "metrics", []):
+                if isinstance(metric, keras.metrics.Metric) and not self._seen(metric):
+                    self.metrics[f"{held}.metrics[{metric.name}]"] = metric
+
     def variables(self, group: dict) -> list:
         return [(name, v) for name, o in group.items()
                 for v in (_optimizer_state(o) if group is self.optimizers else _variables_of(o))]
@@ -316,7 +328,8 @@ def run(ctx, target, folder, path=None, entry=None, args=(), steps=3, seed=0, re
 
     def on_boundary(w):
         found.update(w.user_frames())
-        seen.metrics.append(_metric_results(found))
+        found.fitted(w.fit_models)
+        seen.metrics.append({**_metric_results(found), **{f"fit {k}": v for k, v in w.fit_logs.items()}})
         seen.gradients.append({name: g.take() for name, g in seen.handed.items()})
         seen.targets.append(seen.tape.take() if seen.tape else [])
         seen.penalties.append({k: _regularization(m) for k, m in found.models.items()})

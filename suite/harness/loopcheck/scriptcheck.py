@@ -182,7 +182,7 @@ class ScriptChecker:
         if not facts.get("constructed"):
             raise CheckInputError(f"script {self.target!r}: it constructed no tf.distribute strategy "
                                   "(MirroredStrategy, CentralStorageStrategy, OneDeviceStrategy, ...)")
-        if not facts.get("draws") or not (facts.get("distributed") or facts.get("runs")):
+        if not facts.get("draws") or not (facts.get("distributed") or facts.get("runs") or facts.get("step_mode") == "fit"):
             raise CheckInputError(f"script {self.target!r}: it drew no element from a distributed dataset "
                                   "(strategy.experimental_distribute_dataset or distribute_datasets_from_function) "
                                   "outside a tf.function" + ("" if facts.get("runs") else ", nor called strategy.run")
@@ -412,7 +412,9 @@ def _script_notes(checker: ScriptChecker) -> list:
         stepped = {"calls": "steps by calls of a tf.function that runs strategy.run",
                    "schedules": "steps by the closures it schedules on its ClusterCoordinator (each joined before the "
                                 "next: one order of the asynchronous updates, the same on both sides; the reference runs "
-                                "each on the iterator of the worker that ran it on the cluster)"}.get(
+                                "each on the iterator of the worker that ran it on the cluster)",
+                   "fit": "steps by the batches Model.fit trains (a boundary at the end of each, of each execution "
+                          "with steps_per_execution), its logs compared as metrics"}.get(
             facts.get("step_mode"), f"{facts.get('draws')} elements drawn")
         out.append(f"reference told {replicas} replica(s){given}: the script built {built}; {reads}; {stepped}")
         if facts.get("built_in_step"):

@@ -1,0 +1,55 @@
+"""Scripts that train with ``Model.fit``, checked unchanged (suite/harness/loopcheck/scriptcheck.py):
+a step boundary at the end of each batch fit trains (of each execution with ``steps_per_execution``),
+the model's compiled optimizer and metrics attributed to it, fit's logs compared as metrics. Keras'
+distributed-training guide in its shape (examples/scripts/fit_guide.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from suite.harness.loopcheck import differential, scriptcheck
+from suite.harness.verdict.judgment import Check
+from tests.helpers import ROOT
+from tests.workloads.test_cluster_scripts import checker
+from tests.workloads.test_examples import right, trimmed
+
+GUIDE = ROOT / "examples" / "scripts" / "fit_guide.py"
+
+
+@pytest.mark.specs(lambda spec: spec.kind in ("default", "one_device", "mirrored") and not spec.gpus,
+                   without_deep=trimmed(("default", "mirrored:2")))
+def test_the_fit_guide_trains_as_on_one_device(spec, pool):
+    """The guide's model.fit under MirroredStrategy (and the one-device strategies): every variable,
+    the optimizer's slots and fit's logged loss and accuracy after each of 3 batches equal one device's
+    on the same global batch; the report says it stepped by fit's batches."""
+    c = checker(pool, GUIDE)
+    v = c.check(spec)
+    check = Check(spec, case={"script": "fit_guide.py"})
+    check.that(right(v) and not v.diagnoses, "the guide's fit", (v.status, v.deviations),
+               "PASS, or DEVIATION where a known deviation predicts every difference", differential.details(v))
+    check.equal(v.steps, 3, "steps compared")
+    ref = c.reference(*scriptcheck._reference_key(spec))
+    check.equal((ref.facts["step_mode"], ref.facts["optimizers"], sorted(ref.facts["metric_states"])),
+                ("fit", ["model.optimizer"], ["model.metrics[compile_metrics]", "model.metrics[loss]"]),
+                "how the steps were told apart, and the optimizer and metrics fit's model holds")
+    check.contains(" ".join(scriptcheck._script_notes(c)), ["steps by the batches Model.fit trains"], "the report's note")
+
+
+@pytest.mark.specs(lambda spec: spec.kind == "mirrored" and spec.replicas == 1)
+def test_steps_per_execution_compares_every_kth_batch_on_both_sides(spec, pool):
+    """compile(steps_per_execution=2): fit calls the batch callbacks once per execution of 2 batches
+    (Keras' documentation of steps_per_execution), so the boundary after step k is after 2k batches:
+    the optimizer's iteration counter reads 2, 4, 6 in the reference and in the spec's run, and the
+    runs agree."""
+    c = checker(pool, GUIDE, ["--steps-per-execution", "2"])
+    v = c.check(spec)
+    check = Check(spec, case={"steps_per_execution": 2})
+    check.that(right(v) and not v.diagnoses, "the guide's fit, 2 batches an execution", (v.status, v.deviations),
+               "PASS, or DEVIATION where a known deviation predicts every difference", differential.details(v))
+    ref = c.reference(*scriptcheck._reference_key(spec))
+    run = c._run(c.on(spec), init=ref.initial, init_names=ref.names, init_trainable=ref.trainable,
+                 late_init=ref.facts.get("late_values"))[0]
+    for name, r in (("the reference", ref), (spec.text, run)):
+        i = next(i for i, n in enumerate(r.optimizer_names) if n.rsplit("/", 1)[-1] in ("iteration", "iterations"))
+        check.equal([int(step.optimizer[i][0]) for step in r.steps], [2, 4, 6],
+                    f"{name}: the optimizer's iterations at each boundary")
