@@ -80,12 +80,8 @@ class Unsupported(BaseException):
 
 class WrongKind(Unsupported):
     """A parameter-server script (it builds a ParameterServerStrategy or a ClusterCoordinator) run
-    for a synchronous spec, or a synchronous one for a parameter-server spec; ``kind`` is the
-    script's: "coordinated" or "synchronous"."""
-
-    def __init__(self, message: str, kind: str):
-        super().__init__(message)
-        self.kind = kind
+    for a synchronous spec, or a synchronous one for a parameter-server spec (the harness knows
+    the script's kind from the spec's)."""
 
 
 class Stop(BaseException):
@@ -376,7 +372,7 @@ class Watcher:
     def construct(self, name: str, args, kwargs):
         coordinated = name in [c.rpartition(".")[2] for c in COORDINATED]
         if coordinated != self.coordinated:
-            raise WrongKind(f"it builds a {name}", "coordinated" if coordinated else "synchronous")
+            raise WrongKind(f"it builds a {name}")
         shown = ", ".join([repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()])
         self.constructed.append([name, shown[:200]])
         if self.tf_config_built is _ABSENT:
@@ -390,7 +386,7 @@ class Watcher:
     def coordinate(self, name: str, args, kwargs):
         """``ClusterCoordinator(strategy)``: one coordinator a run (as TensorFlow keeps one a strategy)."""
         if not self.coordinated:
-            raise WrongKind("it builds a ClusterCoordinator", "coordinated")
+            raise WrongKind("it builds a ClusterCoordinator")
         if self._coordinator is None:
             real, workers, order = self._coordinator_args
             self._coordinator = (_Scheduled(self, self.shown, real) if real is not None
@@ -462,21 +458,15 @@ class Watcher:
         """The stand-in constructors, the skipped device configuration, the wrapped strategy and
         the outer variable creator, for the duration of the run."""
         distribute = tf.distribute
-        for dotted in CONSTRUCTORS:
-            real = _attr(distribute, dotted)
-            if real is not None:
-                parent = _attr(distribute, dotted.rpartition(".")[0]) if "." in dotted else distribute
-                name = dotted.rpartition(".")[2]
-                self._patch(parent, name, _stand_in_class(real, name, self.construct))
-        self._patch(distribute, "get_strategy", self._get_strategy(distribute.get_strategy))
-        for names, construct in ((COORDINATED, self.construct), (COORDINATORS, self.coordinate),
+        for names, construct in ((CONSTRUCTORS + COORDINATED, self.construct), (COORDINATORS, self.coordinate),
                                  (("Server",), lambda *_: _Server())):
             for dotted in names:
                 real = _attr(distribute, dotted)
                 if real is not None:
                     parent = _attr(distribute, dotted.rpartition(".")[0]) if "." in dotted else distribute
-                    self._patch(parent, dotted.rpartition(".")[2],
-                                _stand_in_class(real, dotted.rpartition(".")[2], construct))
+                    name = dotted.rpartition(".")[2]
+                    self._patch(parent, name, _stand_in_class(real, name, construct))
+        self._patch(distribute, "get_strategy", self._get_strategy(distribute.get_strategy))
         if self._coordinator_args[0] is not None:  # which worker runs each closure (private: the one way in)
             from tensorflow.python.distribute.coordinator import cluster_coordinator
 

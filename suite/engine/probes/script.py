@@ -377,7 +377,7 @@ def run(ctx, target, folder, path=None, entry=None, args=(), steps=3, seed=0, re
         except ScriptError:
             raise
         except WrongKind as exc:
-            raise OtherKind(f"script {target!r}: {exc}", exc.kind) from None
+            raise OtherKind(f"script {target!r}: {exc}") from None
         except Unsupported as exc:
             raise ScriptError(f"script {target!r}: {exc}") from None
         except SystemExit as exc:
@@ -406,12 +406,8 @@ def _cluster_of(tf_config: str) -> str:
 
 
 class OtherKind(ScriptError):
-    """The script is a parameter-server one and the run's spec synchronous, or the other way round
-    (``kind``: the script's, "coordinated" or "synchronous"): the spec does not run it."""
-
-    def __init__(self, message: str, kind: str):
-        super().__init__(message)
-        self.kind = kind
+    """The script is a parameter-server one and the run's spec synchronous, or the other way round:
+    the spec does not run it (its reply's type names this class: scriptcheck.OtherKindError)."""
 
 
 class _Seen:
