@@ -189,7 +189,7 @@ def train(arch: Arch, params, optimizer: str, steps, denominator: str = "global"
 @helper
 def train_unsummed(arch: Arch, params, optimizer: str, steps, denominator: str = "global", clip: tuple | None = None,
                    weight_decay: float | None = None, activity_normalised: bool = True,
-                   restored: dict | None = None) -> list[dict]:
+                   restored: dict | None = None, unscaled: bool = False) -> list[dict]:
     """``train``'s steps where nothing sums the replicas' gradients: each replica applies its own
     gradient (its examples weighed as in ``train``, plus the regularization / replicas, each on
     its own copy; clipped by itself where the optimizer clips) to its own copy of the parameters,
@@ -197,7 +197,9 @@ def train_unsummed(arch: Arch, params, optimizer: str, steps, denominator: str =
     keras3-gradients-not-summed-before-3.5 (Keras 3.0-3.4 updated each replica's copy of a
     mirrored variable with that replica's gradient). ``restored``: an entry of an earlier history
     of this function whose replica 0 a checkpoint saved (the primary copy): every copy starts from
-    its parameters and optimizer state instead of ``params``. Returns, per step, ``{"params": [per
+    its parameters and optimizer state instead of ``params``. ``unscaled``: each replica's loss is
+    its own batch's mean plus the whole regularization, not divided by the replicas (Keras 3.0-3.7's
+    fit: keras3-loss-unscaled-before-3.8). Returns, per step, ``{"params": [per
     replica, its parameters after the step], "loss": the sum of the replicas' losses, each on its
     copy, "slots": [per replica, its optimizer's slots], "opts": [per replica, its optimizer],
     "replica_losses": [per replica, (the sum of its examples' losses on its copy, their count)]}``."""
@@ -222,7 +224,8 @@ def train_unsummed(arch: Arch, params, optimizer: str, steps, denominator: str =
         for r, m in enumerate(sizes):
             part = slice(start, start + m)
             start += m
-            trace = loss_and_grads(arch, copies[r], x[part], y[part], w[part], reg_weight=1.0 / n,
+            mine = np.full(m, 1.0 / m) if unscaled and m else w[part]
+            trace = loss_and_grads(arch, copies[r], x[part], y[part], mine, reg_weight=1.0 if unscaled else 1.0 / n,
                                    activity_w=aw[part] if aw is not None else None)
             replica_losses.append((float(np.sum(trace.per_example_loss)), int(m)))
             loss += float(np.sum(w[part] * trace.per_example_loss)) + regularization(arch, copies[r]) / n

@@ -1,5 +1,4 @@
-"""A deviation of Keras 3's fit, measured and not yet an entry of known_deviations.toml (the check of a
-training script says "not checked" where it raises: docs/check.md, "Model.fit").
+"""Known deviation keras3-fit-uneven-replica-batches-raise (see known_deviations.toml).
 
 Keras 3's TensorFlow trainer builds a model symbolically before fit trains under a strategy
 (keras/src/backend/tensorflow/trainer.py, _maybe_symbolic_build): it draws the first distributed

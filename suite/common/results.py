@@ -159,6 +159,17 @@ class Training:
 
 
 @record
+class Fitted:
+    """What ``Model.fit`` did: at each of its train-batch boundaries (every steps_per_execution
+    steps), the steps run so far, the loss its logs reported, every local replica's copy of every
+    variable."""
+
+    steps: list  # of int: the steps run at each boundary
+    history: list  # of Step, its ``loss`` the logs' loss
+    iterations: int
+
+
+@record
 class BatchNormStep:
     outputs: list  # per local replica: its rows of the layer's output
     moving_mean: list  # per local replica: its copy after the step

@@ -253,6 +253,22 @@ class _Remote:
     get = fetch
 
 
+def _first_batch_rows(x, batch_size) -> int | None:
+    """The rows of the first batch ``Model.fit`` draws from ``x``: a ``tf.data.Dataset``'s first
+    element (a new iterator of its own, read before fit's), or arrays cut in ``batch_size`` (fit's
+    default 32); None where neither tells (a generator, a distributed dataset)."""
+    try:
+        if isinstance(x, tf.data.Dataset):
+            first = tf.nest.flatten(next(iter(x)))[0]
+            return int(first.shape[0])
+        arrays = tf.nest.flatten(x)
+        if arrays and hasattr(arrays[0], "shape") and len(arrays[0].shape):
+            return min(int(batch_size or 32), int(arrays[0].shape[0]))
+    except Exception:  # noqa: BLE001  (what cannot be read says nothing)
+        return None
+    return None
+
+
 def _fit_steps(watcher):
     """A Keras callback (of the Keras the engine runs) whose batch events are the run's step boundaries."""
 
@@ -361,6 +377,7 @@ class Watcher:
         self.partitioner = None  # the variable_partitioner the script gave its ParameterServerStrategy
         self.fit_logs: dict = {}  # the logs of fit's last batch, less its loss
         self.fit_models: list = []  # the models fit trains (their compiled optimizer and metrics are the run's)
+        self.fit_rows: int | None = None  # the rows of the first batch the script's first fit trains on
         self.tf_config_built = _ABSENT  # TF_CONFIG as the script built its first strategy (it may set it itself)
         # variables made after the first boundary: their values at creation (by id), [name, shape, value] of each in
         # creation order (the reference's are a spec's run's ``late_init``, taken by name and shape: _late)
@@ -520,6 +537,11 @@ class Watcher:
             if not watcher._called_by_user(sys._getframe(1)) or watcher.mode not in (None, "fit"):
                 return real_fit(model, *args, **kwargs)
             watcher.mode = "fit"
+            if model not in watcher.fit_models:  # known before its first batch, where fit may raise
+                watcher.fit_models.append(model)
+            if watcher.fit_rows is None:
+                watcher.fit_rows = _first_batch_rows(args[0] if args else kwargs.get("x"),
+                                                     args[2] if len(args) > 2 else kwargs.get("batch_size"))
             args = list(args)
             if len(args) > 5:  # fit(x, y, batch_size, epochs, verbose, callbacks, ...)
                 args[5] = [*(args[5] or []), _fit_steps(watcher)]

@@ -123,6 +123,11 @@ MODEL_CASES = {
     # repros/keras3_loss_scale_finiteness_replica_0.py: the scale 16384 after a skipped step, Keras 3 keeps 32768
     "alternative_outcome": ("mirrored:2", 16384.0, {"alternative": 32768.0}, 32768.0),
     "replicas_apply_their_own_gradients": ("mirrored:2", -1.0, {"unsummed": -0.5}, -0.5),
+    # the multi-worker tutorial's fit on tf-keras 2.21, two workers: a loss of 2.2979 logged as 4.5958
+    "fit_logs_summed_over_replicas": ("multi_worker:2x1", 2.2979, {}, 4.5958),
+    # two replicas' own running means (each on its own copy) against the global mean of 0.6
+    "fit_logs_sum_of_replica_trackers": ("mirrored:2", 0.6, {"replica_logs": [0.5, 0.75]}, 1.25),
+    "fit_logs_mean_of_replica_trackers": ("mirrored:2", 0.6, {"replica_logs": [0.5, 0.75]}, 0.625),
     # the repro on Keras 3.7.0: replica 0's own update 0.5, replica 1's 6.0, both copies their mean
     "replica_copies_averaged": ("mirrored:2", np.array([0.5, 0.5]), {"averaged": np.array([3.25, 3.25])},
                                 np.array([3.25, 3.25])),
@@ -187,6 +192,9 @@ CONDITION_CASES = {
     "optimizer_not_built_before_the_step": ({"optimizer_built": False}, {"optimizer_built": True}),
     "the_optimizer_clips": ({"optimizer_clips": True}, {"optimizer_clips": False}),
     "replica_copies_differ_in_the_control": ({"control_copies_differ": True}, {"control_copies_differ": False}),
+    "fits_first_batch_split_unevenly": ({"fit_first_split": [2, 1]}, {"fit_first_split": [2, 2]}),
+    "fit_runs_several_steps_per_execution": ({"steps_per_execution": 2}, {"steps_per_execution": 1}),
+    "trained_by_keras_fit": ({"step_mode": "fit"}, {"step_mode": "call"}),
 }
 
 
@@ -353,6 +361,16 @@ def test_a_result_equal_to_the_reference_where_a_model_predicts_otherwise_fails(
 
 # entry -> a test id it covers (the spec is the id's first parameter)
 COVERED = {
+    "keras3-fit-logs-summed-over-replicas-before-3.3":
+        "tests/properties/test_fit.py::test_fit_trains_as_the_reference_on_the_global_batches[mirrored:2-1-even]",
+    "keras2-fit-multi-worker-logs-summed-over-replicas":
+        "tests/properties/test_fit.py::test_fit_trains_as_the_reference_on_the_global_batches[multi_worker:2x1-1-even]",
+    "keras3-fit-uneven-replica-batches-raise":
+        "tests/properties/test_fit.py::test_fit_trains_as_the_reference_on_the_global_batches[mirrored:2-1-uneven]",
+    "keras3-fit-multi-worker-raises":
+        "tests/properties/test_fit.py::test_fit_trains_as_the_reference_on_the_global_batches[multi_worker:2x1-1-even]",
+    "keras3-fit-steps-per-execution-mirrored-raises":
+        "tests/properties/test_fit.py::test_fit_trains_as_the_reference_on_the_global_batches[mirrored:2-2-even]",
     "keras3-central-storage-variables-made-in-the-step":
         "tests/properties/test_training.py::test_a_model_built_by_its_first_call_in_a_distributed_step[central_storage:2]",
     "keras3-central-storage-loss-scale-updates":

@@ -39,6 +39,7 @@ OTHER_ENV = "tf215"
 VERSIONS = (f"mirrored:2@{OTHER_ENV}",)
 KINDS = SYNC + PS + VERSIONS
 ACROSS = "tests/properties/test_across_versions.py::"
+FIT = "tests/properties/test_fit.py::test_fit_trains_as_the_reference_on_the_global_batches"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,6 +79,8 @@ CASES = [
     Case("step_one_replica_dropped", GAN_SCRIPT, "gan.py --case right", MULTI),
     # ... and in a parameter-server script's scheduled step, on the spec's cluster
     Case("ps_gradient_doubled", PS_SCRIPT, "parameter_server.py", PS),
+    # ... and in Keras' own train step, as Model.fit runs it (where fit trains on TF 2.21 / Keras 3.15)
+    Case("fit_gradients_doubled", FIT + "[{spec}-1-even]", "after step", ONE + ("mirrored:2", "central_storage:2")),
     Case("local_batch_denominator", LOSSES + "test_compute_average_loss_matches_reference[{spec}-none-{dtype}]",
          "compute_average_loss", MULTI, BOTH),
     Case("local_batch_denominator", LOSSES + "test_summed_scaled_loss_equals_the_global_mean_on_even_splits"

@@ -22,7 +22,7 @@ from tests.helpers import COSTLY
 
 
 def check_history(results, history, check, initial=None, alternative=None, iterations=None, nan_losses=(),
-                  unsummed=None, first=0, calls=None):
+                  unsummed=None, first=0, calls=None, at=None, logged=None, logged_given=None):
     """Every step's loss and every replica's copy of every variable against the reference; with
     ``initial`` (the parameters before the steps), first that trained variables changed: every
     element the reference's steps move by more than the tolerance differs from its initial value
@@ -36,7 +36,10 @@ def check_history(results, history, check, initial=None, alternative=None, itera
     model of keras3-gradients-not-summed-before-3.5), handed to each comparison as
     ``given={"unsummed": ...}`` (``first``: the global index of the first result's first replica,
     where ``results`` holds one worker's). ``calls``: the apply_gradients calls made, the count
-    a deviation's model may predict for ``iterations`` (``given={"alternative": calls}``)."""
+    a deviation's model may predict for ``iterations`` (``given={"alternative": calls}``). ``at``: the
+    steps (from 1) the results' entries were read after, where not after every step (Model.fit's
+    boundaries); ``logged``: the loss fit's logs should report after each step, compared in place
+    of the step's summed loss (``logged_given``: per step, what a deviation's model reads)."""
     __tracebackhide__ = True
     own = None
     if unsummed is not None:
@@ -68,14 +71,20 @@ def check_history(results, history, check, initial=None, alternative=None, itera
                                 f"reference's steps change it by more than the tolerance ({int(moved.sum())} of "
                                 f"{moved.size} elements)",
                                 given=given if own is not None else None)
-        for s, (got, want) in enumerate(zip(result.history, history)):
+        steps = at if at is not None else range(1, len(history) + 1)
+        for got, step in zip(result.history, steps):
+            s, want = step - 1, history[step - 1]
             other = alternative[s] if alternative is not None else None
             empty = {"empty": True} if s + 1 in nan_losses else {}
             mine = own[s] if own is not None else None
-            given = dict(empty, **({"alternative": other["loss"]} if other else {}),
-                         **({"unsummed": mine["loss"]} if mine else {}))
-            check.close(got.loss, want["loss"], f"summed loss at step {s + 1}{who}", kind="trained",
-                        given=given or None)
+            if logged is not None:
+                check.close(got.loss, logged[s], f"fit's logged loss after step {s + 1}{who}", kind="trained",
+                            given=logged_given[s] if logged_given else None)
+            else:
+                given = dict(empty, **({"alternative": other["loss"]} if other else {}),
+                             **({"unsummed": mine["loss"]} if mine else {}))
+                check.close(got.loss, want["loss"], f"summed loss at step {s + 1}{who}", kind="trained",
+                            given=given or None)
             for v, (copies, expected) in enumerate(zip(got.params, want["params"])):
                 for r, copy in enumerate(copies):
                     given = dict(**({"alternative": other["params"][v]} if other else {}),

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from suite.harness.loopcheck import differential, scriptcheck
+from suite.harness.verdict import deviations
 from suite.harness.verdict.judgment import Check
 from tests.helpers import ROOT
 from tests.workloads.test_cluster_scripts import checker
@@ -15,6 +16,27 @@ from tests.workloads.test_examples import right, trimmed
 
 GUIDE = ROOT / "examples" / "scripts" / "fit_guide.py"
 BATCH = 32  # the guide's global batch
+MULTI_WORKER = "keras3-fit-multi-worker-raises"
+STEPS_PER_EXECUTION = "keras3-fit-steps-per-execution-mirrored-raises"
+UNEVEN = "keras3-fit-uneven-replica-batches-raise"
+
+
+def applies(entry_id: str, versions: dict) -> bool:
+    """Whether the known deviation ``entry_id`` applies to the engines' versions (its measured range)."""
+    entry = next(d for d in deviations.load() if d.id == entry_id)
+    return entry.applies_to(versions.get("tensorflow"), versions.get("keras"))
+
+
+def blocked_or_right(check, v, entry_id: str, versions: dict, what: str) -> None:
+    """BLOCKED naming ``entry_id`` alone, with no cause, where the entry applies to the engines'
+    versions; PASS (or DEVIATION, every difference predicted) where it does not."""
+    __tracebackhide__ = True
+    if applies(entry_id, versions):
+        check.equal((v.status, [i for i, _ in v.deviations], [d.cause for d in v.diagnoses]),
+                    ("BLOCKED", [entry_id], []), what, differential.details(v))
+    else:
+        check.that(right(v) and not v.diagnoses, what, (v.status, v.deviations),
+                   "PASS, or DEVIATION where a known deviation predicts every difference", differential.details(v))
 
 
 @pytest.mark.specs(lambda spec: spec.kind in ("default", "one_device", "mirrored") and not spec.gpus
@@ -60,20 +82,47 @@ def test_steps_per_execution_compares_every_kth_batch_on_both_sides(spec, pool):
 
 
 @pytest.mark.specs(lambda spec: spec.kind == "mirrored" and BATCH % spec.replicas != 0 and not spec.gpus)
-def test_a_fit_that_raises_where_no_entry_explains_it_is_not_checked(spec, pool):
-    """Where the replicas do not divide the guide's global batch (32 over 3), Keras 3.5+ raises before
-    fit's first step: its symbolic build reduces the first batch with strategy.reduce("MEAN"), which
-    needs every replica's batch of one shape (keras/src/backend/tensorflow/trainer.py,
-    _maybe_symbolic_build, from keras-team/keras#19969). No entry records it yet: the spec is not
-    checked, and the line says what was raised, rather than a verdict on the script."""
+def test_a_fit_whose_first_batch_splits_unevenly_is_blocked_where_keras_raises(spec, pool):
+    """Where the replicas do not divide the guide's global batch (32 over 3: 11, 11, 10), Keras 3.5+
+    raises before fit's first step: its symbolic build reduces the first batch with
+    strategy.reduce("MEAN"), which needs every replica's batch of one shape (keras3-fit-uneven-replica-
+    batches-raise, under the condition that fit's first batch splits unevenly, which the engine reads
+    from the batch fit is given): BLOCKED naming the entry. Keras 2.15 and 3.0-3.4 train it (measured);
+    there the verdict is whatever the run shows, and this test asks nothing of it."""
     c = checker(pool, GUIDE)
     check = Check(spec, case={"script": "fit_guide.py", "keras": c.versions["keras"]})
-    major, minor = (int(p) for p in c.versions["keras"].split(".")[:2])
-    if (major, minor) < (3, 5):  # measured: Keras 3.0.5 and 3.4.1 train it; Keras 2.15 trains it weighting each
-        # replica's mean loss alike (11, 11, 10 examples), unlike one device: a FAIL of its own, not this path
-        pytest.skip(f"Keras {c.versions['keras']} does not raise here (from 3.5.0)")
-    with pytest.raises(scriptcheck.NotCheckedHere) as info:
-        c.check(spec)
-    check.contains(str(info.value), ["Model.fit raised here and not on one device", "InvalidArgumentError",
-                                     "Inputs to operation AddN of type AddN must have the same size and shape",
-                                     "nothing was compared"], "why the spec is not checked")
+    if not applies(UNEVEN, c.versions):
+        pytest.skip(f"Keras {c.versions['keras']} does not raise here (keras3-fit-uneven-replica-batches-raise)")
+    v = c.check(spec)
+    blocked_or_right(check, v, UNEVEN, c.versions, "the guide's fit on an uneven split")
+    check.contains(v.error or "", ["InvalidArgumentError", "Inputs to operation AddN of type AddN must have the same "
+                                   "size and shape"], "what raised")
+
+
+@pytest.mark.specs(lambda spec: spec.kind == "multi_worker" and not spec.gpus,
+                   without_deep=trimmed(("multi_worker:2x1",)))
+def test_the_fit_guide_on_several_workers_is_blocked_where_keras_raises(spec, pool):
+    """The guide's fit on a multi-worker cluster (the script's MirroredStrategy is the spec's
+    MultiWorkerMirroredStrategy): Keras 3.3+ raises at fit's first batch (keras-team/keras#20585), so
+    the verdict is BLOCKED naming that entry, not ERROR, not FAIL; where the entry does not apply
+    (Keras 2, Keras 3.0-3.2) fit trains what one device trains."""
+    c = checker(pool, GUIDE)
+    v = c.check(spec)
+    check = Check(spec, case={"script": "fit_guide.py", "keras": c.versions["keras"]})
+    blocked_or_right(check, v, MULTI_WORKER, c.versions, "the guide's fit on several workers")
+    if v.status == "BLOCKED":
+        check.contains(v.error or "", ["raised ValueError", "PerReplica"], "what raised")
+
+
+@pytest.mark.specs(lambda spec: spec.kind == "mirrored" and spec.replicas == 2 and not spec.gpus)
+def test_steps_per_execution_under_mirrored_is_blocked_where_keras_raises(spec, pool):
+    """compile(steps_per_execution=2) under MirroredStrategy on two replicas: Keras 3.7+ raises in
+    its first execution ("You must feed a value for placeholder tensor"), which the entry records
+    under the condition that fit runs several steps an execution: BLOCKED naming it; the same script
+    with 1 step an execution is not blocked (test_the_fit_guide_trains_as_on_one_device)."""
+    c = checker(pool, GUIDE, ["--steps-per-execution", "2"])
+    v = c.check(spec)
+    check = Check(spec, case={"steps_per_execution": 2, "keras": c.versions["keras"]})
+    blocked_or_right(check, v, STEPS_PER_EXECUTION, c.versions, "the guide's fit, 2 batches an execution")
+    ref = c.reference(*scriptcheck._reference_key(spec))
+    check.equal(ref.facts["steps_per_execution"], 2, "the steps an execution the engine saw")

@@ -165,3 +165,53 @@ def test_tensorflows_tutorials_train_on_the_keras_they_were_written_for(pool, sc
     check.that(right(v) and not v.diagnoses, f"{script} on Keras 2", (v.status, v.deviations),
                "PASS, or DEVIATION where a known deviation predicts every difference", differential.details(v))
     check.equal(v.steps, 3, "steps compared")
+
+
+FIT_GUIDE = ROOT / "examples" / "scripts" / "fit_guide.py"
+MULTI_WORKER_FIT = ROOT / "examples" / "scripts" / "multi_worker_fit.py"
+LOGS_SUMMED = "keras2-fit-multi-worker-logs-summed-over-replicas"
+
+
+def _verdict(pool, env: str, script, text: str, args=()) -> tuple:
+    """The verdict of ``script`` under ``text`` with the engines of ``env``, and its checker."""
+    c = scriptcheck.ScriptChecker(pool, str(script), list(args), env=env)
+    try:
+        return c.check(parse_spec(text)), c
+    finally:  # engines no other test uses: their memory back
+        for spec in (c.on(parse_spec(text)), c.default):
+            pool.release(spec)
+
+
+@needs("tf221-legacy")
+@pytest.mark.parametrize("args,status,causes", [(["--seed-shuffle"], "DEVIATION", []),
+                                                ([], "FAIL", ["shuffled_per_worker_before_sharding"])],
+                         ids=["seeded", "as-published"])
+def test_the_multi_worker_fit_tutorial_trains_on_legacy_keras(pool, args, status, causes):
+    """TensorFlow's multi_worker_with_keras tutorial (examples/scripts/multi_worker_fit.py), which Keras
+    3.3+ cannot fit on several workers (keras3-fit-multi-worker-raises), on tf-keras (TF 2.21,
+    TF_USE_LEGACY_KERAS=1) and two workers: with its shuffle seeded every weight trains as on one device
+    and what differs is fit's logs, 2x one device's as keras2-fit-multi-worker-logs-summed-over-replicas
+    predicts (DEVIATION naming it alone); as published, its unseeded shuffle before Keras shards the
+    batches by worker is its own mistake (FAIL naming that cause alone)."""
+    v, c = _verdict(pool, "tf221-legacy", MULTI_WORKER_FIT, "multi_worker:2x1", args)
+    check = Check("multi_worker:2x1@tf221-legacy", case={"script": "multi_worker_fit.py", "args": args})
+    check.equal(c.versions["keras"].split(".")[0], "2", "the engines' Keras generation")
+    named = sorted({i for i, _ in v.deviations}) if status == "DEVIATION" else []
+    check.equal((v.status, named, [d.cause for d in v.diagnoses]),
+                (status, [LOGS_SUMMED] if status == "DEVIATION" else [], causes),
+                "the tutorial's fit on Keras 2", differential.details(v))
+    check.equal(v.steps, 3, "steps compared")
+
+
+@needs("tf217-keras34")
+@pytest.mark.parametrize("text,status,entry", [("mirrored:2", "DEVIATION", NOT_SUMMED),
+                                               ("multi_worker:2x1", "BLOCKED", "keras3-fit-multi-worker-raises")])
+def test_on_keras34_the_fit_guide_names_the_entry_it_meets(pool, text, status, entry):
+    """The guide's fit with the engines of TF 2.17 / Keras 3.4: under mirrored:2 the replicas' copies
+    part after the first batch as keras3-gradients-not-summed-before-3.5 predicts (the stand-in control
+    diverges alike: DEVIATION naming it); on two workers Keras 3.4 raises at fit's first batch
+    ("Invalid reduction dimension 0", reduce_per_replica): BLOCKED naming keras3-fit-multi-worker-raises."""
+    v, _ = _verdict(pool, "tf217-keras34", FIT_GUIDE, text)
+    Check(f"{text}@tf217-keras34", case={"script": "fit_guide.py"}).equal(
+        (v.status, [i for i, _ in v.deviations], [d.cause for d in v.diagnoses]), (status, [entry], []),
+        "the verdict of the guide's fit", differential.details(v))

@@ -526,7 +526,11 @@ def _report(ctx, watcher, found, seen, facts, raised) -> WorkloadRun:
         "optimizer_clips": any(getattr(o, attr, None) is not None for o in optimizers
                                for attr in ("clipnorm", "global_clipnorm", "clipvalue")),
         "optimizer_variables_after": len(opt),
-        "first_batch_rows": sum(boundaries[1].rows or []) if len(boundaries) > 1 else None,
+        "first_batch_rows": (sum(boundaries[1].rows or []) if len(boundaries) > 1 and boundaries[1].rows
+                             else watcher.fit_rows),
+        # the classes of the models fit trains whose train_step is the script's own, not Keras'
+        "fit_own_train_step": sorted({type(m).__name__ for m in watcher.fit_models
+                                      if getattr(type(m), "train_step", None) is not compat.keras.Model.train_step}),
         # several models: each optimizer's gradients over its own model's variables (differential._per_model)
         "gradient_groups": ([[m, len(indices)] for _, m, indices in groups] if groups
                             else [[name, 0] for name in found.optimizers]),
@@ -535,6 +539,11 @@ def _report(ctx, watcher, found, seen, facts, raised) -> WorkloadRun:
         "constructed": watcher.constructed, "device_config": watcher.device_config,
         "replica_reads": watcher.replica_reads, "draws": watcher.drawn, "boundaries": len(boundaries),
         "runs": watcher.runs, "distributed": watcher.distributed, "step_mode": watcher.mode,
+        # the most steps one execution of the script's fit runs, and how the strategy splits fit's first batch
+        # among its replicas (tf.data's rebatch: the first rows % replicas get one more): what known deviations'
+        # conditions read
+        "steps_per_execution": max((_steps_per_execution(m) for m in watcher.fit_models), default=None),
+        "fit_first_split": _split(watcher.fit_rows, strategy.num_replicas_in_sync) if watcher.fit_rows else None,
         # a parameter-server script's: per step, the worker its closure ran on; unseeded shuffles given a seed
         "closure_workers": watcher.closure_workers, "seeded_shuffles": watcher.seeded_shuffles,
         # the stand-in control's description: the script's (first) optimizer and its features' shape
@@ -567,3 +576,15 @@ def _report(ctx, watcher, found, seen, facts, raised) -> WorkloadRun:
     return WorkloadRun(strategy.num_replicas_in_sync, ctx.local_replica_ids, [_name(variables[i], names) for i in model],
                        [_trainable(variables[i]) for i in model], [_name(variables[i], names) for i in opt],
                        initial, steps, facts, None, raised)
+
+
+def _steps_per_execution(model) -> int:
+    """A compiled model's ``steps_per_execution`` (Keras 3: an int; Keras 2: a variable)."""
+    value = getattr(model, "steps_per_execution", None) or getattr(model, "_steps_per_execution", None) or 1
+    return int(np.asarray(value.numpy() if hasattr(value, "numpy") else value).reshape(()))
+
+
+def _split(rows: int, replicas: int) -> list[int]:
+    """A global batch of ``rows`` split among ``replicas`` as tf.data's rebatch splits it."""
+    base, extra = divmod(rows, replicas)
+    return [base + 1] * extra + [base] * (replicas - extra)

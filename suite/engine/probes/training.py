@@ -3,10 +3,12 @@ replica's copy of every variable after every step; optimizer variables created l
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import tensorflow as tf
 
-from ...common.results import Epoch, EpochTraining, LazyOptimizer, Step, Training
+from ...common.results import Epoch, EpochTraining, Fitted, LazyOptimizer, Step, Training
 from .. import compat, mutants
 from .. import steps as train_steps
 from ..steps import TrainStep, arch_key, family_loss, family_model_and_optimizer, load, optimizer_state, reported
@@ -77,6 +79,60 @@ def train(ctx, arch, optimizer, dtype, params, steps, denominator="global", opti
         history.append(Step(loss, [compat.local_values(ctx.strategy, v) for v in model.trainable_variables],
                             [compat.local_values(ctx.strategy, a) for a in averages] if averages else None))
     return Training(history, compat.iterations(opt))
+
+
+@contextlib.contextmanager
+def _gradients_doubled():
+    """The mutant fit_gradients_doubled: TensorFlow's GradientTape.gradient returns twice each
+    gradient while fit traces its train step (in Keras' own code, not the probe's)."""
+    real = tf.GradientTape.gradient
+
+    def gradient(self, target, sources, *args, **kwargs):
+        return tf.nest.map_structure(lambda g: None if g is None else 2 * g,
+                                     real(self, target, sources, *args, **kwargs))
+    tf.GradientTape.gradient = gradient
+    try:
+        yield
+    finally:
+        tf.GradientTape.gradient = real
+
+
+def _compiled_loss(arch: dict):
+    """The model family's loss as ``compile`` takes it (default reduction, sum over batch size)."""
+    if arch["head"] == "linear":
+        return compat.keras.losses.MeanSquaredError()
+    return compat.keras.losses.SparseCategoricalCrossentropy()
+
+
+@probe
+def fit(ctx, arch, optimizer, dtype, params, x, y, batch, steps_per_execution=1):
+    """``Model.fit`` of the model family (compiled under the scope with the family's loss and
+    ``steps_per_execution``) for one epoch over ``Dataset.from_tensor_slices((x, y)).batch(batch)``,
+    unshuffled, from ``params``: at each train-batch boundary the logs' loss and every local
+    replica's copy of every variable; what fit raised, as the outcome."""
+    strategy = ctx.strategy
+    model, opt = family_model_and_optimizer(strategy, arch, optimizer, dtype)
+    with strategy.scope():
+        model.compile(optimizer=opt, loss=_compiled_loss(arch), steps_per_execution=steps_per_execution)
+    load(model, params, dtype)
+    steps, history = [], []
+
+    class Boundaries(compat.keras.callbacks.Callback):
+        def on_train_batch_end(self, index, logs=None):
+            # the steps run so far, by the optimizer's count: the batch index fit passes with several steps an
+            # execution is the execution's first step in Keras 3.0-3.4, its last from 3.5
+            steps.append(compat.iterations(opt))
+            history.append(Step(float((logs or {})["loss"]),
+                                [compat.local_values(strategy, v) for v in model.trainable_variables]))
+
+    y = np.asarray(y, np.int32 if arch["head"] == "softmax" else dtype)
+    data = tf.data.Dataset.from_tensor_slices((np.asarray(x, dtype), y)).batch(batch)
+    try:
+        with _gradients_doubled() if mutants.on("fit_gradients_doubled") else contextlib.nullcontext():
+            model.fit(data, epochs=1, shuffle=False, verbose=0, callbacks=[Boundaries()])
+    except Exception as exc:
+        return failed(ctx, exc, f"training.fit(steps_per_execution={steps_per_execution}): step {len(steps) + 1}")
+    return Fitted(steps, history, compat.iterations(opt))
 
 
 @probe

@@ -345,6 +345,7 @@ def compare(ref, dist, rtol: float = RTOL, atol: float = ATOL, metrics: bool = T
     worst = 0.0
     zero_opt = [np.zeros_like(np.asarray(v[0], np.float64)) for v in (ref.steps[0].optimizer if ref.steps else [])]
     increments = _metric_increments(ref)
+    facts = {f: dist.facts.get(f) for f in CONDITION_FACTS}  # what a deviation's condition reads
     for k, (r, d) in enumerate(zip(ref.steps, dist.steps), 1):
         found, rels = [], []
         c = control.steps[k - 1] if control is not None and k <= len(control.steps) else None
@@ -366,9 +367,8 @@ def compare(ref, dist, rtol: float = RTOL, atol: float = ATOL, metrics: bool = T
                                                        rtol=rtol, atol=0.0)
                                        for copies in c.variables for copy in copies[1:])
 
-        def alternative(value, c=c, spread=spread):
-            return None if c is None else {"alternative": value, "control_copies_differ": spread,
-                                           **{f: dist.facts.get(f) for f in CONDITION_FACTS}}
+        def alternative(value, c=c, spread=spread, facts=facts):
+            return facts if c is None else {"alternative": value, "control_copies_differ": spread, **facts}
 
         if r.named and d.named:  # a loss per model: each compared on its own
             for name, value in r.named.items():
@@ -392,7 +392,7 @@ def compare(ref, dist, rtol: float = RTOL, atol: float = ATOL, metrics: bool = T
                      alternative(c.optimizer[i][rep] if c and i < len(c.optimizer) else None))
         for name, value in (r.metrics if metrics else {}).items():
             mean = sorted(ref.facts.get("metric_states", {}).get(name, ())) == ["count", "total"]
-            given = {"kind": "mean", "increments": increments[name][:k]} if mean else None
+            given = {"kind": "mean", "increments": increments[name][:k]} if mean else facts
             got = d.metrics.get(name, math.nan)
             take(_scalar(k, f"metric {name}", got, value, rtol, atol), (got, value), _same(rtol, atol), given)
         for i, (name, init, rv, dv) in enumerate(zip(ref.names, ref.initial, r.variables, d.variables)):
@@ -410,7 +410,8 @@ def compare(ref, dist, rtol: float = RTOL, atol: float = ATOL, metrics: bool = T
 
 
 # what the engine saw of the workload that a deviation's condition may read (signatures.CONDITIONS)
-CONDITION_FACTS = ("optimizer_clips", "optimizer_built", "optimizer_variables_before_step", "optimizer_variables_after")
+CONDITION_FACTS = ("optimizer_clips", "optimizer_built", "optimizer_variables_before_step", "optimizer_variables_after",
+                   "steps_per_execution", "step_mode", "fit_first_split")
 
 
 def _same_array(base, rtol: float, atol: float):

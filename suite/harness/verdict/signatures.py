@@ -318,6 +318,35 @@ def alternative_outcome(seen: Seen):
     return seen.given["alternative"]
 
 
+def fit_logs_summed_over_replicas(seen: Seen):
+    """Keras 2's fit on several workers: train_function reduces each replica's logs (the metrics'
+    results, already the global ones) with strategy.reduce("SUM") over every replica of the cluster
+    (tf_keras/src/engine/training.py reduce_per_replica: "auto" is "sum" off TPU, and a
+    multi-worker collective strategy sums across workers), so each log is replicas x its value.
+    On one worker the logs are not reduced: no prediction."""
+    if seen.spec.workers < 2:
+        return NOTHING
+    return np.asarray(seen.expected, np.float64) * seen.spec.replicas
+
+
+def fit_logs_sum_of_replica_trackers(seen: Seen):
+    """Keras 3.0-3.2's fit: each replica's loss tracker is its own copy (metric state not
+    sync-on-read), and train_function reduces the replicas' results with "sum" (reduce_per_replica,
+    "auto" before keras-team/keras commit 779facd): the log is the sum over the replicas of each
+    one's own running mean. ``given``: ``{"replica_logs": [per replica, its own running mean]}``."""
+    logs = seen.given.get("replica_logs") if isinstance(seen.given, dict) else None
+    return NOTHING if logs is None else float(np.sum(logs))
+
+
+def fit_logs_mean_of_replica_trackers(seen: Seen):
+    """Keras 3.3-3.4's fit: each replica's loss tracker is its own copy and train_function reduces
+    the replicas' results with "mean": the log is the mean over the replicas of each one's own
+    running mean (its own examples, on its own copy of the weights). ``given``: as
+    fit_logs_sum_of_replica_trackers."""
+    logs = seen.given.get("replica_logs") if isinstance(seen.given, dict) else None
+    return NOTHING if logs is None else float(np.mean(logs))
+
+
 def replicas_apply_their_own_gradients(seen: Seen):
     """Keras 3.0-3.4's TensorFlow optimizer: nothing sums the replicas' gradients, and each replica's
     copy of a mirrored variable moves by that replica's own gradient, with its own optimizer state
@@ -491,6 +520,24 @@ def the_optimizer_clips(seen: Seen) -> bool:
     return isinstance(seen.given, dict) and seen.given.get("optimizer_clips") is True
 
 
+def fits_first_batch_split_unevenly(seen: Seen) -> bool:
+    """Model.fit's first global batch gave the replicas different numbers of rows. ``given``:
+    ``{"fit_first_split": [rows per replica]}`` (the probe's split, or the engine's fact)."""
+    split = seen.given.get("fit_first_split") if isinstance(seen.given, dict) else None
+    return bool(split) and len(set(split)) > 1
+
+
+def fit_runs_several_steps_per_execution(seen: Seen) -> bool:
+    """Model.fit ran with ``steps_per_execution`` above 1. ``given``: ``{"steps_per_execution": k}``."""
+    k = seen.given.get("steps_per_execution") if isinstance(seen.given, dict) else None
+    return isinstance(k, int) and k > 1
+
+
+def trained_by_keras_fit(seen: Seen) -> bool:
+    """The run trained with Model.fit (its logs are what was compared). ``given``: ``{"step_mode": "fit"}``."""
+    return isinstance(seen.given, dict) and seen.given.get("step_mode") == "fit"
+
+
 def replica_copies_differ_in_the_control(seen: Seen) -> bool:
     """In the check of a user's loop: after this step, the control's (the suite's known-right
     step's) replica copies of some variable differ, which no summing optimizer lets happen to a
@@ -500,7 +547,8 @@ def replica_copies_differ_in_the_control(seen: Seen) -> bool:
 
 CONDITIONS: dict[str, Callable[[Seen], bool]] = {f.__name__: f for f in (
     non_finite_off_replica_0_on_another_worker, a_worker_without_rows_beside_one_with_rows,
-    optimizer_not_built_before_the_step, the_optimizer_clips, replica_copies_differ_in_the_control)}
+    optimizer_not_built_before_the_step, the_optimizer_clips, replica_copies_differ_in_the_control,
+    fits_first_batch_split_unevenly, fit_runs_several_steps_per_execution, trained_by_keras_fit)}
 
 # a message that any deadlock gives (a user's loop that reduces on one worker only, too): never
 # an excuse without a condition the probe confirms
@@ -517,6 +565,7 @@ MODELS: dict[str, Callable[[Seen], Any]] = {f.__name__: f for f in (
     partial_last_step_missing,
     integer_sum_restored_by_division, momentum_set_on_the_building_replica_only, increments_lost_between_workers,
     alternative_rule, alternative_outcome, replicas_apply_their_own_gradients, replica_copies_averaged,
+    fit_logs_summed_over_replicas, fit_logs_sum_of_replica_trackers, fit_logs_mean_of_replica_trackers,
     same_on_every_worker,
     one_pass_variance_bounds,
     one_pass_variance_in_float32,

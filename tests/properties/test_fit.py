@@ -1,0 +1,138 @@
+"""Model.fit under each strategy: one epoch of a model compiled inside ``strategy.scope()``
+equals the reference's steps on the global batches Keras distributes, on every replica's copy
+of every variable at each of fit's batch boundaries (every ``steps_per_execution`` steps), and
+fit's logged loss is the mean loss of the examples trained so far."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from reference import input as ref_input
+from reference import model as ref_model
+from reference.rules import Rule
+from suite.harness.drawing import cases
+from suite.harness.drawing.cases import ARCHS, arch_dict, floats, magnitudes
+from suite.harness.verdict.judgment import Check
+from tests.helpers import RETRACES
+from tests.properties.test_training import check_history
+
+# Keras' fit reduces the loss with the compiled loss's default reduction, the mean over the
+# replica's own batch, and scales it by the number of replicas: each replica's examples weigh
+# 1/(replicas x its batch), the reference's "default" denominator (equal to the global mean on
+# an even split); the loss metric fit logs is a Mean of each replica's unscaled loss weighted by
+# its batch, so it is the mean loss of every example trained so far (plus the regularization).
+FIT = Rule("observed", "keras/src/losses/loss.py scale_loss_for_distribution and keras/src/backend/tensorflow/"
+                       "trainer.py train_step (Keras 3); tf_keras/src/utils/losses_utils.py "
+                       "scale_loss_for_distribution, 'Scales and returns the given loss value by the number of "
+                       "replicas', and compile_utils.LossesContainer (Keras 2): the loss metric is updated with each "
+                       "replica's unscaled loss, sample_weight its batch size")
+
+
+@st.composite
+def fit_cases(draw, spec, steps_per_execution: int, split: str):
+    """(arch name, parameters, x, y, global batch, reference steps): fit's epoch of ``steps``
+    full global batches, each split as ``experimental_distribute_dataset`` splits it
+    (reference/input.py), every replica given at least one example; ``split``: a global batch
+    the replica count divides ("even") or one it does not ("uneven", two replicas or more)."""
+    arch_name = draw(st.sampled_from(sorted(ARCHS)), label="arch")
+    arch = ARCHS[arch_name]
+    dtype = "float32"
+    params = [draw(magnitudes(dtype, shape, 1 / 16, 1.0), label=f"param {i}") for i, shape in enumerate(arch.shapes())]
+    r = spec.replicas
+    if split == "even":
+        batch = r * draw(st.integers(1, 3), label="rows per replica")
+    else:
+        batch = r * draw(st.integers(1, 2), label="rows per replica") + draw(st.integers(1, r - 1), label="more rows")
+    n = draw(st.sampled_from([2, 4]) if steps_per_execution == 2 else st.integers(2, 4), label="steps")
+    x = draw(magnitudes(dtype, (n * batch, arch.input_dim), 1 / 16, 2.0), label="x")
+    if arch.head == "softmax":
+        y = draw(st.lists(st.integers(0, arch.outputs - 1), min_size=n * batch, max_size=n * batch), label="labels")
+        y = np.asarray(y, np.int32)
+    else:
+        y = draw(floats(dtype, (n * batch, arch.outputs), -2.0, 2.0), label="y")
+    split = ref_input.distribute(n * batch, batch, False, spec.replicas, workers=spec.workers)
+    steps = []
+    for parts in split:
+        ids = [i for part in parts for i in part]
+        steps.append((x[ids], y[ids], [len(part) for part in parts]))
+    return arch_name, params, x, y, batch, steps
+
+
+def loss_increments(arch, params, history) -> list[tuple[float, int]]:
+    """Per step, what it adds to fit's loss metric (a Mean): the sum over its examples of their
+    loss at the parameters before the step plus the regularization there, and their count."""
+    out, before = [], [np.asarray(p, np.float64) for p in params]
+    for step in history:
+        per_example = step["trace"].per_example_loss
+        out.append((float(np.sum(per_example)) + len(per_example) * ref_model.regularization(arch, before),
+                    len(per_example)))
+        before = step["params"]
+    return out
+
+
+def replica_logs(arch, params, own) -> list[list[float]]:
+    """After each step of ``own`` (reference/model.py train_unsummed: each replica on its own copy),
+    each replica's own running mean of its examples' losses, each at its copy before the step, plus
+    the regularization of that copy: what a replica's own loss tracker reads (Keras 3.0-3.4)."""
+    totals = [0.0] * len(own[0]["params"])
+    counts = [0] * len(totals)
+    before = [[np.asarray(p, np.float64) for p in params] for _ in totals]
+    out = []
+    for step in own:
+        for r, (total, count) in enumerate(step["replica_losses"]):
+            totals[r] += total + count * ref_model.regularization(arch, before[r])
+            counts[r] += count
+        out.append([t / c if c else 0.0 for t, c in zip(totals, counts)])
+        before = step["params"]
+    return out
+
+
+def logged_losses(increments) -> list[float]:
+    """After each step, the mean loss of every example trained so far (fit's loss metric)."""
+    totals = np.cumsum([total for total, _ in increments])
+    counts = np.cumsum([count for _, count in increments])
+    return list(totals / counts)
+
+
+@RETRACES
+@pytest.mark.parametrize("split", ["even", "uneven"])
+@pytest.mark.parametrize("steps_per_execution", [1, 2])
+@given(data=st.data())
+def test_fit_trains_as_the_reference_on_the_global_batches(engines, spec, steps_per_execution, split, data):
+    """An epoch of Model.fit under the strategy: at every boundary of its batches (every
+    steps_per_execution steps) every replica's copy of every variable equals the reference's
+    after that many steps, fit's logged loss is the mean loss of the examples so far, and the
+    optimizer counted every step; on even splits and on global batches the replicas do not divide."""
+    if split == "uneven" and spec.replicas == 1:
+        pytest.skip("one replica: every global batch splits evenly")
+    arch_name, params, x, y, batch, steps = data.draw(fit_cases(spec, steps_per_execution, split), label="case")
+    arch = ARCHS[arch_name]
+    history = ref_model.train(arch, params, "sgd", steps, "default")
+    assume(cases.well_conditioned(history, "float32", False))
+    results = engines.call(spec, "training.fit", arch=arch_dict(arch), optimizer="sgd", dtype="float32",
+                           params=params, x=x, y=y, batch=batch, steps_per_execution=steps_per_execution)
+    case = {"arch": arch_name, "global batch": batch, "steps": len(steps), "split": steps[0][2]}
+    check = Check(spec, "float32", case, rule=FIT)
+    boundaries = list(range(steps_per_execution, len(steps) + 1, steps_per_execution))
+    # what the conditions of the entries whose fit raises read (suite/harness/verdict/signatures.py)
+    seen = {"fit_first_split": steps[0][2], "steps_per_execution": steps_per_execution}
+    whose = [f" (worker {w})" if len(results) > 1 else "" for w in range(len(results))]
+    returned = [check.returned(result, f"the step{who}", given=seen) for result, who in zip(results, whose)]
+    if not all(returned):
+        return  # fit raised as a known deviation predicts: nothing trained to compare
+    for result, who in zip(results, whose):
+        check.equal(result.steps, boundaries, f"the steps fit had run at its batch boundaries{who}")
+    increments = loss_increments(arch, params, history)
+    # what the deviations' models of fit's logs read: the loss metric's increments, and each replica's own
+    # running mean where each replica trains its own copy (keras3-gradients-not-summed-before-3.5)
+    own = replica_logs(arch, params, ref_model.train_unsummed(arch, params, "sgd", steps, "default", unscaled=True))
+    check_history(results, history, check, initial=params, at=boundaries, logged=logged_losses(increments),
+                  logged_given=[{"kind": "mean", "increments": increments[:s + 1], "step_mode": "fit",
+                                 "replica_logs": own[s]} for s in range(len(increments))],
+                  # the model of keras3-gradients-not-summed-before-3.5 (Keras 3.0-3.4), whose fit also leaves each
+                  # replica's loss unscaled (keras3-loss-unscaled-before-3.8, 3.0-3.7): each replica applies the
+                  # gradient of its own batch's mean
+                  unsummed=(arch, params, "sgd", steps, {"denominator": "default", "unscaled": True}))
