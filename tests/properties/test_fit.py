@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 from reference import input as ref_input
 from reference import model as ref_model
@@ -49,13 +50,11 @@ def fit_cases(draw, spec, steps_per_execution: int, split: str):
     n = draw(st.sampled_from([2, 4]) if steps_per_execution == 2 else st.integers(2, 4), label="steps")
     x = draw(magnitudes(dtype, (n * batch, arch.input_dim), 1 / 16, 2.0), label="x")
     if arch.head == "softmax":
-        y = draw(st.lists(st.integers(0, arch.outputs - 1), min_size=n * batch, max_size=n * batch), label="labels")
-        y = np.asarray(y, np.int32)
+        y = draw(hnp.arrays(np.int32, n * batch, elements=st.integers(0, arch.outputs - 1)), label="labels")
     else:
         y = draw(floats(dtype, (n * batch, arch.outputs), -2.0, 2.0), label="y")
-    split = ref_input.distribute(n * batch, batch, False, spec.replicas, workers=spec.workers)
     steps = []
-    for parts in split:
+    for parts in ref_input.distribute(n * batch, batch, False, spec.replicas, workers=spec.workers):
         ids = [i for part in parts for i in part]
         steps.append((x[ids], y[ids], [len(part) for part in parts]))
     return arch_name, params, x, y, batch, steps
@@ -126,13 +125,13 @@ def test_fit_trains_as_the_reference_on_the_global_batches(engines, spec, steps_
     for result, who in zip(results, whose):
         check.equal(result.steps, boundaries, f"the steps fit had run at its batch boundaries{who}")
     increments = loss_increments(arch, params, history)
+    # the model of keras3-gradients-not-summed-before-3.5 (Keras 3.0-3.4), whose fit also leaves each replica's
+    # loss unscaled (keras3-loss-unscaled-before-3.8, 3.0-3.7): each replica applies the gradient of its own
+    # batch's mean to its own copy
+    unsummed = (arch, params, "sgd", steps, {"denominator": "default", "unscaled": True})
     # what the deviations' models of fit's logs read: the loss metric's increments, and each replica's own
-    # running mean where each replica trains its own copy (keras3-gradients-not-summed-before-3.5)
-    own = replica_logs(arch, params, ref_model.train_unsummed(arch, params, "sgd", steps, "default", unscaled=True))
+    # running mean on its own copy
+    own = replica_logs(arch, params, ref_model.train_unsummed(*unsummed[:4], **unsummed[4]))
     check_history(results, history, check, initial=params, at=boundaries, logged=logged_losses(increments),
                   logged_given=[{"kind": "mean", "increments": increments[:s + 1], "step_mode": "fit",
-                                 "replica_logs": own[s]} for s in range(len(increments))],
-                  # the model of keras3-gradients-not-summed-before-3.5 (Keras 3.0-3.4), whose fit also leaves each
-                  # replica's loss unscaled (keras3-loss-unscaled-before-3.8, 3.0-3.7): each replica applies the
-                  # gradient of its own batch's mean
-                  unsummed=(arch, params, "sgd", steps, {"denominator": "default", "unscaled": True}))
+                                 "replica_logs": own[s]} for s in range(len(increments))], unsummed=unsummed)

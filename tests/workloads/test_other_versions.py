@@ -136,6 +136,16 @@ def test_on_keras38_the_dropout_loop_builds_and_no_spec_names_the_entry(pool):
                                             differential.details(v))
 
 
+def _verdict(pool, env: str, script, text: str, args=()) -> tuple:
+    """The verdict of ``script`` under ``text`` with the engines of ``env``, and its checker."""
+    c = scriptcheck.ScriptChecker(pool, str(script), list(args), env=env)
+    try:
+        return c.check(parse_spec(text)), c
+    finally:  # engines no other test uses: their memory back (the session keeps an engine per spec)
+        for spec in (c.on(parse_spec(text)), c.default):
+            pool.release(spec)
+
+
 @needs("tf221-legacy")
 @pytest.mark.parametrize("script,text,causes", [("tutorial.py", "mirrored:2", []),
                                                 ("multi_worker_ctl.py", "multi_worker:2x2",
@@ -150,12 +160,7 @@ def test_tensorflows_tutorials_train_on_the_keras_they_were_written_for(pool, sc
     its own order (FAIL naming that cause alone). The parameter-server tutorial's loop (its embedding
     table sharded in two by its partitioner, which it asserts on both sides) trains on the cluster what
     one device trains."""
-    c = scriptcheck.ScriptChecker(pool, str(ROOT / "examples" / "scripts" / script), env="tf221-legacy")
-    try:
-        v = c.check(parse_spec(text))
-    finally:  # engines no other test uses: their memory back (the session keeps an engine per spec)
-        for spec in (c.on(parse_spec(text)), c.default):
-            pool.release(spec)
+    v, c = _verdict(pool, "tf221-legacy", ROOT / "examples" / "scripts" / script, text)
     check = Check(f"{text}@tf221-legacy", case={"script": script})
     check.equal(c.versions["keras"].split(".")[0], "2", "the engines' Keras generation")
     if causes:
@@ -170,16 +175,6 @@ def test_tensorflows_tutorials_train_on_the_keras_they_were_written_for(pool, sc
 FIT_GUIDE = ROOT / "examples" / "scripts" / "fit_guide.py"
 MULTI_WORKER_FIT = ROOT / "examples" / "scripts" / "multi_worker_fit.py"
 LOGS_SUMMED = "keras2-fit-multi-worker-logs-summed-over-replicas"
-
-
-def _verdict(pool, env: str, script, text: str, args=()) -> tuple:
-    """The verdict of ``script`` under ``text`` with the engines of ``env``, and its checker."""
-    c = scriptcheck.ScriptChecker(pool, str(script), list(args), env=env)
-    try:
-        return c.check(parse_spec(text)), c
-    finally:  # engines no other test uses: their memory back
-        for spec in (c.on(parse_spec(text)), c.default):
-            pool.release(spec)
 
 
 @needs("tf221-legacy")
