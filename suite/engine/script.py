@@ -282,6 +282,9 @@ def _fit_steps(watcher):
         def on_train_batch_end(self, batch, logs=None):
             watcher.drawn += 1
             watcher.fitted(logs)
+            if watcher.fit_step_rows:  # each local replica's examples of the batch (_fit_step)
+                watcher._rows = [watcher.fit_step_rows[r] for r in sorted(watcher.fit_step_rows)]
+                watcher.fit_step_rows = {}
             watcher.boundary()
 
     return _FitSteps()
@@ -378,6 +381,7 @@ class Watcher:
         self.fit_logs: dict = {}  # the logs of fit's last batch, less its loss
         self.fit_models: list = []  # the models fit trains (their compiled optimizer and metrics are the run's)
         self.fit_rows: int | None = None  # the rows of the first batch the script's first fit trains on
+        self.fit_step_rows: dict = {}  # replica id -> its examples in fit's last step (_fit_step)
         self.tf_config_built = _ABSENT  # TF_CONFIG as the script built its first strategy (it may set it itself)
         # variables made after the first boundary: their values at creation (by id), [name, shape, value] of each in
         # creation order (the reference's are a spec's run's ``late_init``, taken by name and shape: _late)
@@ -542,6 +546,8 @@ class Watcher:
             if watcher.fit_rows is None:
                 watcher.fit_rows = _first_batch_rows(args[0] if args else kwargs.get("x"),
                                                      args[2] if len(args) > 2 else kwargs.get("batch_size"))
+            if "train_step" not in vars(model):  # (once a model)
+                watcher._patch(model, "train_step", watcher._fit_step(model.train_step))
             args = list(args)
             if len(args) > 5:  # fit(x, y, batch_size, epochs, verbose, callbacks, ...)
                 args[5] = [*(args[5] or []), _fit_steps(watcher)]
@@ -549,6 +555,33 @@ class Watcher:
                 kwargs["callbacks"] = [*(kwargs.get("callbacks") or []), _fit_steps(watcher)]
             return real_fit(model, *args, **kwargs)
         return fit
+
+    def _fit_step(self, real_step):
+        """A model's ``train_step`` while fit trains it: each replica's examples of the step it runs, kept
+        (``fit_step_rows``, by replica id) for the boundary at the end of its batch (of its execution:
+        the last step's, with steps_per_execution)."""
+        watcher = self
+
+        @tf.autograph.experimental.do_not_convert
+        def rows_of(data):
+            with contextlib.suppress(Exception):  # a batch of no tensor with an example axis: no rows kept
+                leaf = next(t for t in tf.nest.flatten(data) if isinstance(t, tf.Tensor) and t.shape.rank)
+                context = tf.distribute.get_replica_context()
+                replica = context.replica_id_in_sync_group if context is not None else 0
+
+                def keep(r, rows):
+                    watcher.fit_step_rows[int(r)] = int(rows)
+                    return 0
+
+                if tf.executing_eagerly():
+                    keep(replica, tf.shape(leaf)[0])
+                elif not watcher.remote():
+                    tf.py_function(keep, [replica, tf.shape(leaf)[0]], [tf.int32])
+
+        def train_step(data):
+            rows_of(data)
+            return real_step(data)
+        return train_step
 
     def fitted(self, logs) -> None:
         """The logs of a batch of ``fit`` that ended: its loss is the step's reported value (Keras'

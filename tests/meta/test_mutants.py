@@ -26,6 +26,8 @@ GAN_SCRIPT = "tests/workloads/test_cluster_scripts.py::test_each_zoo_scripts_ver
 MULTI_WORKER_SCRIPT = ("tests/workloads/test_cluster_scripts.py::"
                        "test_each_zoo_scripts_verdict_and_cause[{spec}-multi_worker_mistakes.py-right]")
 PS_SCRIPT = "tests/workloads/test_ps_scripts.py::test_the_parameter_server_tutorials_loop_trains_as_on_one_device[{spec}]"
+FIT_GAN_SCRIPT = ("tests/workloads/test_fit_scripts.py::"
+                  "test_the_fit_gan_trains_as_on_one_device_and_its_mistakes_are_named[{spec}-right]")
 
 # One spec of every strategy kind: the mutants run on each kind where they apply.
 ONE = ("default", "one_device")  # one replica
@@ -77,6 +79,8 @@ CASES = [
     # ... and in a script of two models and two optimizers (the mutants act on both)
     Case("double_gradient_aggregation", GAN_SCRIPT, "gan.py --case right", MULTI),
     Case("step_one_replica_dropped", GAN_SCRIPT, "gan.py --case right", MULTI),
+    # ... and in a custom train_step run by Model.fit, its two optimizers applied with Keras 3's optimizer.apply
+    Case("double_gradient_aggregation", FIT_GAN_SCRIPT, "fit_gan.py --case right", ("mirrored:2",), keras=(3,)),
     # ... and in a parameter-server script's scheduled step, on the spec's cluster
     Case("ps_gradient_doubled", PS_SCRIPT, "parameter_server.py", PS),
     # ... and in Keras' own train step, as Model.fit runs it (where fit trains on TF 2.21 / Keras 3.15)

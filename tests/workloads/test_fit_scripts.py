@@ -1,7 +1,9 @@
 """Scripts that train with ``Model.fit``, checked unchanged (suite/harness/loopcheck/scriptcheck.py):
 a step boundary at the end of each batch fit trains (of each execution with ``steps_per_execution``),
 the model's compiled optimizer and metrics attributed to it, fit's logs compared as metrics. Keras'
-distributed-training guide in its shape (examples/scripts/fit_guide.py)."""
+distributed-training guide in its shape (examples/scripts/fit_guide.py); the GAN of Keras' guide to
+customizing fit, a custom ``train_step`` with two models and two optimizers (examples/scripts/fit_gan.py),
+each mistake named with its model."""
 
 from __future__ import annotations
 
@@ -12,9 +14,12 @@ from suite.harness.verdict import deviations
 from suite.harness.verdict.judgment import Check
 from tests.helpers import ROOT
 from tests.workloads.test_cluster_scripts import checker
-from tests.workloads.test_examples import right, trimmed
+from tests.workloads.test_examples import _applies, right, trimmed
+from tests.workloads.test_scripts import _cases
 
 GUIDE = ROOT / "examples" / "scripts" / "fit_guide.py"
+GAN = ROOT / "examples" / "scripts" / "fit_gan.py"
+LAZY = "keras3-lazy-optimizer-slots-mirrored"
 BATCH = 32  # the guide's global batch
 MULTI_WORKER = "keras3-fit-multi-worker-raises"
 STEPS_PER_EXECUTION = "keras3-fit-steps-per-execution-mirrored-raises"
@@ -126,3 +131,73 @@ def test_steps_per_execution_under_mirrored_is_blocked_where_keras_raises(spec, 
     blocked_or_right(check, v, STEPS_PER_EXECUTION, c.versions, "the guide's fit, 2 batches an execution")
     ref = c.reference(*scriptcheck._reference_key(spec))
     check.equal(ref.facts["steps_per_execution"], 2, "the steps an execution the engine saw")
+
+
+def _keras3(c) -> None:
+    """fit_gan.py is written for Keras 3 (the guide's ``optimizer.apply``): skipped on a Keras 2 engine."""
+    if not str(c.versions.get("keras", "")).startswith("3."):
+        pytest.skip(f"fit_gan.py is a Keras 3 script; the engines run Keras {c.versions.get('keras')}")
+
+
+def gan_expected(case: str, spec, versions: dict) -> tuple | None:
+    """(status, ["model: cause" or "cause"]) the check must give fit_gan.py's ``case`` under ``spec``;
+    None: right (PASS, or DEVIATION where a known deviation predicts every difference)."""
+    if case == "optimizers_built_in_the_step":  # the Keras guide's way: BLOCKED where Keras 3.5+ raises
+        return ("BLOCKED", []) if _applies(LAZY, f"loop-check[{spec.text}]", versions) else None
+    if case == "generator_loss_averaged_per_replica":
+        return "FAIL", ["generator: loss_averaged_per_replica"]
+    if case == "discriminator_metric_fed_scaled_loss":
+        return "FAIL", ["metric_fed_scaled_loss"]
+    if case == "guide_losses":  # Keras 3.8+ scales a Keras loss by the replicas: both trackers fed 1/R of it
+        return "FAIL", ["metric_fed_scaled_loss"]
+    return None
+
+
+@pytest.mark.specs(lambda spec: spec.kind == "mirrored" and spec.replicas == 2 and not spec.gpus,
+                   without_deep=trimmed(("mirrored:2",)))
+@pytest.mark.parametrize("case", _cases("fit_gan.py"))
+def test_the_fit_gan_trains_as_on_one_device_and_its_mistakes_are_named(spec, case, pool):
+    """examples/scripts/fit_gan.py -- --case CASE under two replicas: the right GAN (its optimizers built
+    in the scope, each example's loss scaled by the global batch, the trackers fed the examples' losses)
+    trains and logs what one device does; each mistake is FAIL naming the model it was made in (a metric
+    is no model's: the cause alone) and its cause, and nothing else; the guide's losses and trackers log
+    1/R of one device's loss (Keras 3.8+ scales a Keras loss under a strategy, and the trackers are fed
+    it); its optimizers left to build in fit's first batch are BLOCKED where
+    keras3-lazy-optimizer-slots-mirrored applies. Each optimizer is attributed to the model whose
+    variables it is handed (through Keras 3's ``optimizer.apply``), the GAN model around the two left out."""
+    c = checker(pool, GAN, ["--case", case])
+    _keras3(c)
+    if case == "guide_losses" and tuple(int(x) for x in c.versions["keras"].split(".")[:2]) < (3, 8):
+        pytest.skip(f"Keras {c.versions['keras']} does not scale a Keras loss by the replicas (3.8+ does)")
+    v = c.check(spec)
+    named = [f"{d.model}: {d.cause}" if d.model else d.cause for d in v.diagnoses]
+    check = Check(spec, case={"script": "fit_gan.py", "case": case, "keras": c.versions["keras"]})
+    want = gan_expected(case, spec, c.versions)
+    if want is None:
+        check.that(right(v) and not v.diagnoses, f"fit_gan.py --case {case}", (v.status, v.deviations, named),
+                   "PASS, or DEVIATION where a known deviation predicts every difference", differential.details(v))
+    elif want[0] == "BLOCKED":
+        check.equal((v.status, [i for i, _ in v.deviations], named), ("BLOCKED", [LAZY], []),
+                    f"fit_gan.py --case {case}", differential.details(v))
+    else:
+        check.equal((v.status, named), want, f"fit_gan.py --case {case}", differential.details(v))
+    if case == "right":
+        ref = c.reference(*scriptcheck._reference_key(spec))
+        check.equal((ref.facts["fit_own_train_step"], ref.facts["trains"], ref.facts["models"]),
+                    (["GAN"], {"gan.d_optimizer": "discriminator", "gan.g_optimizer": "generator"},
+                     ["discriminator", "generator"]),
+                    "the custom step's class, which model each optimizer trains, the models compared")
+        check.equal(sorted(ref.steps[0].named or {}), ["discriminator", "generator"], "the losses told apart per model")
+
+
+@pytest.mark.specs(lambda spec: spec.kind == "multi_worker" and not spec.gpus,
+                   without_deep=trimmed(("multi_worker:2x1",)))
+def test_the_fit_gan_on_several_workers_is_blocked_where_keras_raises(spec, pool):
+    """The right GAN's fit on a multi-worker cluster: its batches are dicts of tensors, which Keras
+    3.5+'s symbolic build cannot reduce there either (the message names the dict whole): BLOCKED naming
+    keras3-fit-multi-worker-raises, not FAIL; where the entry does not apply, right."""
+    c = checker(pool, GAN, ["--case", "right"])
+    _keras3(c)
+    v = c.check(spec)
+    check = Check(spec, case={"script": "fit_gan.py", "keras": c.versions["keras"]})
+    blocked_or_right(check, v, MULTI_WORKER, c.versions, "the GAN's fit on several workers")

@@ -210,3 +210,29 @@ def test_on_keras34_the_fit_guide_names_the_entry_it_meets(pool, text, status, e
     Check(f"{text}@tf217-keras34", case={"script": "fit_guide.py"}).equal(
         (v.status, [i for i, _ in v.deviations], [d.cause for d in v.diagnoses]), (status, [entry], []),
         "the verdict of the guide's fit", differential.details(v))
+
+
+FIT_GAN = ROOT / "examples" / "scripts" / "fit_gan.py"
+
+
+@needs("tf217-keras34")
+@pytest.mark.parametrize("case,status,named", [
+    ("right", "DEVIATION", [NOT_SUMMED]),
+    ("generator_loss_averaged_per_replica", "FAIL", ["generator: loss_averaged_per_replica"]),
+    ("discriminator_metric_fed_scaled_loss", "FAIL", ["metric_fed_scaled_loss"]),
+    ("guide_losses", "FAIL", ["discriminator: keras_loss_reduction", "generator: keras_loss_reduction"]),
+])
+def test_on_keras34_the_fit_gan_tells_keras_deviation_from_its_mistakes(pool, case, status, named):
+    """The GAN of Keras' guide to customizing fit (examples/scripts/fit_gan.py) under mirrored:2 with
+    the engines of TF 2.17 / Keras 3.4, where each replica applies its own gradients
+    (keras3-gradients-not-summed-before-3.5) and both models' copies part after the first batch: the
+    right GAN is DEVIATION naming that entry (its two Adams of one configuration give the stand-in
+    control its optimizer); each mistake keeps its own cause alone, the replicas' disagreement, which
+    the stand-in shows too, not named as the script's; the guide's own losses (a Keras loss, not scaled
+    by the replicas before Keras 3.8) are each model's loss reduced by Keras over the replica's batch."""
+    v, _ = _verdict(pool, "tf217-keras34", FIT_GAN, "mirrored:2", ["--case", case])
+    got = sorted({i for i, _ in v.deviations}) if status == "DEVIATION" else sorted(
+        f"{d.model}: {d.cause}" if d.model else d.cause for d in v.diagnoses)
+    Check("mirrored:2@tf217-keras34", case={"script": "fit_gan.py", "case": case}).equal(
+        (v.status, got, [] if status == "FAIL" else [d.cause for d in v.diagnoses]), (status, named, []),
+        f"fit_gan.py --case {case}", differential.details(v))

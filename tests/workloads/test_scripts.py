@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -431,3 +432,19 @@ def test_a_replica_count_the_script_cannot_run_is_not_checked_the_others_are(tmp
     check.equal((done.returncode, left), (0, []), "exit status and engines left", done.stdout[-1500:] + done.stderr[-600:])
     check.contains(done.stdout, ["mirrored:3: not checked: on one device (told 3 replicas), it raised before its first "
                                  "step: KeyError: 3", "PASS: every spec trains what one device trains"], "the report")
+
+
+def test_a_check_that_checks_no_spec_is_no_pass(tmp_path):
+    """Every spec given is one scripts are not checked under (here a GPU spec): the report lists each
+    with why, and says nothing was checked, exit 3, with "passed" false in its JSON; no PASS and no
+    exit 0, which would tell the user the script trains right where nothing ran."""
+    out = tmp_path / "out.json"
+    done, left = check_cli(tmp_path, str(ROOT / "examples" / "scripts" / "fit_guide.py"), "--strategies", "mirrored:gpus",
+                           "--json", str(out))
+    check = Check("python -m suite.check fit_guide.py --strategies mirrored:gpus")
+    check.equal((done.returncode, left), (3, []), "exit status and engines left", done.stdout[-1500:] + done.stderr[-600:])
+    check.contains(done.stdout, ["mirrored:gpus: not checked: scripts are not checked on GPU specs yet",
+                                 "NOT CHECKED: no spec given was checked"], "the report")
+    check.that("PASS" not in done.stdout, "the report", done.stdout[-800:], "no PASS anywhere")
+    report = json.loads(out.read_text())
+    check.equal((report["passed"], report["exit_code"], report["specs"]), (False, 3, []), "the JSON report")

@@ -14,6 +14,7 @@ import inspect
 import json
 import os
 import sys
+import threading
 
 import numpy as np
 import tensorflow as tf
@@ -80,6 +81,28 @@ class _Gradients:
         return [step[r] for r in sorted(step)] if step else None
 
 
+def _route_apply(optimizer) -> None:
+    """Keras 3's ``optimizer.apply(grads, variables)`` (what the Keras guide's custom train_step calls)
+    routed through ``apply_gradients`` as the probe wrapped it, which calls ``apply`` in turn (Keras 3's
+    apply_gradients does): the gradients of either call are handed over, and kept, once."""
+    real_apply = getattr(optimizer, "apply", None)
+    if real_apply is None or not hasattr(type(optimizer), "stateless_apply"):  # Keras 2 has apply_gradients alone
+        return
+    local = threading.local()
+
+    def apply(grads, trainable_variables=None):
+        if getattr(local, "inside", False):  # apply_gradients' own call
+            return real_apply(grads, trainable_variables)
+        variables = trainable_variables if trainable_variables is not None else optimizer._trainable_variables
+        local.inside = True
+        try:
+            optimizer.apply_gradients(zip(grads, variables))
+        finally:
+            local.inside = False
+
+    optimizer.apply = apply
+
+
 class _Found:
     """The Keras models, optimizers and metrics the script's frames hold, by the name they are held
     under (a global's or a local's; ``name[i]`` in a list, ``name.attr`` on an object of the script's)."""
@@ -134,9 +157,32 @@ class _Found:
             optimizer = getattr(model, "optimizer", None)
             if optimizer is not None and not self._seen(optimizer):
                 self.optimizers[f"{held}.optimizer"] = optimizer
+            # a custom train_step's own parts, held by the model (the Keras guide's GAN: model.d_optimizer,
+            # model.generator, model.loss_fn): its optimizers, the models it holds and its loss objects
+            for attr, obj in [(a, o) for a, o in vars(model).items() if not a.startswith("_")][:64]:
+                if self._seen(obj):
+                    continue
+                if isinstance(obj, keras.Model):
+                    self.models[f"{held}.{attr}"] = obj
+                elif hasattr(obj, "apply_gradients") and hasattr(obj, "variables") and not isinstance(obj, type):
+                    self.optimizers[f"{held}.{attr}"] = obj
+                elif isinstance(obj, keras.losses.Loss):
+                    self.losses[f"{held}.{attr}"] = obj
             for metric in getattr(model, "metrics", []):
                 if isinstance(metric, keras.metrics.Metric) and not self._seen(metric):
                     self.metrics[f"{held}.metrics[{metric.name}]"] = metric
+        self._containers_out()
+
+    def _containers_out(self) -> None:
+        """A model that holds other models the script holds, and no trainable variable of its own (a
+        GAN's model around its discriminator and generator), is left out: its variables are theirs, each
+        named after the model it is held in, and an optimizer trains one of them."""
+        for name, model in list(self.models.items()):
+            inner = [m for m in self.models.values() if m is not model and any(m is layer for layer in _layers(model))]
+            own = {id(compat.tf_variable(v)) for v in _variables_of(model, trainable=True)}
+            held = {id(compat.tf_variable(v)) for m in inner for v in _variables_of(m, trainable=True)}
+            if inner and own and own <= held:
+                del self.models[name]
 
     def variables(self, group: dict) -> list:
         return [(name, v) for name, o in group.items()
@@ -239,13 +285,15 @@ def _trains(found: _Found, handed: dict) -> dict:
     return out
 
 
-def _parts(watcher: Watcher, found: _Found):
-    """The recorded variables split into (model, optimizer) index lists, metrics
-    left out: a variable no model, optimizer or metric of the script holds counts as the model's."""
+def _parts(watcher: Watcher, found: _Found, idle: dict | None = None):
+    """The recorded variables split into (model, optimizer) index lists, metrics and the ``idle``
+    optimizers' variables left out: a variable no model, optimizer or metric of the script holds counts
+    as the model's."""
     optimizer, metric = _ids(found.variables(found.optimizers)), _ids(found.variables(found.metrics))
+    left_out = metric | _ids(found.variables(idle or {}))
     model, opt = [], []
     for i, v in enumerate(watcher.variables):
-        if id(v) in metric:
+        if id(v) in left_out:
             continue
         (opt if id(v) in optimizer else model).append(i)
     return model, opt
@@ -346,15 +394,15 @@ def run(ctx, target, folder, path=None, entry=None, args=(), steps=3, seed=0, re
         # each optimizer's apply_gradients wrapped as the workload probe wraps it (the engine's mutants act there)
         trainable = [v for m in found.models.values() for v in _variables_of(m, trainable=True)]
         for o in found.optimizers.values():
+            _route_apply(o)
             _Capture(o, trainable, record=False)
         for name, o in found.optimizers.items():  # each replica's gradients as evidence
             seen.handed[name] = _Gradients(o, trainable, w)
         seen.trainable = trainable
-        model, opt = _parts(w, found)
-        facts["optimizer_variables_before_step"] = len(opt)
-        optimizers = [getattr(o, "inner_optimizer", o) for o in found.optimizers.values()]
-        facts["optimizer_built"] = (False if any(getattr(o, "built", None) is False for o in optimizers)
-                                    else getattr(optimizers[0], "built", None) if optimizers else None)
+        model, _ = _parts(w, found)
+        # per optimizer, whether it was built and how many variables it had (the facts: of those the script applies)
+        seen.built = {name: (getattr(getattr(o, "inner_optimizer", o), "built", None), len(_optimizer_state(o)))
+                      for name, o in found.optimizers.items()}
         if init is not None:
             names = _keras_names(found)
             mine = [(_name(w.variables[i], names), tuple(w.variables[i].shape), _trainable(w.variables[i]))
@@ -421,6 +469,7 @@ class _Seen:
         self.handed: dict = {}  # optimizer name -> its _Gradients
         self.tape: _Targets | None = None
         self.trainable: list = []  # every model's trainable variables, the order of the gradients kept
+        self.built: dict = {}  # optimizer name -> (whether it was built, its variables) at the first boundary
 
     def regularization(self, k: int):
         penalties = list(self.penalties[k].values()) if k < len(self.penalties) else [None]
@@ -453,9 +502,11 @@ def _step_gradients(seen: _Seen, k: int, groups: list):
     return [[g[r][i] for (_, _, indices), g in zip(groups, per) for i in indices] for r in range(len(per[0]))]
 
 
-def _named(found: _Found, seen: _Seen, k: int, reduced: list, groups: list) -> dict | None:
+def _named(found: _Found, seen: _Seen, k: int, reduced: list, groups: list, fit: bool = False) -> dict | None:
     """Step ``k``'s loss per model, where the script reduced, for every model an optimizer trains, a
-    value whose replicas equal what it took that model's gradients of (``_Targets``)."""
+    value whose replicas equal what it took that model's gradients of (``_Targets``). A custom
+    train_step run by ``fit`` (``fit``) reduces no loss of its own (fit reduces what it returns): each
+    replica's loss for a model is what it took that model's gradients of (summed over its calls)."""
     if not groups or k >= len(seen.targets):
         return None
     out = {}
@@ -466,11 +517,17 @@ def _named(found: _Found, seen: _Seen, k: int, reduced: list, groups: list) -> d
             if sources & ids:
                 per_replica.setdefault(replica, []).append(value)
         calls = list(zip(*(per_replica[r] for r in sorted(per_replica)))) if per_replica else []
+        penalty = seen.penalties[k - 1].get(model) if k - 1 < len(seen.penalties) else None
+        if fit:
+            if not calls:
+                return None
+            replicas = [float(sum(call[j] for call in calls)) for j in range(len(calls[0]))]
+            out[model] = {"loss": float(sum(replicas)), "replicas": replicas, "regularization": penalty}
+            continue
         match = next(((reported, parts) for _, reported, parts in reversed(reduced)
                       if any(_sums(parts) == list(call) for call in calls)), None)
         if match is None:
             return None
-        penalty = seen.penalties[k - 1].get(model) if k - 1 < len(seen.penalties) else None
         out[model] = {"loss": float(np.sum(np.asarray(match[0], np.float64))), "replicas": _sums(match[1]),
                       "regularization": penalty}
     return out
@@ -480,12 +537,46 @@ def _sums(parts) -> list:
     return [float(np.sum(np.asarray(p, np.float64))) for p in parts]
 
 
+def _idle(watcher: Watcher, found: _Found, seen: _Seen) -> dict:
+    """The optimizers a custom train_step never applies, taken out of ``found.optimizers`` (the one
+    ``compile()`` makes by default, RMSprop, beside a GAN's own two): Keras builds it before fit's first
+    batch under a strategy and in the trace without one, so its slots exist on one side only, and they
+    never move."""
+    if not (watcher.mode == "fit" and any(getattr(type(m), "train_step", None) is not compat.keras.Model.train_step
+                                           for m in watcher.fit_models)):
+        return {}
+    idle = {name: o for name, o in found.optimizers.items()
+            if name in seen.handed and not seen.handed[name].seen and len(seen.handed) > 1}
+    if len(idle) == len(found.optimizers):
+        return {}
+    for name in idle:
+        del found.optimizers[name]
+        del seen.handed[name]
+    return idle
+
+
+def _stand_in(found: _Found, shape) -> dict | None:
+    """The stand-in control's description of the script's optimizers, where they have one (None:
+    none, or several that differ in class or configuration)."""
+    described = [stand_ins.described(o, shape) for o in found.optimizers.values()]
+    if not described or described[0] is None:
+        return None
+    unnamed = [None if d is None else {**d, "config": {k: v for k, v in d["config"].items() if k != "name"}}
+               for d in described]
+    return described[0] if all(d == unnamed[0] for d in unnamed) else None
+
+
 def _report(ctx, watcher, found, seen, facts, raised) -> WorkloadRun:
     strategy = ctx.strategy
+    idle = _idle(watcher, found, seen)
+    built = [b for name, (b, _) in seen.built.items() if name not in idle]
+    facts["optimizer_built"] = False if False in built else built[0] if built else None
+    if seen.built:
+        facts["optimizer_variables_before_step"] = sum(n for name, (_, n) in seen.built.items() if name not in idle)
     trains = _trains(found, seen.handed)
     groups = _groups(found, seen, trains)
     names = _keras_names(found, trains)
-    model, opt = _parts(watcher, found)
+    model, opt = _parts(watcher, found, idle)
     variables = watcher.variables
     boundaries = watcher.boundaries
     first = boundaries[0].values if boundaries else {}
@@ -501,7 +592,7 @@ def _report(ctx, watcher, found, seen, facts, raised) -> WorkloadRun:
     steps = []
     for k, b in enumerate(boundaries[1:], 1):
         op, reported, parts = b.reduced[-1] if b.reduced else ("SUM", np.zeros(()), [])
-        named = _named(found, seen, k, b.reduced, groups)
+        named = _named(found, seen, k, b.reduced, groups, fit=watcher.mode == "fit")
         loss, replica_losses = float(np.sum(np.asarray(reported, np.float64))), _sums(parts)
         if named:  # a loss per model: the step's loss is their sum (as a workload's step returning a dict)
             loss = sum(v["loss"] for v in named.values())
@@ -546,9 +637,9 @@ def _report(ctx, watcher, found, seen, facts, raised) -> WorkloadRun:
         "fit_first_split": _split(watcher.fit_rows, strategy.num_replicas_in_sync) if watcher.fit_rows else None,
         # a parameter-server script's: per step, the worker its closure ran on; unseeded shuffles given a seed
         "closure_workers": watcher.closure_workers, "seeded_shuffles": watcher.seeded_shuffles,
-        # the stand-in control's description: the script's (first) optimizer and its features' shape
-        "stand_in": (stand_ins.described(next(iter(found.optimizers.values())), watcher.feature_shape or [8])
-                     if len(found.optimizers) == 1 else None),
+        # the stand-in control's description: the script's optimizer (its optimizers', where they are of one class
+        # and one configuration but their names: a GAN's two Adams) and its features' shape
+        "stand_in": _stand_in(found, watcher.feature_shape or [8]),
         # batches the script passed to strategy.run undistributed (every replica gets all of it), by where
         "undistributed_inputs": watcher.undistributed,
         # per step, the per-replica values the script read with experimental_local_results (each summed)

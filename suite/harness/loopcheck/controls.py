@@ -166,6 +166,12 @@ def by_stand_in(v: Verdict, stand_ref, stand_runs: list, global_batch: int, rtol
         v.notes.append(f"{name} diverges here too, as known deviation {', '.join(entries)} predicts ({shown}), but "
                        + (f"not with this run's cause ({own[0].title})" if own else
                           f"from step {found[0].step}, the run from step {v.first_step}"))
+        if own and v.first_step == found[0].step and len(own) < len(v.diagnoses):
+            # the causes the stand-in shows too are Keras': the run's own cause stands alone
+            shared = sorted({d.title for d in v.diagnoses if d.cause in theirs})
+            v.notes.append(f"what the stand-in shows too ({', '.join(shared)}) is TensorFlow's/Keras' there, as known "
+                           f"deviation {', '.join(entries)} predicts, not named as the run's")
+            v.diagnoses = own
         return v
     evidence = (f"{name} diverges here the same way from the same step ({shown}), as known deviation "
                 f"{', '.join(entries)} predicts, and the run shows no cause of its own"

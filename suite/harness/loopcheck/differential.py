@@ -557,6 +557,10 @@ def _per_model(ref, dist, mismatches: list, global_batch: int) -> list[Diagnosis
     named with the model (``generator: loss averaged per replica``)."""
     out, offset = [], 0
     outside = dist.facts.get("outside_scope") or []
+    if mismatches and all(m.quantity.startswith("metric ") for m in mismatches):
+        # only metrics differ, and no metric is any one model's: judged as one model's metrics are
+        return diagnose(ref, dataclasses.replace(dist, facts={**dist.facts, "gradient_groups": None, "models": None}),
+                        mismatches, global_batch)
     for name, count in dist.facts["gradient_groups"]:
         mine = [m for m in mismatches if m.quantity.startswith((f"{name}/", f"optimizer {name}/", f"loss {name}"))]
         if mine:
@@ -568,6 +572,16 @@ def _per_model(ref, dist, mismatches: list, global_batch: int) -> list[Diagnosis
             shown = ", ".join(theirs[:4]) + (" ..." if len(theirs) > 4 else "")
             out.append(Diagnosis("created_outside_scope", [f"not created in the strategy's scope: {shown}"], model=name))
         offset += count
+    # a metric of no model at one over the replica count, exactly, while every model's loss agrees: what a Mean
+    # fed each replica's scaled loss shows, whatever else differs (the variables, where Keras < 3.5 applies each
+    # replica's own gradients); a metric that differs otherwise is no cause's evidence
+    n, metrics = dist.replicas, [m for m in mismatches if m.quantity.startswith("metric ")]
+    if n > 1 and metrics and not any(m.quantity.startswith("loss") for m in mismatches):
+        exact = next((m for m in metrics if m.ratio is not None and abs(m.ratio * n - 1) <= 1e-4), None)
+        if exact is not None:
+            out.append(Diagnosis("metric_fed_scaled_loss", [f"{exact.quantity} after step {exact.step} is "
+                                                            f"{exact.ratio:.7g} of one device's (1/{n} for {n} replicas) "
+                                                            "while every model's loss agrees"]))
     return out
 
 

@@ -69,7 +69,9 @@ def is_entry(pool: EnginePool, target: str, cwd: str | None = None) -> bool:
 
 def not_checked(spec) -> str | None:
     """Why scripts are not checked under ``spec`` (None: they are)."""
-    if spec.kind in SCRIPT_KINDS and not spec.gpus:
+    if spec.gpus:
+        return "scripts are not checked on GPU specs yet (their replicas are the CPU's virtual devices)"
+    if spec.kind in SCRIPT_KINDS:
         return None
     return f"scripts are not checked under {spec.kind} specs yet (only under {', '.join(SCRIPT_KINDS)})"
 
@@ -328,8 +330,9 @@ class ScriptChecker:
                            "outside it, as TensorFlow does, which is not one device's training where the script combines "
                            "the two (a per-replica batch times the count): no cause is named; check those lines")
             v.diagnoses = []
-        if self.fits and v.status == "FAIL" and runs[0].raised is not None and not v.deviations:
-            # fit raised here, in Keras' code, and no entry explains it yet: what was seen, no verdict on the script
+        if (self.fits and not ref.facts.get("fit_own_train_step") and v.status == "FAIL" and runs[0].raised is not None
+                and not v.deviations):
+            # fit raised here, in Keras' own step, and no entry explains it yet: what was seen, no verdict on the script
             self.not_here[spec.text] = (f"Model.fit raised here and not on one device ({v.error}); no known deviation "
                                         "explains it yet, and nothing was compared")
             raise NotCheckedHere(self.not_here[spec.text])

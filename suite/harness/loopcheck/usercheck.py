@@ -58,12 +58,14 @@ class Report:
 
     @property
     def passed(self) -> bool:
-        """Every spec trains what one device trains."""
-        return all(v.status == "PASS" for v in self.verdicts)
+        """Every spec trains what one device trains (and some spec was checked)."""
+        return bool(self.verdicts) and all(v.status == "PASS" for v in self.verdicts)
 
     def exit_code(self, accept_known: bool = False) -> int:
-        """The command's exit status (EXIT)."""
+        """The command's exit status (EXIT); no spec checked at all is 3, as an ERROR is: nothing passed."""
         statuses = {v.status for v in self.verdicts}
+        if not statuses:
+            return EXIT["ERROR"]
         if "FAIL" in statuses:
             return EXIT["FAIL"]
         if "ERROR" in statuses:
@@ -96,6 +98,9 @@ class Report:
     def summary(self) -> str:
         """One line: the worst status and what to do about it."""
         count = {s: [v.spec for v in self.verdicts if v.status == s] for s in differential.STATUSES}
+        if not self.verdicts:
+            return (f"NOT CHECKED: no spec given was checked (why: above, under each); exit {EXIT['ERROR']}: "
+                    "nothing is known to train what one device trains")
         if count["FAIL"]:
             return (f"FAIL: the loop is wrong under {len(count['FAIL'])} of {len(self.verdicts)} specs "
                     f"({', '.join(count['FAIL'])}): see each spec's diagnosis")
