@@ -285,9 +285,25 @@ def _fit_steps(watcher):
             if watcher.fit_step_rows:  # each local replica's examples of the batch (_fit_step)
                 watcher._rows = [watcher.fit_step_rows[r] for r in sorted(watcher.fit_step_rows)]
                 watcher.fit_step_rows = {}
-            watcher.boundary()
+            try:
+                watcher.boundary()
+            except Stop:  # the last step compared: fit ends as on stop_training, and an evaluate may follow
+                self.model.stop_training = True
+                watcher.fit_done = True
 
     return _FitSteps()
+
+
+def _evaluated(watcher):
+    """A Keras callback that keeps the results of the evaluate it is given to (its ``on_test_end`` logs)."""
+
+    class _Evaluated(compat.keras.callbacks.Callback):
+        def on_test_end(self, logs=None):
+            for key, value in (logs or {}).items():
+                with contextlib.suppress(Exception):  # a result of no single number: not kept
+                    watcher.evaluated[key] = float(np.asarray(value, np.float64).reshape(()))
+
+    return _Evaluated()
 
 
 def _numpy(value):
@@ -382,6 +398,8 @@ class Watcher:
         self.fit_models: list = []  # the models fit trains (their compiled optimizer and metrics are the run's)
         self.fit_rows: int | None = None  # the rows of the first batch the script's first fit trains on
         self.fit_step_rows: dict = {}  # replica id -> its examples in fit's last step (_fit_step)
+        self.fit_done = False  # fit ended at the last step compared (its own validation may follow, then the script)
+        self.evaluated: dict = {}  # the results of the script's evaluate after that fit (_evaluate)
         self.tf_config_built = _ABSENT  # TF_CONFIG as the script built its first strategy (it may set it itself)
         # variables made after the first boundary: their values at creation (by id), [name, shape, value] of each in
         # creation order (the reference's are a spec's run's ``late_init``, taken by name and shape: _late)
@@ -516,6 +534,7 @@ class Watcher:
         self._patch(tf.data.Dataset, "shard", self._shard(tf.data.Dataset.shard))
         for model_class in {compat.keras.Model, tf.keras.Model}:
             self._patch(model_class, "fit", self._fit(model_class.fit))
+            self._patch(model_class, "evaluate", self._evaluate(model_class.evaluate))
         function = type(tf.function(lambda: 0))
         self._patch(function, "__call__", self._function_call(function.__call__))
         try:
@@ -540,6 +559,8 @@ class Watcher:
         def fit(model, *args, **kwargs):
             if not watcher._called_by_user(sys._getframe(1)) or watcher.mode not in (None, "fit"):
                 return real_fit(model, *args, **kwargs)
+            if watcher.fit_done:  # a second fit after the steps compared: the run ends here
+                raise Stop
             watcher.mode = "fit"
             if model not in watcher.fit_models:  # known before its first batch, where fit may raise
                 watcher.fit_models.append(model)
@@ -555,6 +576,30 @@ class Watcher:
                 kwargs["callbacks"] = [*(kwargs.get("callbacks") or []), _fit_steps(watcher)]
             return real_fit(model, *args, **kwargs)
         return fit
+
+    def _evaluate(self, real_evaluate):
+        """``Model.evaluate`` for the run: the script's first call after its fit ended at the last step
+        compared runs on at most as many batches as steps are compared, its results (the logs of its
+        ``on_test_end``) are kept (``evaluated``), and the run ends there. Any other call (before fit,
+        fit's own validation) runs as it is."""
+        watcher = self
+
+        def evaluate(model, *args, **kwargs):
+            if not watcher._called_by_user(sys._getframe(1)) or not watcher.fit_done:
+                return real_evaluate(model, *args, **kwargs)
+            args = list(args)
+            if len(args) > 5:  # evaluate(x, y, batch_size, verbose, sample_weight, steps, callbacks, ...)
+                args[5] = min(args[5] or watcher.steps, watcher.steps)
+            else:
+                kwargs["steps"] = min(kwargs.get("steps") or watcher.steps, watcher.steps)
+            kept = _evaluated(watcher)
+            if len(args) > 6:
+                args[6] = [*(args[6] or []), kept]
+            else:
+                kwargs["callbacks"] = [*(kwargs.get("callbacks") or []), kept]
+            real_evaluate(model, *args, **kwargs)
+            raise Stop
+        return evaluate
 
     def _fit_step(self, real_step):
         """A model's ``train_step`` while fit trains it: each replica's examples of the step it runs, kept

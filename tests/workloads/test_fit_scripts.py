@@ -7,6 +7,8 @@ each mistake named with its model."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from suite.harness.loopcheck import differential, scriptcheck
@@ -64,6 +66,25 @@ def test_the_fit_guide_trains_as_on_one_device(spec, pool):
                 "how the steps were told apart, the optimizer and the metrics (the loss tracker's and the accuracy's) "
                 "fit's model holds", metrics)
     check.contains(" ".join(scriptcheck._script_notes(c)), ["steps by the batches Model.fit trains"], "the report's note")
+    check.equal(sorted(k for k in ref.steps[-1].metrics if k.startswith("evaluate ")),
+                ["evaluate loss", "evaluate sparse_categorical_accuracy"],
+                "the results of the guide's model.evaluate after fit, kept at the last step", ref.steps[-1].metrics)
+
+
+def test_evaluates_results_are_compared(pool):
+    """The guide's ``model.evaluate(test_dataset)`` after its fit runs (on as many batches as steps are
+    compared) and its results are compared as the last step's metrics: a run whose evaluate loss alone
+    is half of one device's, every weight agreeing, is FAIL there, naming it."""
+    c = checker(pool, GUIDE)
+    ref = c.reference(1)
+    check = Check("the guide's reference")
+    last = ref.steps[-1]
+    halved = dataclasses.replace(last, metrics={**last.metrics, "evaluate loss": last.metrics["evaluate loss"] / 2})
+    v = differential.verdict("default", ref, [dataclasses.replace(ref, steps=[*ref.steps[:-1], halved])],
+                             ref.facts["first_batch_rows"])
+    check.equal((v.status, v.first_step), ("FAIL", len(ref.steps)), "a run whose evaluate loss is halved",
+                differential.details(v))
+    check.contains(differential.details(v), ["metric evaluate loss"], "what differs")
 
 
 @pytest.mark.specs(lambda spec: spec.kind == "mirrored" and spec.replicas == 1)

@@ -601,6 +601,8 @@ def _report(ctx, watcher, found, seen, facts, raised) -> WorkloadRun:
             loss, replica_losses, b.rows or [], [values(b, i) for i in model], [values(b, i) for i in opt],
             _step_gradients(seen, k, groups), seen.metrics[k] if k < len(seen.metrics) else {},
             seen.regularization(k - 1), None, named))
+    if watcher.evaluated and steps:  # the script's evaluate after its fit: its results, compared as metrics
+        steps[-1].metrics.update({f"evaluate {k}": v for k, v in watcher.evaluated.items()})
     reduced = [r for b in boundaries for r in b.reduced]
     optimizers = [getattr(o, "inner_optimizer", o) for o in found.optimizers.values()]
     layers = [layer for m in found.models.values() for layer in _layers(m)]
