@@ -297,7 +297,29 @@ def _fit_steps(watcher):
 def _evaluated(watcher):
     """A Keras callback that keeps the results of the evaluate it is given to (its ``on_test_end`` logs)."""
 
+    def states(model) -> dict:
+        out = {}
+        for metric in getattr(model, "metrics", []):
+            for m in metric.metrics if type(metric).__name__ == "CompileMetrics" else [metric]:  # (Keras 3's container)
+                named = {getattr(v, "path", v.name).rsplit("/", 1)[-1].split(":")[0]: v for v in m.variables}
+                if sorted(named) == ["count", "total"]:
+                    with contextlib.suppress(Exception):  # a state not readable here: none kept
+                        out[m.name] = [float(np.sum(np.asarray(tf.convert_to_tensor(named[k]), np.float64)))
+                                       for k in ("total", "count")]
+        return out
+
     class _Evaluated(compat.keras.callbacks.Callback):
+        """Its results; and each Mean-like metric's (total, count), zero at its start, after each batch
+        (``evaluate_states``), whose changes are the increments a deviation's model of the state reads."""
+
+        def on_test_begin(self, logs=None):  # (evaluate resets the metrics after this call: each starts at zero)
+            for name in states(self.model):
+                watcher.evaluate_states[name] = [[0.0, 0.0]]
+
+        def on_test_batch_end(self, batch, logs=None):
+            for name, state in states(self.model).items():
+                watcher.evaluate_states.setdefault(name, []).append(state)
+
         def on_test_end(self, logs=None):
             for key, value in (logs or {}).items():
                 with contextlib.suppress(Exception):  # a result of no single number: not kept
@@ -400,6 +422,7 @@ class Watcher:
         self.fit_step_rows: dict = {}  # replica id -> its examples in fit's last step (_fit_step)
         self.fit_done = False  # fit ended at the last step compared (its own validation may follow, then the script)
         self.evaluated: dict = {}  # the results of the script's evaluate after that fit (_evaluate)
+        self.evaluate_states: dict = {}  # metric name -> its (total, count) at that evaluate's start and each batch
         self.tf_config_built = _ABSENT  # TF_CONFIG as the script built its first strategy (it may set it itself)
         # variables made after the first boundary: their values at creation (by id), [name, shape, value] of each in
         # creation order (the reference's are a spec's run's ``late_init``, taken by name and shape: _late)

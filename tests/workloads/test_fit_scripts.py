@@ -46,13 +46,15 @@ def blocked_or_right(check, v, entry_id: str, versions: dict, what: str) -> None
                    "PASS, or DEVIATION where a known deviation predicts every difference", differential.details(v))
 
 
-@pytest.mark.specs(lambda spec: spec.kind in ("default", "one_device", "mirrored") and not spec.gpus
-                   and BATCH % spec.replicas == 0, without_deep=trimmed(("default", "mirrored:2")))
+@pytest.mark.specs(lambda spec: spec.kind in ("default", "one_device", "mirrored", "central_storage") and not spec.gpus
+                   and BATCH % spec.replicas == 0, without_deep=trimmed(("default", "mirrored:2", "central_storage:2")))
 def test_the_fit_guide_trains_as_on_one_device(spec, pool):
-    """The guide's model.fit under MirroredStrategy (and the one-device strategies) where the replicas
-    divide its global batch: every variable, the optimizer's slots and fit's logged loss and accuracy
-    after each of 3 batches equal one device's on the same global batch; the report says it stepped by
-    fit's batches."""
+    """The guide's model.fit under MirroredStrategy, CentralStorageStrategy and the one-device
+    strategies where the replicas divide its global batch: every variable, the optimizer's slots and
+    fit's logged loss and accuracy after each of 3 batches, and its evaluate's results, equal one
+    device's on the same global batch, or differ only as a known deviation predicts from the
+    reference's own metric states (Keras 3.7+ under CentralStorage: every replica assigns the metric's
+    state, keras3-central-storage-metric-accumulation); the report says it stepped by fit's batches."""
     c = checker(pool, GUIDE)
     v = c.check(spec)
     check = Check(spec, case={"script": "fit_guide.py"})
@@ -60,11 +62,11 @@ def test_the_fit_guide_trains_as_on_one_device(spec, pool):
                "PASS, or DEVIATION where a known deviation predicts every difference", differential.details(v))
     check.equal(v.steps, 3, "steps compared")
     ref = c.reference(*scriptcheck._reference_key(spec))
-    metrics = sorted(ref.facts["metric_states"])  # Keras 3 holds the compiled metrics in one, Keras 2 each apart
+    metrics = sorted(ref.facts["metric_states"])  # (Keras 3's container of the compiled metrics: each of them)
     check.equal((ref.facts["step_mode"], ref.facts["optimizers"], len(metrics), "model.metrics[loss]" in metrics),
                 ("fit", ["model.optimizer"], 2, True),
                 "how the steps were told apart, the optimizer and the metrics (the loss tracker's and the accuracy's) "
-                "fit's model holds", metrics)
+                "fit's model holds", str(metrics))
     check.contains(" ".join(scriptcheck._script_notes(c)), ["steps by the batches Model.fit trains"], "the report's note")
     check.equal(sorted(k for k in ref.steps[-1].metrics if k.startswith("evaluate ")),
                 ["evaluate loss", "evaluate sparse_categorical_accuracy"],
@@ -174,8 +176,8 @@ def gan_expected(case: str, spec, versions: dict) -> tuple | None:
     return None
 
 
-@pytest.mark.specs(lambda spec: spec.kind == "mirrored" and spec.replicas == 2 and not spec.gpus,
-                   without_deep=trimmed(("mirrored:2",)))
+@pytest.mark.specs(lambda spec: spec.kind in ("mirrored", "central_storage") and spec.replicas == 2 and not spec.gpus,
+                   without_deep=trimmed(("mirrored:2", "central_storage:2")))
 @pytest.mark.parametrize("case", _cases("fit_gan.py"))
 def test_the_fit_gan_trains_as_on_one_device_and_its_mistakes_are_named(spec, case, pool):
     """examples/scripts/fit_gan.py -- --case CASE under two replicas: the right GAN (its optimizers built

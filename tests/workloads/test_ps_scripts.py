@@ -110,7 +110,7 @@ def test_each_closure_draws_from_the_iterator_of_the_worker_that_ran_it(ps_spec,
     run = c._run(spec, init=ref.initial, init_names=ref.names, init_trainable=ref.trainable)[0]
     order = run.facts["closure_workers"]
     check.equal(sorted(set(order)) <= list(range(spec.workers)) and len(order) == STEPS, True,
-                "every step's closure ran on a worker of the spec", order)
+                "every step's closure ran on a worker of the spec", str(order))
     check.equal([s.loss for s in run.steps], drawn(order), f"the elements the cluster's closures drew (order {order})")
     for given in (order, [0] * STEPS, [k % spec.workers for k in range(STEPS)]):
         replayed = c.replay(key, ref, given)

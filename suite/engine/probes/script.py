@@ -169,8 +169,13 @@ class _Found:
                 elif isinstance(obj, keras.losses.Loss):
                     self.losses[f"{held}.{attr}"] = obj
             for metric in getattr(model, "metrics", []):
-                if isinstance(metric, keras.metrics.Metric) and not self._seen(metric):
-                    self.metrics[f"{held}.metrics[{metric.name}]"] = metric
+                # Keras 3 holds the compiled metrics in one container (CompileMetrics, result a dict): each of them,
+                # once it is built (none before)
+                inner = ([m for m in metric.metrics if isinstance(m, keras.metrics.Metric)]
+                         if type(metric).__name__ == "CompileMetrics" else [metric])
+                for m in inner:
+                    if isinstance(m, keras.metrics.Metric) and not self._seen(m):
+                        self.metrics[f"{held}.metrics[{m.name}]"] = m
         self._containers_out()
 
     def _containers_out(self) -> None:
@@ -314,6 +319,19 @@ def _trainable(v) -> bool:
     return all(p.trainable for p in _shards(v)) if _shards(v) else bool(v.trainable)
 
 
+def _mean_states(found: _Found) -> dict:
+    """(total, count) of each metric whose state is those two variables (a Mean, a MeanMetricWrapper):
+    the values, summed over replicas, that the check takes each step's increments from."""
+    out = {}
+    for name, m in found.metrics.items():
+        named = {getattr(v, "path", v.name).rsplit("/", 1)[-1].split(":")[0]: v for v in m.variables}
+        if sorted(named) == ["count", "total"]:
+            with contextlib.suppress(Exception):  # a state not readable here: none kept
+                out[name] = [float(np.sum(np.asarray(tf.convert_to_tensor(named[k]), np.float64)))
+                             for k in ("total", "count")]
+    return out
+
+
 def _metric_results(found: _Found) -> dict:
     out = {}
     for name, m in found.metrics.items():
@@ -378,6 +396,7 @@ def run(ctx, target, folder, path=None, entry=None, args=(), steps=3, seed=0, re
         found.update(w.user_frames())
         found.fitted(w.fit_models)
         seen.metrics.append({**_metric_results(found), **{f"fit {k}": v for k, v in w.fit_logs.items()}})
+        seen.states.append(_mean_states(found))
         seen.gradients.append({name: g.take() for name, g in seen.handed.items()})
         seen.targets.append(seen.tape.take() if seen.tape else [])
         seen.penalties.append({k: _regularization(m) for k, m in found.models.items()})
@@ -470,6 +489,7 @@ class _Seen:
         self.tape: _Targets | None = None
         self.trainable: list = []  # every model's trainable variables, the order of the gradients kept
         self.built: dict = {}  # optimizer name -> (whether it was built, its variables) at the first boundary
+        self.states: list = []  # per boundary, each Mean-like metric's (total, count) (_mean_states)
 
     def regularization(self, k: int):
         penalties = list(self.penalties[k].values()) if k < len(self.penalties) else [None]
@@ -601,8 +621,14 @@ def _report(ctx, watcher, found, seen, facts, raised) -> WorkloadRun:
             loss, replica_losses, b.rows or [], [values(b, i) for i in model], [values(b, i) for i in opt],
             _step_gradients(seen, k, groups), seen.metrics[k] if k < len(seen.metrics) else {},
             seen.regularization(k - 1), None, named))
+    # each Mean-like metric's (total, count) at every boundary, from the first: what the check takes each step's
+    # increments from (a metric known at every boundary only)
+    kept = set.intersection(*(set(st) for st in seen.states)) if seen.states else set()
+    facts["metric_state_values"] = {name: [st[name] for st in seen.states] for name in sorted(kept)}
     if watcher.evaluated and steps:  # the script's evaluate after its fit: its results, compared as metrics
         steps[-1].metrics.update({f"evaluate {k}": v for k, v in watcher.evaluated.items()})
+        facts["metric_state_values"].update({f"evaluate {k}": v for k, v in watcher.evaluate_states.items()
+                                             if k in watcher.evaluated})
     reduced = [r for b in boundaries for r in b.reduced]
     optimizers = [getattr(o, "inner_optimizer", o) for o in found.optimizers.values()]
     layers = [layer for m in found.models.values() for layer in _layers(m)]

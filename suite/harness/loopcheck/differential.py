@@ -261,19 +261,24 @@ def stitch(runs: list):
     if len(runs) == 1:
         return first
     count = min(len(r.steps) for r in runs)
+    # a custom train_step under fit: each worker's loss per model is its own replicas' (what they took gradients
+    # of; fit reduces no loss the script gives), so the cluster's is their sum; a loss the script reduced is global
+    local = first.facts.get("step_mode") == "fit"
     steps = []
     for k in range(count):
         parts = [r.steps[k] for r in runs]
         grads = None if any(p.gradients is None for p in parts) else [g for p in parts for g in p.gradients]
+        named = None if any(p.named is None for p in parts) else {
+            name: {**value, "replicas": [v for p in parts for v in p.named[name]["replicas"]],
+                   **({"loss": sum(p.named[name]["loss"] for p in parts)} if local else {})}
+            for name, value in parts[0].named.items()}
         steps.append(dataclasses.replace(
-            parts[0], replica_losses=[v for p in parts for v in p.replica_losses], rows=[v for p in parts for v in p.rows],
+            parts[0], loss=sum(v["loss"] for v in named.values()) if local and named else parts[0].loss,
+            replica_losses=[v for p in parts for v in p.replica_losses], rows=[v for p in parts for v in p.rows],
             weights=None if any(p.weights is None for p in parts) else [v for p in parts for v in p.weights],
             variables=[[c for p in parts for c in p.variables[i]] for i in range(len(parts[0].variables))],
             optimizer=[[c for p in parts for c in p.optimizer[i]] for i in range(len(parts[0].optimizer))],
-            gradients=grads,
-            named=None if any(p.named is None for p in parts) else {
-                name: {**value, "replicas": [v for p in parts for v in p.named[name]["replicas"]]}
-                for name, value in parts[0].named.items()}))
+            gradients=grads, named=named))
     raised = next((r.raised for r in runs if r.raised is not None), None)
     masks = None if first.masks is None else [m for r in runs for m in (r.masks or [])]
     return dataclasses.replace(first, steps=steps, raised=raised, masks=masks, facts={**first.facts, "workers": len(runs)},
@@ -375,8 +380,10 @@ def compare(ref, dist, rtol: float = RTOL, atol: float = ATOL, metrics: bool = T
                 got = d.named.get(name, {}).get("loss", math.nan)
                 take(_scalar(k, f"loss {name}", got, value["loss"], rtol, atol), (got, value["loss"]), _same(rtol, atol))
         else:
+            tracker = _mean_of(ref, "loss")  # fit's logged loss: its loss tracker's result
             take(_scalar(k, "loss", d.loss, r.loss, rtol, atol), (d.loss, r.loss), _same(rtol, atol),
-                 alternative(c.loss if c else None))
+                 {**facts, "kind": "mean", "increments": increments[tracker][:k]} if tracker in increments
+                 else alternative(c.loss if c else None))
         for i, (name, init, rv, dv) in enumerate(zip(ref.names, ref.initial, r.variables, d.variables)):
             for rep, copy in enumerate(dv):
                 want = rv[rep] if len(rv) == len(dv) else rv[0]  # replica by replica where ``ref`` ran on as many
@@ -391,8 +398,9 @@ def compare(ref, dist, rtol: float = RTOL, atol: float = ATOL, metrics: bool = T
                      _same_array(base, rtol, atol),
                      alternative(c.optimizer[i][rep] if c and i < len(c.optimizer) else None))
         for name, value in (r.metrics if metrics else {}).items():
-            mean = sorted(ref.facts.get("metric_states", {}).get(name, ())) == ["count", "total"]
-            given = {"kind": "mean", "increments": increments[name][:k]} if mean else facts
+            mean = _mean_of(ref, name)
+            upto = None if name.startswith("evaluate ") else k  # an evaluate's batches are its own
+            given = {**facts, "kind": "mean", "increments": increments[mean][:upto]} if mean in increments else facts
             got = d.metrics.get(name, math.nan)
             take(_scalar(k, f"metric {name}", got, value, rtol, atol), (got, value), _same(rtol, atol), given)
         for i, (name, init, rv, dv) in enumerate(zip(ref.names, ref.initial, r.variables, d.variables)):
@@ -447,11 +455,37 @@ def _same(rtol: float, atol: float):
     return same
 
 
+def _mean_of(ref, quantity: str) -> str | None:
+    """The metric of ``ref`` whose (total, count) state a compared ``quantity`` is the result of: a
+    metric of that state itself; fit's log ``fit NAME``, the script's metric named NAME
+    (``model.metrics[NAME]``); fit's logged ``loss``, its loss tracker (``...[loss]``). None: no
+    Mean-like metric's."""
+    states = ref.facts.get("metric_states") or {}
+    if sorted(states.get(quantity, ())) == ["count", "total"] or (
+            quantity.startswith("evaluate ") and quantity in (ref.facts.get("metric_state_values") or {})):
+        return quantity  # (an evaluate's result: its metric's state read at its start and after each batch)
+    if ref.facts.get("step_mode") != "fit" or not (quantity == "loss" or quantity.startswith("fit ")):
+        return None
+    name = quantity.removeprefix("fit ")
+    return next((m for m, st in states.items() if m.endswith(f"[{name}]") and sorted(st) == ["count", "total"]), None)
+
+
 def _metric_increments(ref) -> dict:
-    """Each metric's per-step increments of a (total, count) state on one device: count, the
-    step's examples; total, result x count, less what came before."""
+    """Each metric's per-step increments of a (total, count) state on one device: the changes of
+    its state where the engine read it at every boundary (``metric_state_values``: a script's
+    Mean-like metrics), else count, the step's examples; total, result x count, less what came before."""
     out = {}
-    for name in (ref.steps[0].metrics if ref.steps else {}):
+    states = ref.facts.get("metric_state_values") or {}
+    for name in dict.fromkeys(n for st in ref.steps for n in st.metrics):  # (an evaluate's: the last step's only)
+        kept = states.get(name)
+        if kept and name.startswith("evaluate "):  # the evaluate after fit: its own batches' increments, all of them
+            out[name] = [(b[0] - a[0], b[1] - a[1]) for a, b in zip(kept, kept[1:])]
+            continue
+        if kept and len(kept) > len(ref.steps):
+            out[name] = [(b[0] - a[0], b[1] - a[1]) for a, b in zip(kept, kept[1:])][:len(ref.steps)]
+            continue
+        if any(name not in r.metrics for r in ref.steps):
+            continue  # a value some step has not: no increments of every step
         total = count = 0.0
         out[name] = []
         for r in ref.steps:
