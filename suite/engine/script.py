@@ -294,19 +294,29 @@ def _fit_steps(watcher):
     return _FitSteps()
 
 
+def flat_metrics(metrics) -> list:
+    """``metrics`` (a model's) with Keras 3's container of the compiled metrics (``CompileMetrics``,
+    whose result is a dict) replaced by the metrics it holds (none before it is built)."""
+    return [m for metric in metrics for m in (metric.metrics if type(metric).__name__ == "CompileMetrics" else [metric])]
+
+
+def mean_state(metric) -> list | None:
+    """[total, count] of a metric whose state is those two variables (a Mean, a MeanMetricWrapper),
+    each summed over replicas; None for another metric, or a state not readable here."""
+    named = {getattr(v, "path", v.name).rsplit("/", 1)[-1].split(":")[0]: v for v in metric.variables}
+    if sorted(named) != ["count", "total"]:
+        return None
+    try:
+        return [float(np.sum(np.asarray(tf.convert_to_tensor(named[k]), np.float64))) for k in ("total", "count")]
+    except Exception:  # noqa: BLE001  (a state not readable here: none kept)
+        return None
+
+
 def _evaluated(watcher):
     """A Keras callback that keeps the results of the evaluate it is given to (its ``on_test_end`` logs)."""
 
     def states(model) -> dict:
-        out = {}
-        for metric in getattr(model, "metrics", []):
-            for m in metric.metrics if type(metric).__name__ == "CompileMetrics" else [metric]:  # (Keras 3's container)
-                named = {getattr(v, "path", v.name).rsplit("/", 1)[-1].split(":")[0]: v for v in m.variables}
-                if sorted(named) == ["count", "total"]:
-                    with contextlib.suppress(Exception):  # a state not readable here: none kept
-                        out[m.name] = [float(np.sum(np.asarray(tf.convert_to_tensor(named[k]), np.float64)))
-                                       for k in ("total", "count")]
-        return out
+        return {m.name: state for m in flat_metrics(getattr(model, "metrics", [])) if (state := mean_state(m))}
 
     class _Evaluated(compat.keras.callbacks.Callback):
         """Its results; and each Mean-like metric's (total, count), zero at its start, after each batch

@@ -22,7 +22,7 @@ import tensorflow as tf
 from ...common import matching
 from ...common.results import SCRIPT_RAISED, WorkloadRun, WorkloadStep
 from .. import compat, workload
-from ..script import ScriptError, Stop, Unsupported, Watcher, WrongKind, execute, isolated
+from ..script import ScriptError, Stop, Unsupported, Watcher, WrongKind, execute, flat_metrics, isolated, mean_state
 from ..workloads import stand_in as stand_ins
 from .common import failed
 from .registry import probe
@@ -168,14 +168,9 @@ class _Found:
                     self.optimizers[f"{held}.{attr}"] = obj
                 elif isinstance(obj, keras.losses.Loss):
                     self.losses[f"{held}.{attr}"] = obj
-            for metric in getattr(model, "metrics", []):
-                # Keras 3 holds the compiled metrics in one container (CompileMetrics, result a dict): each of them,
-                # once it is built (none before)
-                inner = ([m for m in metric.metrics if isinstance(m, keras.metrics.Metric)]
-                         if type(metric).__name__ == "CompileMetrics" else [metric])
-                for m in inner:
-                    if isinstance(m, keras.metrics.Metric) and not self._seen(m):
-                        self.metrics[f"{held}.metrics[{m.name}]"] = m
+            for m in flat_metrics(getattr(model, "metrics", [])):
+                if isinstance(m, keras.metrics.Metric) and not self._seen(m):
+                    self.metrics[f"{held}.metrics[{m.name}]"] = m
         self._containers_out()
 
     def _containers_out(self) -> None:
@@ -320,16 +315,8 @@ def _trainable(v) -> bool:
 
 
 def _mean_states(found: _Found) -> dict:
-    """(total, count) of each metric whose state is those two variables (a Mean, a MeanMetricWrapper):
-    the values, summed over replicas, that the check takes each step's increments from."""
-    out = {}
-    for name, m in found.metrics.items():
-        named = {getattr(v, "path", v.name).rsplit("/", 1)[-1].split(":")[0]: v for v in m.variables}
-        if sorted(named) == ["count", "total"]:
-            with contextlib.suppress(Exception):  # a state not readable here: none kept
-                out[name] = [float(np.sum(np.asarray(tf.convert_to_tensor(named[k]), np.float64)))
-                             for k in ("total", "count")]
-    return out
+    """(total, count) of each Mean-like metric (``mean_state``): what the check takes each step's increments from."""
+    return {name: state for name, m in found.metrics.items() if (state := mean_state(m))}
 
 
 def _metric_results(found: _Found) -> dict:
@@ -557,13 +544,18 @@ def _sums(parts) -> list:
     return [float(np.sum(np.asarray(p, np.float64))) for p in parts]
 
 
+def _own_train_step(models) -> list:
+    """The classes of ``models`` (those fit trains) whose train_step is the script's own, not Keras'."""
+    keras_own = compat.keras.Model.train_step
+    return sorted({type(m).__name__ for m in models if getattr(type(m), "train_step", None) is not keras_own})
+
+
 def _idle(watcher: Watcher, found: _Found, seen: _Seen) -> dict:
     """The optimizers a custom train_step never applies, taken out of ``found.optimizers`` (the one
     ``compile()`` makes by default, RMSprop, beside a GAN's own two): Keras builds it before fit's first
     batch under a strategy and in the trace without one, so its slots exist on one side only, and they
     never move."""
-    if not (watcher.mode == "fit" and any(getattr(type(m), "train_step", None) is not compat.keras.Model.train_step
-                                           for m in watcher.fit_models)):
+    if not (watcher.mode == "fit" and _own_train_step(watcher.fit_models)):
         return {}
     idle = {name: o for name, o in found.optimizers.items()
             if name in seen.handed and not seen.handed[name].seen and len(seen.handed) > 1}
@@ -648,8 +640,7 @@ def _report(ctx, watcher, found, seen, facts, raised) -> WorkloadRun:
         "first_batch_rows": (sum(boundaries[1].rows or []) if len(boundaries) > 1 and boundaries[1].rows
                              else watcher.fit_rows),
         # the classes of the models fit trains whose train_step is the script's own, not Keras'
-        "fit_own_train_step": sorted({type(m).__name__ for m in watcher.fit_models
-                                      if getattr(type(m), "train_step", None) is not compat.keras.Model.train_step}),
+        "fit_own_train_step": _own_train_step(watcher.fit_models),
         # several models: each optimizer's gradients over its own model's variables (differential._per_model)
         "gradient_groups": ([[m, len(indices)] for _, m, indices in groups] if groups
                             else [[name, 0] for name in found.optimizers]),

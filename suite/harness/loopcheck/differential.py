@@ -478,11 +478,10 @@ def _metric_increments(ref) -> dict:
     states = ref.facts.get("metric_state_values") or {}
     for name in dict.fromkeys(n for st in ref.steps for n in st.metrics):  # (an evaluate's: the last step's only)
         kept = states.get(name)
-        if kept and name.startswith("evaluate "):  # the evaluate after fit: its own batches' increments, all of them
-            out[name] = [(b[0] - a[0], b[1] - a[1]) for a, b in zip(kept, kept[1:])]
-            continue
-        if kept and len(kept) > len(ref.steps):
-            out[name] = [(b[0] - a[0], b[1] - a[1]) for a, b in zip(kept, kept[1:])][:len(ref.steps)]
+        evaluated = name.startswith("evaluate ")  # the evaluate after fit: its own batches' increments, all of them
+        if kept and (evaluated or len(kept) > len(ref.steps)):
+            changes = [(b[0] - a[0], b[1] - a[1]) for a, b in zip(kept, kept[1:])]
+            out[name] = changes if evaluated else changes[:len(ref.steps)]
             continue
         if any(name not in r.metrics for r in ref.steps):
             continue  # a value some step has not: no increments of every step
