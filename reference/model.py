@@ -134,7 +134,7 @@ def loss_and_grads(arch: Arch, params, x, y, example_weights, reg_weight: float 
 )
 def train(arch: Arch, params, optimizer: str, steps, denominator: str = "global", clip: tuple | None = None,
           weight_decay: float | None = None, clip_at: str = "sum", activity_normalised: bool = True,
-          accumulation_steps: int | None = None) -> list[dict]:
+          accumulation_steps: int | None = None, unscaled: bool = False) -> list[dict]:
     """Run the steps of a distributed custom loop in the reference.
 
     Each step is ``(x, y, sizes)``: the global batch and how it is split over replicas. Every
@@ -150,8 +150,12 @@ def train(arch: Arch, params, optimizer: str, steps, denominator: str = "global"
     prescribes (``activity_weights``; ``activity_normalised=False``: not divided by the local
     batch, as Keras 3.0-3.13 do). ``accumulation_steps`` N (Keras 3 ``gradient_accumulation_steps``):
     the optimizer applies, every N-th step, the mean of the last N steps' gradients (nothing in
-    between). Returns, per step, the parameters after it, the summed
-    loss, the applied gradients and the trace (for conditioning checks)."""
+    between). ``unscaled``: each replica's loss is its own batch's mean plus the whole
+    regularization, not divided by the replicas, and the gradients are summed (Keras 3.5-3.7's fit,
+    whose losses and regularization keras-team/keras#20609 scaled first in 3.8: the known deviation
+    keras3-loss-unscaled-before-3.8); with ``denominator="default"`` each example then weighs
+    1 / its replica's batch and the regularization replicas x. Returns, per step, the parameters
+    after it, the summed loss, the applied gradients and the trace (for conditioning checks)."""
     from . import distribute
     from .optimizers import Optimizer
 
@@ -163,10 +167,11 @@ def train(arch: Arch, params, optimizer: str, steps, denominator: str = "global"
     history, pending = [], []
     for x, y, sizes in steps:
         gbs = len(x) if denominator == "global" else None if denominator == "default" else int(denominator)
-        w = distribute.replica_weights(sizes, gbs)
-        aw = activity_weights(sizes, activity_normalised) if arch.activity else None
-        trace = loss_and_grads(arch, params, x, y, w, reg_weight=1.0, activity_w=aw)
-        loss = float(np.sum(w * trace.per_example_loss)) + regularization(arch, params)
+        scale = len(sizes) if unscaled else 1
+        w = scale * distribute.replica_weights(sizes, gbs)
+        aw = scale * activity_weights(sizes, activity_normalised) if arch.activity else None
+        trace = loss_and_grads(arch, params, x, y, w, reg_weight=scale, activity_w=aw)
+        loss = float(np.sum(w * trace.per_example_loss)) + scale * regularization(arch, params)
         if arch.activity:
             loss += float(sum(np.sum(aw * arch.activity * np.sum(h * h, axis=1)) for h in trace.activations[1:]))
         grads = trace.grads

@@ -312,6 +312,21 @@ def mean_state(metric) -> list | None:
         return None
 
 
+def replica_states(metric, strategy) -> list | None:
+    """[per local replica, [total, count]] of a metric whose state is those two variables: each
+    replica's own copy (a MirroredVariable's copies differ where each replica wrote its own, as Keras
+    3.0-3.6 metric state does); None for another metric, one replica, or a state not readable here."""
+    named = {getattr(v, "path", v.name).rsplit("/", 1)[-1].split(":")[0]: v for v in metric.variables}
+    if sorted(named) != ["count", "total"] or strategy.num_replicas_in_sync < 2:
+        return None
+    try:
+        copies = [compat.local_values(strategy, named[k]) for k in ("total", "count")]
+    except Exception:  # noqa: BLE001  (a state not readable here: none kept)
+        return None
+    return [[float(np.sum(np.asarray(t, np.float64))), float(np.sum(np.asarray(c, np.float64)))]
+            for t, c in zip(*copies)]
+
+
 def _evaluated(watcher):
     """A Keras callback that keeps the results of the evaluate it is given to (its ``on_test_end`` logs)."""
 
@@ -331,6 +346,10 @@ def _evaluated(watcher):
                 watcher.evaluate_states.setdefault(name, []).append(state)
 
         def on_test_end(self, logs=None):
+            strategy = getattr(self.model, "distribute_strategy", None) or tf.distribute.get_strategy()
+            for m in flat_metrics(getattr(self.model, "metrics", [])):  # each replica's own copy, where they differ
+                if copies := replica_states(m, strategy):
+                    watcher.evaluate_copies[m.name] = copies
             for key, value in (logs or {}).items():
                 with contextlib.suppress(Exception):  # a result of no single number: not kept
                     watcher.evaluated[key] = float(np.asarray(value, np.float64).reshape(()))
@@ -433,6 +452,7 @@ class Watcher:
         self.fit_done = False  # fit ended at the last step compared (its own validation may follow, then the script)
         self.evaluated: dict = {}  # the results of the script's evaluate after that fit (_evaluate)
         self.evaluate_states: dict = {}  # metric name -> its (total, count) at that evaluate's start and each batch
+        self.evaluate_copies: dict = {}  # metric name -> at that evaluate's end, each local replica's copy (replica_states)
         self.tf_config_built = _ABSENT  # TF_CONFIG as the script built its first strategy (it may set it itself)
         # variables made after the first boundary: their values at creation (by id), [name, shape, value] of each in
         # creation order (the reference's are a spec's run's ``late_init``, taken by name and shape: _late)
@@ -621,7 +641,17 @@ class Watcher:
             if not watcher._called_by_user(sys._getframe(1)) or not watcher.fit_done:
                 return real_evaluate(model, *args, **kwargs)
             args = list(args)
-            if len(args) > 5:  # evaluate(x, y, batch_size, verbose, sample_weight, steps, callbacks, ...)
+            x = args[0] if args else kwargs.get("x")
+            steps = args[5] if len(args) > 5 else kwargs.get("steps")
+            if isinstance(x, tf.data.Dataset) and steps is None:
+                # its first batches by the dataset's own take: Keras 3.6's evaluate(steps=N) under MirroredStrategy
+                # evaluates other batches than one device's (measured: a batch skipped), where take does not
+                x = x.take(watcher.steps)
+                if args:
+                    args[0] = x
+                else:
+                    kwargs["x"] = x
+            elif len(args) > 5:  # evaluate(x, y, batch_size, verbose, sample_weight, steps, callbacks, ...)
                 args[5] = min(args[5] or watcher.steps, watcher.steps)
             else:
                 kwargs["steps"] = min(kwargs.get("steps") or watcher.steps, watcher.steps)

@@ -128,6 +128,19 @@ MODEL_CASES = {
     # two replicas' own running means (each on its own copy) against the global mean of 0.6
     "fit_logs_sum_of_replica_trackers": ("mirrored:2", 0.6, {"replica_logs": [0.5, 0.75]}, 1.25),
     "fit_logs_mean_of_replica_trackers": ("mirrored:2", 0.6, {"replica_logs": [0.5, 0.75]}, 0.625),
+    # a script's Mean on Keras 3.0-3.6, two steps of [1, 3] on two replicas: copies (2, 2) and (6, 2) hold one device's
+    # (8, 4) between them; the read copy's 1.0 where one device reads 2.0
+    "first_replica_copy_of_the_summed_state": ("mirrored:2", 2.0, {
+        "kind": "mean", "increments": [(4.0, 2.0), (4.0, 2.0)], "replica_states": [(2.0, 2.0), (6.0, 2.0)],
+        "replica": 0}, 1.0),
+    # Keras 3.5-3.6: the replicas' own running means on the weights of the unscaled steps
+    "fit_logs_mean_of_unscaled_replica_trackers": ("mirrored:2", 0.6, {"unscaled_replica_logs": [0.5, 0.9]}, 0.7),
+    # Keras 3.7: the summed-on-write state over the unscaled steps' losses, (2 * 4 + 40) / (2 * 2 + 2)
+    "fit_logs_summed_on_write_of_unscaled_steps": (
+        "mirrored:2", 11.0, {"kind": "mean", "unscaled_increments": [(4.0, 2.0), (40.0, 2.0)]}, 8.0),
+    # the fit property on TF 2.18.1 / Keras 3.6.0, linear_l2 with every weight 1, x = 1, y = 0, one row per
+    # replica: kernel 0.21875 after the global batch's SGD step, -0.5625 after the sum of the unscaled losses'
+    "replica_losses_unscaled_then_summed": ("mirrored:2", 0.21875, {"unscaled": -0.5625}, -0.5625),
     # the repro on Keras 3.7.0: replica 0's own update 0.5, replica 1's 6.0, both copies their mean
     "replica_copies_averaged": ("mirrored:2", np.array([0.5, 0.5]), {"averaged": np.array([3.25, 3.25])},
                                 np.array([3.25, 3.25])),

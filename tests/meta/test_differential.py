@@ -420,3 +420,69 @@ def test_the_stand_in_alone_turns_a_fail_into_its_deviation_only_where_it_diverg
                 "a run with a cause of its own", differential.details(v))
     v = judged(apart, _copies_apart(run(replicas=2)), keras315)
     check.equal(v.status, "FAIL", "the same where no entry applies", differential.details(v))
+
+
+def test_a_remedy_that_makes_the_run_train_as_one_device_is_the_entrys_deviation():
+    """controls.by_remedy: a FAIL whose run with the entry's remedy equals one device's is DEVIATION naming the
+    entry first; a remedied run that still differs leaves the FAIL, with what it showed as a note; a remedy that
+    could not run says so; the rerun is asked for each entry's remedy by name."""
+    check = Check("controls.by_remedy")
+    entry = next(d for d in deviations.load() if d.remedy == "scaled_keras_losses")
+    spec, ref = parse_spec("mirrored:2"), run()
+    asked = []
+
+    def rerun_with(result):
+        def rerun(remedy):
+            asked.append(remedy)
+            if isinstance(result, Exception):
+                raise result
+            return [result]
+        return rerun
+
+    def failed():
+        return differential.verdict("mirrored:2", ref, [run(scale=2.0, replicas=2)], 48, spec_obj=spec, versions=KERAS3)
+
+    v = controls.by_remedy(failed(), ref, [entry], rerun_with(run(replicas=2)), 48, spec=spec, versions=KERAS3)
+    check.equal((v.status, [i for i, _ in v.deviations], v.diagnoses, asked),
+                ("DEVIATION", [entry.id], [], ["scaled_keras_losses"]), "the remedied run trains as one device",
+                differential.details(v))
+    check.contains(v.deviations[0][1], ["trains what it trains on one device", "TensorFlow/Keras, not the script"],
+                   "its evidence")
+    still = controls.by_remedy(failed(), ref, [entry], rerun_with(run(scale=1.5, replicas=2)), 48, spec=spec,
+                               versions=KERAS3)
+    check.equal((still.status, still.deviations), ("FAIL", []), "the remedied run still differs",
+                differential.details(still))
+    check.contains(" ".join(still.notes), [f"the remedy of known deviation {entry.id}), the run still differs"],
+                   "the note")
+    broken = controls.by_remedy(failed(), ref, [entry], rerun_with(RuntimeError("engine died")), 48, spec=spec,
+                                versions=KERAS3)
+    check.equal(broken.status, "FAIL", "a remedy that could not run", differential.details(broken))
+    check.contains(" ".join(broken.notes), ["could not be made (engine died)"], "the note")
+
+
+def test_per_replica_metric_copies_are_predicted_only_where_they_hold_one_devices_state():
+    """The check of a script reads each replica's copy of a Mean's (total, count): under Keras 3.0-3.6
+    (keras3-metric-state-per-replica-before-3.7) a metric that reads the first copy, where the copies between
+    them hold one device's state, is that entry's; copies that hold anything else are a plain difference."""
+    check = Check("differential.compare")
+    keras36 = {"tensorflow": "2.18.1", "keras": "3.6.0"}
+    spec = parse_spec("mirrored:2")
+    ref = run(metric=[2.0, 2.0])
+    ref.facts["metric_states"] = {"m": {"total": [], "count": []}}
+    ref.facts["metric_state_values"] = {"m": [[0.0, 0.0], [96.0, 48.0], [192.0, 96.0]]}
+
+    def dist(copies):
+        d = run(replicas=2, metric=[copies[0][0][0] / copies[0][0][1], copies[1][0][0] / copies[1][0][1]])
+        d.facts["metric_replica_states"] = {"m": [[[0.0, 0.0], [0.0, 0.0]], *copies]}
+        return d
+
+    held = dist([[[36.0, 24.0], [60.0, 24.0]], [[84.0, 48.0], [108.0, 48.0]]])  # sums (96, 48), (192, 96)
+    v = differential.verdict("mirrored:2", ref, [held], 48, spec_obj=spec, versions=keras36)
+    check.equal((v.status, sorted({i for i, _ in v.deviations})),
+                ("DEVIATION", ["keras3-metric-state-per-replica-before-3.7"]), "copies holding one device's state",
+                differential.details(v))
+    other = dist([[[36.0, 24.0], [70.0, 24.0]], [[84.0, 48.0], [118.0, 48.0]]])  # a total one device never had
+    v = differential.verdict("mirrored:2", ref, [other], 48, spec_obj=spec, versions=keras36)
+    check.equal(v.status, "FAIL", "copies holding another state", differential.details(v))
+    v = differential.verdict("mirrored:2", ref, [held], 48, spec_obj=spec, versions=KERAS3)
+    check.equal(v.status, "FAIL", "the same copies on Keras 3.15, outside the entry's range", differential.details(v))

@@ -72,20 +72,32 @@ def loss_increments(arch, params, history) -> list[tuple[float, int]]:
     return out
 
 
-def replica_logs(arch, params, own) -> list[list[float]]:
-    """After each step of ``own`` (reference/model.py train_unsummed: each replica on its own copy),
-    each replica's own running mean of its examples' losses, each at its copy before the step, plus
-    the regularization of that copy: what a replica's own loss tracker reads (Keras 3.0-3.4)."""
-    totals = [0.0] * len(own[0]["params"])
+def replica_logs(arch, params, replica_losses, replica_params) -> list[list[float]]:
+    """After each step, each replica's own running mean of its examples' losses, each at its copy
+    of the parameters before the step, plus the regularization of that copy: what a replica's own
+    loss tracker reads (Keras 3.0-3.6). ``replica_losses``: per step, per replica, (the sum of its
+    examples' losses, their count); ``replica_params``: per step, per replica, its parameters after it."""
+    totals = [0.0] * len(replica_losses[0])
     counts = [0] * len(totals)
     before = [[np.asarray(p, np.float64) for p in params] for _ in totals]
     out = []
-    for step in own:
-        for r, (total, count) in enumerate(step["replica_losses"]):
+    for losses, after in zip(replica_losses, replica_params):
+        for r, (total, count) in enumerate(losses):
             totals[r] += total + count * ref_model.regularization(arch, before[r])
             counts[r] += count
         out.append([t / c if c else 0.0 for t, c in zip(totals, counts)])
-        before = step["params"]
+        before = after
+    return out
+
+
+def split_losses(history, steps) -> list[list[tuple[float, int]]]:
+    """Per step of ``history`` (one set of parameters for every replica), per replica, the sum of
+    its examples' losses and their count."""
+    out = []
+    for step, (_, _, sizes) in zip(history, steps):
+        ends = np.cumsum([0, *sizes])
+        per_example = step["trace"].per_example_loss
+        out.append([(float(np.sum(per_example[a:b])), int(b - a)) for a, b in zip(ends[:-1], ends[1:])])
     return out
 
 
@@ -129,9 +141,18 @@ def test_fit_trains_as_the_reference_on_the_global_batches(engines, spec, steps_
     # loss unscaled (keras3-loss-unscaled-before-3.8, 3.0-3.7): each replica applies the gradient of its own
     # batch's mean to its own copy
     unsummed = (arch, params, "sgd", steps, {"denominator": "default", "unscaled": True})
+    own_steps = ref_model.train_unsummed(*unsummed[:4], **unsummed[4])
+    # the model of keras3-loss-unscaled-before-3.8 on Keras 3.5-3.7, whose optimizer sums: each replica's loss its
+    # own batch's mean plus the whole regularization, the gradients summed
+    unscaled = ref_model.train(arch, params, "sgd", steps, "default", unscaled=True)
     # what the deviations' models of fit's logs read: the loss metric's increments, and each replica's own
-    # running mean on its own copy
-    own = replica_logs(arch, params, ref_model.train_unsummed(*unsummed[:4], **unsummed[4]))
+    # running mean, on its own copy (unsummed) and on the weights of the unscaled steps
+    own = replica_logs(arch, params, [st["replica_losses"] for st in own_steps], [st["params"] for st in own_steps])
+    unscaled_own = replica_logs(arch, params, split_losses(unscaled, steps),
+                                [[st["params"]] * spec.replicas for st in unscaled])
+    unscaled_increments = loss_increments(arch, params, unscaled)
     check_history(results, history, check, initial=params, at=boundaries, logged=logged_losses(increments),
                   logged_given=[{"kind": "mean", "increments": increments[:s + 1], "step_mode": "fit",
-                                 "replica_logs": own[s]} for s in range(len(increments))], unsummed=unsummed)
+                                 "replica_logs": own[s], "unscaled_increments": unscaled_increments[:s + 1],
+                                 "unscaled_replica_logs": unscaled_own[s]} for s in range(len(increments))],
+                  unsummed=unsummed, unscaled=unscaled)

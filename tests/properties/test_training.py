@@ -22,7 +22,7 @@ from tests.helpers import COSTLY
 
 
 def check_history(results, history, check, initial=None, alternative=None, iterations=None, nan_losses=(),
-                  unsummed=None, first=0, calls=None, at=None, logged=None, logged_given=None):
+                  unsummed=None, first=0, calls=None, at=None, logged=None, logged_given=None, unscaled=None):
     """Every step's loss and every replica's copy of every variable against the reference; with
     ``initial`` (the parameters before the steps), first that trained variables changed: every
     element the reference's steps move by more than the tolerance differs from its initial value
@@ -39,7 +39,10 @@ def check_history(results, history, check, initial=None, alternative=None, itera
     a deviation's model may predict for ``iterations`` (``given={"alternative": calls}``). ``at``: the
     steps (from 1) the results' entries were read after, where not after every step (Model.fit's
     boundaries); ``logged``: the loss fit's logs should report after each step, compared in place
-    of the step's summed loss (``logged_given``: per step, what a deviation's model reads)."""
+    of the step's summed loss (``logged_given``: per step, what a deviation's model reads).
+    ``unscaled``: the history of reference/model.py train with ``unscaled=True`` (the model of
+    keras3-loss-unscaled-before-3.8 where the optimizer sums), handed to each variable's comparison
+    as ``given={"unscaled": ...}``."""
     __tracebackhide__ = True
     own = None
     if unsummed is not None:
@@ -88,7 +91,8 @@ def check_history(results, history, check, initial=None, alternative=None, itera
             for v, (copies, expected) in enumerate(zip(got.params, want["params"])):
                 for r, copy in enumerate(copies):
                     given = dict(**({"alternative": other["params"][v]} if other else {}),
-                                 **({"unsummed": mine["params"][first + w * local + r][v]} if mine else {}))
+                                 **({"unsummed": mine["params"][first + w * local + r][v]} if mine else {}),
+                                 **({"unscaled": unscaled[s]["params"][v]} if unscaled is not None else {}))
                     check.close(copy, expected, f"variable {v} on local replica {r} after step {s + 1}{who}",
                                 kind="trained", n_terms=4, given=given or None)
         check.equal(result.iterations, len(history) if iterations is None else iterations,

@@ -21,8 +21,19 @@ import tensorflow as tf
 
 from ...common import matching
 from ...common.results import SCRIPT_RAISED, WorkloadRun, WorkloadStep
-from .. import compat, workload
-from ..script import ScriptError, Stop, Unsupported, Watcher, WrongKind, execute, flat_metrics, isolated, mean_state
+from .. import compat, remedies, workload
+from ..script import (
+    ScriptError,
+    Stop,
+    Unsupported,
+    Watcher,
+    WrongKind,
+    execute,
+    flat_metrics,
+    isolated,
+    mean_state,
+    replica_states,
+)
 from ..workloads import stand_in as stand_ins
 from .common import failed
 from .registry import probe
@@ -347,7 +358,8 @@ def kind(ctx, target, path):
 
 @probe
 def run(ctx, target, folder, path=None, entry=None, args=(), steps=3, seed=0, replicas=None, init=None,
-        init_names=None, init_trainable=None, root=None, workers=None, ps=0, order=None, late_init=None):
+        init_names=None, init_trainable=None, root=None, workers=None, ps=0, order=None, late_init=None,
+        scaled_keras_losses=False):
     """Run the script ``path`` (or the entry function ``entry``) with ``args`` until ``steps``
     step boundaries, and report each step. ``replicas``: the reference (this engine's strategy is
     one device's; the script is told ``replicas``). ``init``, ``init_names``, ``init_trainable``:
@@ -356,7 +368,9 @@ def run(ctx, target, folder, path=None, entry=None, args=(), steps=3, seed=0, re
     ``workers``: the reference of a multi-worker spec: the run gets a TF_CONFIG of that many workers
     (this process the first), as each of the spec's workers gets its own. ``ps``: the reference of a
     parameter-server spec (``workers`` workers, ``ps`` parameter servers, this process the chief): the
-    script's ClusterCoordinator runs each closure here, on the iterator of the worker ``order`` gives."""
+    script's ClusterCoordinator runs each closure here, on the iterator of the worker ``order`` gives.
+    ``scaled_keras_losses``: the run with that remedy (suite/engine/remedies.py: Keras 3.8's loss
+    scaling in an earlier Keras 3)."""
     strategy = ctx.strategy
     fresh_start(seed)
     environ, resolver = {}, None
@@ -384,6 +398,8 @@ def run(ctx, target, folder, path=None, entry=None, args=(), steps=3, seed=0, re
         found.fitted(w.fit_models)
         seen.metrics.append({**_metric_results(found), **{f"fit {k}": v for k, v in w.fit_logs.items()}})
         seen.states.append(_mean_states(found))
+        seen.replica_states.append({name: copies for name, m in found.metrics.items()
+                                    if (copies := replica_states(m, strategy))})
         seen.gradients.append({name: g.take() for name, g in seen.handed.items()})
         seen.targets.append(seen.tape.take() if seen.tape else [])
         seen.penalties.append({k: _regularization(m) for k, m in found.models.items()})
@@ -421,7 +437,8 @@ def run(ctx, target, folder, path=None, entry=None, args=(), steps=3, seed=0, re
     watcher.on_boundary, watcher.on_first_boundary = on_boundary, on_first
     raised = None
     argv = [path or entry.partition(":")[0], *args]
-    with isolated(argv, folder, root, environ), watcher.installed():
+    remedy = remedies.applied(["scaled_keras_losses"] if scaled_keras_losses else [])
+    with isolated(argv, folder, root, environ), watcher.installed(), remedy:
         given = os.environ.get("TF_CONFIG")  # the spec's worker's, the reference's, or none
         seen.tape = _Targets(watcher)
         try:
@@ -477,6 +494,7 @@ class _Seen:
         self.trainable: list = []  # every model's trainable variables, the order of the gradients kept
         self.built: dict = {}  # optimizer name -> (whether it was built, its variables) at the first boundary
         self.states: list = []  # per boundary, each Mean-like metric's (total, count) (_mean_states)
+        self.replica_states: list = []  # per boundary, each one's [per local replica, its copy's (total, count)]
 
     def regularization(self, k: int):
         penalties = list(self.penalties[k].values()) if k < len(self.penalties) else [None]
@@ -617,10 +635,15 @@ def _report(ctx, watcher, found, seen, facts, raised) -> WorkloadRun:
     # increments from (a metric known at every boundary only)
     kept = set.intersection(*(set(st) for st in seen.states)) if seen.states else set()
     facts["metric_state_values"] = {name: [st[name] for st in seen.states] for name in sorted(kept)}
+    # and each replica's own copy of it (several replicas): what a deviation's model of per-replica state reads
+    copied = set.intersection(*(set(st) for st in seen.replica_states)) if seen.replica_states else set()
+    facts["metric_replica_states"] = {name: [st[name] for st in seen.replica_states] for name in sorted(copied)}
     if watcher.evaluated and steps:  # the script's evaluate after its fit: its results, compared as metrics
         steps[-1].metrics.update({f"evaluate {k}": v for k, v in watcher.evaluated.items()})
         facts["metric_state_values"].update({f"evaluate {k}": v for k, v in watcher.evaluate_states.items()
                                              if k in watcher.evaluated})
+        facts["metric_replica_states"].update({f"evaluate {k}": [v] for k, v in watcher.evaluate_copies.items()
+                                               if k in watcher.evaluated})
     reduced = [r for b in boundaries for r in b.reduced]
     optimizers = [getattr(o, "inner_optimizer", o) for o in found.optimizers.values()]
     layers = [layer for m in found.models.values() for layer in _layers(m)]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from .differential import ATOL, RTOL, Verdict, compare, diagnose, short_error, stitch
+from .differential import ATOL, RTOL, Verdict, compare, diagnose, short_error, stitch, verdict
 
 
 @dataclasses.dataclass
@@ -179,4 +179,41 @@ def by_stand_in(v: Verdict, stand_ref, stand_runs: list, global_batch: int, rtol
                    if v.diagnoses else "") + ": TensorFlow/Keras, not the run")
     v.status, v.diagnoses = "DEVIATION", []
     v.deviations = [[e, evidence] for e in entries] + v.deviations
+    return v
+
+
+def by_remedy(v: Verdict, ref, entries, rerun, global_batch: int, rtol: float = RTOL, atol: float = ATOL,
+              spec=None, versions=None) -> Verdict:
+    """A FAIL judged by the remedies of the known deviations in scope (``entries``: those with a
+    ``remedy``, suite/harness/verdict/deviations.py REMEDIES): ``rerun(remedy)`` runs the spec once
+    more with the change a later Keras made applied in the engine (suite/engine/remedies.py). Where
+    that run trains what the run trains on one device (PASS, or DEVIATION by other entries), the
+    difference is exactly what the change removes, so it is TensorFlow's/Keras' and the verdict is
+    DEVIATION naming the entry; otherwise the FAIL stands, with what the remedied run showed as a note."""
+    from ..verdict import deviations
+
+    if v.status != "FAIL" or v.error is not None or not v.mismatches:
+        return v
+    for entry in entries:
+        what = deviations.REMEDIES[entry.remedy]
+        try:
+            runs = rerun(entry.remedy)
+        except Exception as exc:  # noqa: BLE001  (an engine error: the remedy says nothing)
+            v.notes.append(f"no control: the run with {what} (the remedy of known deviation {entry.id}) could not be "
+                           f"made ({str(exc).splitlines()[0]})")
+            continue
+        r = verdict(v.spec, ref, runs, global_batch, rtol, atol, spec_obj=spec, versions=versions)
+        if r.status in ("PASS", "DEVIATION"):
+            others = f", but for known deviation {', '.join(i for i, _ in r.deviations)}" if r.deviations else ""
+            evidence = (f"with {what} applied in the engine (what known deviation {entry.id} says a later Keras "
+                        f"changed), the run trains what it trains on one device ({r.steps} steps{others}): "
+                        "TensorFlow/Keras, not the script"
+                        + (f" (what it showed, {', '.join(d.title for d in v.diagnoses)}, is gone with it)"
+                           if v.diagnoses else ""))
+            v.status, v.diagnoses = "DEVIATION", []
+            v.deviations = [[entry.id, evidence]] + [d for d in r.deviations if d[0] != entry.id] + v.deviations
+            return v
+        shown = f"step {r.first_step}: {r.mismatches[0].line()}" if r.mismatches else r.error or r.status
+        v.notes.append(f"with {what} applied in the engine (the remedy of known deviation {entry.id}), the run still "
+                       f"differs from one device's ({shown})")
     return v

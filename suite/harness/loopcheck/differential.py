@@ -400,7 +400,8 @@ def compare(ref, dist, rtol: float = RTOL, atol: float = ATOL, metrics: bool = T
         for name, value in (r.metrics if metrics else {}).items():
             mean = _mean_of(ref, name)
             upto = None if name.startswith("evaluate ") else k  # an evaluate's batches are its own
-            given = {**facts, "kind": "mean", "increments": increments[mean][:upto]} if mean in increments else facts
+            given = {**facts, "kind": "mean", "increments": increments[mean][:upto],
+                     **_copies(dist, mean, k if upto else -1)} if mean in increments else facts
             got = d.metrics.get(name, math.nan)
             take(_scalar(k, f"metric {name}", got, value, rtol, atol), (got, value), _same(rtol, atol), given)
         for i, (name, init, rv, dv) in enumerate(zip(ref.names, ref.initial, r.variables, d.variables)):
@@ -468,6 +469,17 @@ def _mean_of(ref, quantity: str) -> str | None:
         return None
     name = quantity.removeprefix("fit ")
     return next((m for m, st in states.items() if m.endswith(f"[{name}]") and sorted(st) == ["count", "total"]), None)
+
+
+def _copies(dist, metric: str, k: int) -> dict:
+    """What a deviation's model of per-replica metric state reads of the run: ``replica_states``, each
+    local replica's own copy of ``metric``'s (total, count) after step ``k`` (-1: an evaluate's, at its end; the engine's
+    ``metric_replica_states``), and ``replica``, the copy a read in cross-replica context returns (the
+    first local one); nothing where the engine read no copies."""
+    copies = (dist.facts.get("metric_replica_states") or {}).get(metric)
+    if not copies or k >= len(copies):
+        return {}
+    return {"replica_states": [tuple(c) for c in copies[k]], "replica": 0}
 
 
 def _metric_increments(ref) -> dict:

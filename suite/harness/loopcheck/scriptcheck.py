@@ -102,6 +102,10 @@ class Script:
         return cls(target, None, target, os.path.dirname(os.path.abspath(found.origin)), cwd)
 
 
+# the remedies (known_deviations.toml ``remedy``) the script probe can apply (suite/engine/remedies.py)
+SCRIPT_REMEDIES = ("scaled_keras_losses",)
+
+
 class ScriptChecker:
     """Runs a script's references (one per replica count) and any spec against them."""
 
@@ -235,6 +239,17 @@ class ScriptChecker:
         return controls.by_stand_in(v, self.stand_in_refs[batch], stand, batch, self.rtol, self.atol,
                                         differential.judge_for(spec, self.versions))
 
+    def by_remedy(self, spec, ref, v) -> differential.Verdict:
+        """A FAIL judged by the remedies of the known deviations in scope (controls.by_remedy): the
+        script run once more under ``spec`` with each one's remedy applied in the engine."""
+        entries = [e for e in differential.ledger(spec, self.versions).entries if e.remedy in SCRIPT_REMEDIES]
+
+        def rerun(remedy):
+            return self._run(spec, init=ref.initial, init_names=ref.names, init_trainable=ref.trainable,
+                             late_init=ref.facts.get("late_values"), **{remedy: True})
+        return controls.by_remedy(v, ref, entries, rerun, ref.facts.get("first_batch_rows") or 0, self.rtol,
+                                  self.atol, spec, self.versions)
+
     def on(self, spec):
         """``spec`` as this checker's engines run it (``mirrored:2@ENV`` for ``mirrored:2``)."""
         return parse_spec(f"{spec.text}@{self.env}") if self.env and not spec.python else spec
@@ -314,6 +329,9 @@ class ScriptChecker:
                                "(scale_loss_for_distribution), which weighs the examples of a smaller replica batch "
                                "more than one device's global mean does; no known deviation records it, and nothing "
                                "says the script is the cause")
+        if v.status == "FAIL" and v.mismatches and v.error is None:
+            # first the remedies (the run itself with a later Keras' change), then the stand-in control
+            v = self.by_remedy(spec, ref, v)
         if v.status == "FAIL" and v.mismatches and v.error is None:
             v = self.by_stand_in(spec, ref, v)
         inside = [w.removesuffix(INSIDE) for w in ref.facts.get("replica_reads", {}) if w.endswith(INSIDE)]

@@ -34,7 +34,8 @@ from .signatures import CONDITIONS, NOTHING, Seen, Signature, glob
 PATH = layout.DEVIATIONS_FILE
 REQUIRED = ("id", "tests", "tensorflow", "keras", "summary", "evidence", "first_seen", "signature")
 # ``remedy``: a change to the training the engine can make that removes the deviation's effect
-# (REMEDIES); the upgrade check tries it where the entry applies to one version only. ``workaround``:
+# (REMEDIES); the upgrade check tries ``dense_gradients`` where the entry applies to one version only, the
+# check of a script ``scaled_keras_losses`` on a FAIL nothing else explained (controls.by_remedy). ``workaround``:
 # the catalogued cause (suite/harness/loopcheck/differential.py: CAUSES) whose fix avoids the deviation
 # in the user's code; where the loop check diagnoses that cause beside this entry's raise, the loop is
 # right but BLOCKED (the code is right elsewhere), and the cause's fix is shown as the way around it
@@ -42,6 +43,8 @@ OPTIONAL = ("remedy", "workaround")
 REMEDIES = {
     "dense_gradients": "the gradients handed to apply_gradients made dense (tf.convert_to_tensor of each "
                        "tf.IndexedSlices), so the optimizer takes its dense path",
+    "scaled_keras_losses": "Keras 3.8's loss scaling (each Keras loss reduced to a mean, and the regularization, "
+                           "times 1/replicas; the loss tracker fed the unscaled loss)",
 }
 
 

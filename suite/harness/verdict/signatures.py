@@ -136,6 +136,26 @@ def metric_state_of_the_first_local_replica(seen: Seen):
     return ref_metrics.result(g["kind"], *g["replica_states"][g["replica"]])
 
 
+def first_replica_copy_of_the_summed_state(seen: Seen):
+    """The Keras 3.0-3.6 copies as the check of a script sees them: each replica's update writes its
+    own copy of the state and a read in cross-replica context returns the first local copy. ``given``:
+    ``{"kind": metric, "increments": one device's (total, count) per step so far, "replica_states":
+    [the run's copies after the step, per local replica], "replica": the copy read}``. Where the
+    copies between them hold one device's state (their counts sum to its count and their totals to
+    its total, by the check's own comparison of the results), the value is the read copy's; else no
+    prediction (the copies hold something else: not this deviation alone)."""
+    g = seen.given if isinstance(seen.given, dict) else {}
+    if "replica_states" not in g or "increments" not in g or "replica" not in g:
+        return NOTHING
+    total, count = (float(np.sum([inc[i] for inc in g["increments"]])) for i in (0, 1))
+    copies = np.asarray(g["replica_states"], np.float64)
+    if not count or not np.isclose(copies[:, 1].sum(), count, rtol=1e-12, atol=0.0) or not seen.same(
+            ref_metrics.result(g["kind"], copies[:, 0].sum(), copies[:, 1].sum()),
+            ref_metrics.result(g["kind"], total, count)):
+        return NOTHING
+    return ref_metrics.result(g["kind"], *copies[g["replica"]])
+
+
 def metric_variables_per_replica_copy(seen: Seen):
     """The same Keras 3.0-3.6 copies on the state variables across a checkpoint: each replica
     adds its own increments to its copy; a checkpoint saves the primary copy (replica 0's: the
@@ -345,6 +365,41 @@ def fit_logs_mean_of_replica_trackers(seen: Seen):
     fit_logs_sum_of_replica_trackers."""
     logs = seen.given.get("replica_logs") if isinstance(seen.given, dict) else None
     return NOTHING if logs is None else float(np.mean(logs))
+
+
+def fit_logs_mean_of_unscaled_replica_trackers(seen: Seen):
+    """Keras 3.5-3.6's fit, two deviations at once: each replica's loss not scaled by the replicas
+    (keras3-loss-unscaled-before-3.8: the summed step is too large from the first step on) and each
+    replica's loss tracker its own copy, reduced with "mean" (keras3-metric-state-per-replica-before-3.7):
+    the log is the mean over the replicas of each one's own running mean, on the weights of the
+    unscaled steps. ``given``: ``{"unscaled_replica_logs": [per replica, its own running mean]}``
+    (tests/properties/test_fit.py)."""
+    logs = seen.given.get("unscaled_replica_logs") if isinstance(seen.given, dict) else None
+    return NOTHING if logs is None else float(np.mean(logs))
+
+
+def fit_logs_summed_on_write_of_unscaled_steps(seen: Seen):
+    """Keras 3.7's fit, two deviations at once: each replica's loss not scaled by the replicas
+    (keras3-loss-unscaled-before-3.8) and the loss tracker's state summed on write
+    (keras3-metric-state-mirrored-sum-before-3.10, metric_state_summed_on_write) over the losses of
+    the unscaled steps. ``given``: ``{"kind": metric, "unscaled_increments": [(total, count) summed
+    over replicas, per batch, on the weights of the unscaled steps]}``."""
+    if not isinstance(seen.given, dict) or "unscaled_increments" not in seen.given:
+        return NOTHING
+    return metric_state_summed_on_write(dataclasses.replace(
+        seen, given=dict(seen.given, increments=seen.given["unscaled_increments"])))
+
+
+def replica_losses_unscaled_then_summed(seen: Seen):
+    """Keras 3.5-3.7's fit: each replica's loss is its own batch's mean plus the whole
+    regularization, not divided by the replicas (keras-team/keras#20609 added the scaling in 3.8),
+    and the optimizer sums the replicas' gradients (3.5+): every step is the step of the sum over
+    the replicas of their mean losses (reference/model.py train with ``unscaled=True``), replicas x
+    the global batch's step on an even split. ``given``: ``{"unscaled": the value under that rule}``;
+    no prediction without it."""
+    if not isinstance(seen.given, dict) or seen.given.get("unscaled") is None:
+        return NOTHING
+    return np.asarray(seen.given["unscaled"], np.float64)
 
 
 def replicas_apply_their_own_gradients(seen: Seen):
@@ -559,6 +614,7 @@ MODELS: dict[str, Callable[[Seen], Any]] = {f.__name__: f for f in (
     replica_scale_rounded_to_float32, local_mean_not_scaled_by_replicas, metric_state_assigned_by_every_replica,
     metric_variables_assigned_by_every_replica, mirrored_metric_variables, metric_state_of_the_first_local_replica,
     metric_variables_per_replica_copy, per_replica_metric_copies_of_unsummed_steps,
+    first_replica_copy_of_the_summed_state,
     metric_counts_each_update_as_one_example, metric_state_summed_on_write,
     metric_variables_summed_on_write,
     partial_last_step_dropped,
@@ -566,7 +622,8 @@ MODELS: dict[str, Callable[[Seen], Any]] = {f.__name__: f for f in (
     integer_sum_restored_by_division, momentum_set_on_the_building_replica_only, increments_lost_between_workers,
     alternative_rule, alternative_outcome, replicas_apply_their_own_gradients, replica_copies_averaged,
     fit_logs_summed_over_replicas, fit_logs_sum_of_replica_trackers, fit_logs_mean_of_replica_trackers,
-    same_on_every_worker,
+    fit_logs_mean_of_unscaled_replica_trackers, fit_logs_summed_on_write_of_unscaled_steps,
+    replica_losses_unscaled_then_summed, same_on_every_worker,
     one_pass_variance_bounds,
     one_pass_variance_in_float32,
     empty_replica_skipped_bounds, nan_on_an_empty_replica)}
