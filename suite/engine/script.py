@@ -346,6 +346,10 @@ def _evaluated(watcher):
                 watcher.evaluate_states.setdefault(name, []).append(state)
 
         def on_test_end(self, logs=None):
+            for name, state in states(self.model).items():  # after the last execution, whose batch end may not come
+                kept = watcher.evaluate_states.setdefault(name, [[0.0, 0.0]])
+                if kept[-1] != state:
+                    kept.append(state)
             strategy = getattr(self.model, "distribute_strategy", None) or tf.distribute.get_strategy()
             for m in flat_metrics(getattr(self.model, "metrics", [])):  # each replica's own copy, where they differ
                 if copies := replica_states(m, strategy):

@@ -325,6 +325,18 @@ def _trainable(v) -> bool:
     return all(p.trainable for p in _shards(v)) if _shards(v) else bool(v.trainable)
 
 
+def _at_every_boundary(per_boundary: list, zero) -> dict:
+    """Each metric's values at every boundary (``per_boundary``: a dict per boundary), for the metrics
+    read at each; a metric first read after the first boundary (Keras builds a compiled metric in the
+    first step, after it with steps_per_execution) starts from ``zero(its first value)``, its state
+    before it updated anything."""
+    if not per_boundary:
+        return {}
+    names = set.intersection(*(set(st) for st in per_boundary[1:])) if len(per_boundary) > 1 else set(per_boundary[0])
+    return {name: [st[name] if name in st else zero(per_boundary[-1][name]) for st in per_boundary]
+            for name in sorted(names)}
+
+
 def _mean_states(found: _Found) -> dict:
     """(total, count) of each Mean-like metric (``mean_state``): what the check takes each step's increments from."""
     return {name: state for name, m in found.metrics.items() if (state := mean_state(m))}
@@ -633,11 +645,9 @@ def _report(ctx, watcher, found, seen, facts, raised) -> WorkloadRun:
             seen.regularization(k - 1), None, named))
     # each Mean-like metric's (total, count) at every boundary, from the first: what the check takes each step's
     # increments from (a metric known at every boundary only)
-    kept = set.intersection(*(set(st) for st in seen.states)) if seen.states else set()
-    facts["metric_state_values"] = {name: [st[name] for st in seen.states] for name in sorted(kept)}
+    facts["metric_state_values"] = _at_every_boundary(seen.states, lambda state: [0.0, 0.0])
     # and each replica's own copy of it (several replicas): what a deviation's model of per-replica state reads
-    copied = set.intersection(*(set(st) for st in seen.replica_states)) if seen.replica_states else set()
-    facts["metric_replica_states"] = {name: [st[name] for st in seen.replica_states] for name in sorted(copied)}
+    facts["metric_replica_states"] = _at_every_boundary(seen.replica_states, lambda copies: [[0.0, 0.0]] * len(copies))
     if watcher.evaluated and steps:  # the script's evaluate after its fit: its results, compared as metrics
         steps[-1].metrics.update({f"evaluate {k}": v for k, v in watcher.evaluated.items()})
         facts["metric_state_values"].update({f"evaluate {k}": v for k, v in watcher.evaluate_states.items()
