@@ -11,6 +11,7 @@ import numpy as np
 
 from suite.common.results import Raised, WorkloadRun, WorkloadStep
 from suite.common.specs import parse_spec
+from suite.harness.engines.pool import EngineError
 from suite.harness.loopcheck import controls, differential, usercheck
 from suite.harness.verdict import deviations
 from suite.harness.verdict.judgment import Check, PropertyFailure
@@ -454,7 +455,7 @@ def test_a_remedy_that_makes_the_run_train_as_one_device_is_the_entrys_deviation
                 differential.details(still))
     check.contains(" ".join(still.notes), [f"the remedy of known deviation {entry.id}), the run still differs"],
                    "the note")
-    broken = controls.by_remedy(failed(), ref, [entry], rerun_with(RuntimeError("engine died")), 48, spec=spec,
+    broken = controls.by_remedy(failed(), ref, [entry], rerun_with(EngineError("engine died")), 48, spec=spec,
                                 versions=KERAS3)
     check.equal(broken.status, "FAIL", "a remedy that could not run", differential.details(broken))
     check.contains(" ".join(broken.notes), ["could not be made (engine died)"], "the note")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from ..engines.pool import EngineError
 from .differential import ATOL, RTOL, Verdict, compare, diagnose, short_error, stitch, verdict
 
 
@@ -198,13 +199,14 @@ def by_remedy(v: Verdict, ref, entries, rerun, global_batch: int, rtol: float = 
         what = deviations.REMEDIES[entry.remedy]
         try:
             runs = rerun(entry.remedy)
-        except Exception as exc:  # noqa: BLE001  (an engine error: the remedy says nothing)
+        except EngineError as exc:  # the remedy says nothing
             v.notes.append(f"no control: the run with {what} (the remedy of known deviation {entry.id}) could not be "
                            f"made ({str(exc).splitlines()[0]})")
             continue
         r = verdict(v.spec, ref, runs, global_batch, rtol, atol, spec_obj=spec, versions=versions)
         if r.status in ("PASS", "DEVIATION"):
-            others = f", but for known deviation {', '.join(i for i, _ in r.deviations)}" if r.deviations else ""
+            others = f", but for known deviation {', '.join(dict.fromkeys(i for i, _ in r.deviations))}" \
+                if r.deviations else ""
             evidence = (f"with {what} applied in the engine (what known deviation {entry.id} says a later Keras "
                         f"changed), the run trains what it trains on one device ({r.steps} steps{others}): "
                         "TensorFlow/Keras, not the script"
