@@ -300,14 +300,21 @@ def flat_metrics(metrics) -> list:
     return [m for metric in metrics for m in (metric.metrics if type(metric).__name__ == "CompileMetrics" else [metric])]
 
 
+def _total_and_count(metric) -> list | None:
+    """The [total, count] variables of a metric whose state is those two (a Mean, a MeanMetricWrapper);
+    None for another metric."""
+    named = {getattr(v, "path", v.name).rsplit("/", 1)[-1].split(":")[0]: v for v in metric.variables}
+    return [named["total"], named["count"]] if sorted(named) == ["count", "total"] else None
+
+
 def mean_state(metric) -> list | None:
     """[total, count] of a metric whose state is those two variables (a Mean, a MeanMetricWrapper),
     each summed over replicas; None for another metric, or a state not readable here."""
-    named = {getattr(v, "path", v.name).rsplit("/", 1)[-1].split(":")[0]: v for v in metric.variables}
-    if sorted(named) != ["count", "total"]:
+    state = _total_and_count(metric)
+    if state is None:
         return None
     try:
-        return [float(np.sum(np.asarray(tf.convert_to_tensor(named[k]), np.float64))) for k in ("total", "count")]
+        return [float(np.sum(np.asarray(tf.convert_to_tensor(v), np.float64))) for v in state]
     except Exception:  # noqa: BLE001  (a state not readable here: none kept)
         return None
 
@@ -316,11 +323,11 @@ def replica_states(metric, strategy) -> list | None:
     """[per local replica, [total, count]] of a metric whose state is those two variables: each
     replica's own copy (a MirroredVariable's copies differ where each replica wrote its own, as Keras
     3.0-3.6 metric state does); None for another metric, one replica, or a state not readable here."""
-    named = {getattr(v, "path", v.name).rsplit("/", 1)[-1].split(":")[0]: v for v in metric.variables}
-    if sorted(named) != ["count", "total"] or strategy.num_replicas_in_sync < 2:
+    state = _total_and_count(metric)
+    if state is None or strategy.num_replicas_in_sync < 2:
         return None
     try:
-        copies = [compat.local_values(strategy, named[k]) for k in ("total", "count")]
+        copies = [compat.local_values(strategy, v) for v in state]
     except Exception:  # noqa: BLE001  (a state not readable here: none kept)
         return None
     return [[float(np.sum(np.asarray(t, np.float64))), float(np.sum(np.asarray(c, np.float64)))]

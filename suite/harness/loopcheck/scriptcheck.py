@@ -137,6 +137,11 @@ class ScriptChecker:
         return self.pool.call(spec, "script.run", target=s.target, folder=s.folder, path=s.path, entry=s.entry,
                               root=s.root, args=self.args, steps=self.steps, seed=self.seed, **kwargs)
 
+    def _run_against(self, spec, ref, **kwargs) -> list:
+        """``spec``'s runs from the reference ``ref``'s initial values (``kwargs``: the probe's options)."""
+        return self._run(spec, init=ref.initial, init_names=ref.names, init_trainable=ref.trainable,
+                         late_init=ref.facts.get("late_values"), **kwargs)
+
     def _input_error(self, exc: EngineError) -> CheckInputError:
         if isinstance(exc, ProbeError) and exc.raised.type == "OtherKind":
             return OtherKindError(exc.raised.message)
@@ -245,8 +250,7 @@ class ScriptChecker:
         entries = [e for e in differential.ledger(spec, self.versions).entries if e.remedy in SCRIPT_REMEDIES]
 
         def rerun(remedy):
-            return self._run(spec, init=ref.initial, init_names=ref.names, init_trainable=ref.trainable,
-                             late_init=ref.facts.get("late_values"), **{remedy: True})
+            return self._run_against(spec, ref, **{remedy: True})
         return controls.by_remedy(v, ref, entries, rerun, ref.facts.get("first_batch_rows") or 0, self.rtol,
                                   self.atol, spec, self.versions)
 
@@ -298,8 +302,7 @@ class ScriptChecker:
         try:
             engine = self.pool.get(spec)
             started = time.monotonic()
-            runs = self._run(spec, init=ref.initial, init_names=ref.names, init_trainable=ref.trainable,
-                             late_init=ref.facts.get("late_values"))
+            runs = self._run_against(spec, ref)
         except EngineUnavailable:
             raise
         except EngineError as exc:

@@ -375,7 +375,7 @@ def fit_logs_mean_of_unscaled_replica_trackers(seen: Seen):
     unscaled steps. ``given``: ``{"unscaled_replica_logs": [per replica, its own running mean]}``
     (tests/properties/test_fit.py)."""
     logs = seen.given.get("unscaled_replica_logs") if isinstance(seen.given, dict) else None
-    return NOTHING if logs is None else float(np.mean(logs))
+    return fit_logs_mean_of_replica_trackers(dataclasses.replace(seen, given={"replica_logs": logs}))
 
 
 def fit_logs_summed_on_write_of_unscaled_steps(seen: Seen):
