@@ -17,7 +17,7 @@ from suite.common.specs import parse_spec
 from suite.harness.engines import versions
 from suite.harness.verdict import deviations
 from suite.harness.verdict.judgment import Check, PropertyFailure
-from suite.harness.verdict.signatures import MODELS, Seen, Signature
+from suite.harness.verdict.signatures import MODELS, NOTHING, Seen, Signature
 from tests.helpers import run_pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -128,6 +128,10 @@ MODEL_CASES = {
     # two replicas' own running means (each on its own copy) against the global mean of 0.6
     "fit_logs_sum_of_replica_trackers": ("mirrored:2", 0.6, {"replica_logs": [0.5, 0.75]}, 1.25),
     "fit_logs_mean_of_replica_trackers": ("mirrored:2", 0.6, {"replica_logs": [0.5, 0.75]}, 0.625),
+    # Keras 3.0-3.1 on mirrored:3, split [2, 2, 0]: each tracker the mean of its steps' losses, the third's 0 / 0
+    "fit_logs_sum_of_replica_trackers_counting_each_step": (
+        "mirrored:3", 0.5, {"replica_step_means": [[0.5, 1.0, float("nan")], [1.5, 1.0, float("nan")]]},
+        float("nan")),
     # a script's Mean on Keras 3.0-3.6, two steps of [1, 3] on two replicas: copies (2, 2) and (6, 2) hold one device's
     # (8, 4) between them; the read copy's 1.0 where one device reads 2.0
     "first_replica_copy_of_the_summed_state": ("mirrored:2", 2.0, {
@@ -281,6 +285,19 @@ def test_signature_explains_its_deviation_and_not_a_foreign_error(entry, signatu
     check.equal(signature.explains(seen(_foreign(expected))), False, "a foreign wrong value explained")
 
 
+def test_the_per_step_tracker_model_weighs_steps_not_rows():
+    """Keras 3.0-3.1's loss trackers count each step as one: the sum over replicas of each one's
+    mean of its steps' losses (finite where every replica had rows), NaN once a replica had none."""
+    model = MODELS["fit_logs_sum_of_replica_trackers_counting_each_step"]
+    seen = lambda means: Seen("q", None, 0.0, _close, parse_spec("mirrored:3"), {"replica_step_means": means})  # noqa: E731
+    check = Check("fit_logs_sum_of_replica_trackers_counting_each_step", "float64")
+    check.close(model(seen([[0.5, 1.0, 2.0], [1.5, 1.0, 4.0]])), 1.0 + 1.0 + 3.0, "three replicas' means of two steps")
+    check.that(np.isnan(model(seen([[0.5, 1.0, 2.0], [1.5, 1.0, float("nan")]]))), "a replica without rows at step 2",
+               model(seen([[0.5, 1.0, 2.0], [1.5, 1.0, float("nan")]])), "NaN")
+    check.that(model(Seen("q", None, 0.0, _close, parse_spec("mirrored:3"), {})) is NOTHING, "no given",
+               "a prediction", "none")
+
+
 def test_the_float32_one_pass_model_excuses_the_one_pass_value_and_nothing_else():
     """The float32 property's excuse is no wider than the arithmetic: through a real Check with
     the entry in scope and the property's own tolerance (the two-pass float32 rounding bounds),
@@ -376,6 +393,8 @@ def test_a_result_equal_to_the_reference_where_a_model_predicts_otherwise_fails(
 COVERED = {
     "keras3-fit-logs-summed-over-replicas-before-3.3":
         "tests/properties/test_fit.py::test_fit_trains_as_the_reference_on_the_global_batches[mirrored:2-1-even]",
+    "keras3-fit-loss-tracker-counts-each-step-before-3.2":
+        "tests/properties/test_fit.py::test_fit_trains_as_the_reference_on_the_global_batches[mirrored:3-1-uneven]",
     "keras2-fit-multi-worker-logs-summed-over-replicas":
         "tests/properties/test_fit.py::test_fit_trains_as_the_reference_on_the_global_batches[multi_worker:2x1-1-even]",
     "keras3-fit-uneven-replica-batches-raise":

@@ -90,6 +90,20 @@ def replica_logs(arch, params, replica_losses, replica_params) -> list[list[floa
     return out
 
 
+def replica_step_means(arch, params, replica_losses, replica_params) -> list[list[float]]:
+    """Per step, each replica's own loss: the mean of its examples' losses at its copy of the
+    parameters before the step plus the regularization of that copy, NaN for a replica with no
+    rows (``0 / 0``): what a replica's loss tracker is updated with (Keras 3.0-3.1 count each such
+    update as one). Arguments as replica_logs."""
+    before = [[np.asarray(p, np.float64) for p in params] for _ in replica_losses[0]]
+    out = []
+    for losses, after in zip(replica_losses, replica_params):
+        out.append([total / count + ref_model.regularization(arch, before[r]) if count else float("nan")
+                    for r, (total, count) in enumerate(losses)])
+        before = after
+    return out
+
+
 def split_losses(history, steps) -> list[list[tuple[float, int]]]:
     """Per step of ``history`` (one set of parameters for every replica), per replica, the sum of
     its examples' losses and their count."""
@@ -150,9 +164,12 @@ def test_fit_trains_as_the_reference_on_the_global_batches(engines, spec, steps_
     own = replica_logs(arch, params, [st["replica_losses"] for st in own_steps], [st["params"] for st in own_steps])
     unscaled_own = replica_logs(arch, params, split_losses(unscaled, steps),
                                 [[st["params"]] * spec.replicas for st in unscaled])
+    own_means = replica_step_means(arch, params, [st["replica_losses"] for st in own_steps],
+                                   [st["params"] for st in own_steps])
     unscaled_increments = loss_increments(arch, params, unscaled)
     check_history(results, history, check, initial=params, at=boundaries, logged=logged_losses(increments),
                   logged_given=[{"kind": "mean", "increments": increments[:s + 1], "step_mode": "fit",
-                                 "replica_logs": own[s], "unscaled_increments": unscaled_increments[:s + 1],
+                                 "replica_logs": own[s], "replica_step_means": own_means[:s + 1],
+                                 "unscaled_increments": unscaled_increments[:s + 1],
                                  "unscaled_replica_logs": unscaled_own[s]} for s in range(len(increments))],
                   unsummed=unsummed, unscaled=unscaled)

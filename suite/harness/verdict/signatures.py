@@ -358,6 +358,20 @@ def fit_logs_sum_of_replica_trackers(seen: Seen):
     return NOTHING if logs is None else float(np.sum(logs))
 
 
+def fit_logs_sum_of_replica_trackers_counting_each_step(seen: Seen):
+    """Keras 3.0-3.1's fit: each replica's loss tracker is updated with its step's loss and no
+    sample weight, so it counts each step as one, whatever its rows (keras-team/keras#19363, first
+    in 3.2.0, passes the batch size); a replica left no rows adds its loss, ``0 / 0`` = NaN on Keras
+    3.0-3.6 (keras3-loss-nan-on-empty-replica-before-3.7), and reads NaN from then on. The log is the
+    sum over the replicas of each one's mean of its steps' losses, as fit_logs_sum_of_replica_trackers.
+    ``given``: ``{"replica_step_means": [per step so far, per replica, its batch's mean loss plus the
+    regularization on its own copy (NaN for no rows)]}`` (tests/properties/test_fit.py)."""
+    means = seen.given.get("replica_step_means") if isinstance(seen.given, dict) else None
+    if not means:
+        return NOTHING
+    return float(np.sum(np.mean(np.asarray(means, np.float64), axis=0)))
+
+
 def fit_logs_mean_of_replica_trackers(seen: Seen):
     """Keras 3.3-3.4's fit: each replica's loss tracker is its own copy and train_function reduces
     the replicas' results with "mean": the log is the mean over the replicas of each one's own
@@ -622,6 +636,7 @@ MODELS: dict[str, Callable[[Seen], Any]] = {f.__name__: f for f in (
     integer_sum_restored_by_division, momentum_set_on_the_building_replica_only, increments_lost_between_workers,
     alternative_rule, alternative_outcome, replicas_apply_their_own_gradients, replica_copies_averaged,
     fit_logs_summed_over_replicas, fit_logs_sum_of_replica_trackers, fit_logs_mean_of_replica_trackers,
+    fit_logs_sum_of_replica_trackers_counting_each_step,
     fit_logs_mean_of_unscaled_replica_trackers, fit_logs_summed_on_write_of_unscaled_steps,
     replica_losses_unscaled_then_summed, same_on_every_worker,
     one_pass_variance_bounds,
