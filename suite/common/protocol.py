@@ -3,9 +3,14 @@
 Each side holds a ``multiprocessing.connection.Connection`` over an OS pipe. Requests and
 replies are tuples of plain data (numbers, strings, numpy arrays, nested dicts/lists):
 
-    parent -> engine   ("call", probe_name, kwargs) | ("exit",)
-    engine -> parent   ("ready", info) | ("ok", result, {"restart": bool}) | ("error", Raised, traceback)
+    parent -> engine   ("call", request, probe_name, kwargs) | ("exit",)
+    engine -> parent   ("ready", info) | ("ok", request, result, {"restart": bool})
+                       | ("error", request, Raised, traceback)
                        | ("fatal", message)   # the engine cannot start (e.g. no TensorFlow)
+
+``request`` is the call's number, which its reply echoes: the parent takes a reply to another
+request as a channel out of step and never uses that engine again. The parent reads each message
+with ``receive``: a deadline on the whole frame, its length read (and capped) before its body.
 
 ``info`` is an EngineInfo (a ServerInfo for a process that only serves), ``result`` a record of
 suite/common/results.py or plain data, and an exception a probe raised comes back as a ``Raised``
@@ -19,6 +24,10 @@ and 2.13 need numpy <= 1.24.3), and the version matrix runs such engines from on
 
 from __future__ import annotations
 
+import os
+import select
+import struct
+import time
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
 
@@ -72,3 +81,55 @@ def writer(fd: int) -> Connection:
 def duplex(fd: int) -> Connection:
     """Both ways over one descriptor (an engine agent's socket)."""
     return Connection(fd)
+
+
+# the longest reply the parent reads (a probe's arrays are far smaller): a longer length is a garbled frame
+MAX_MESSAGE = 1 << 30
+
+
+class FrameTimeout(TimeoutError):
+    """The deadline passed before a whole message arrived (``got`` bytes of it had)."""
+
+    def __init__(self, message: str, got: int):
+        super().__init__(message)
+        self.got = got
+
+
+class BadFrame(ConnectionError):
+    """What arrived is not a message: a length over the cap, a frame cut short, a body that does not unpickle."""
+
+
+def receive(conn: Connection, deadline: float, cap: int = MAX_MESSAGE):
+    """The next message on ``conn`` (a pipe Connection; the frames ``Connection.send`` writes), read
+    by ``time.monotonic()`` ``deadline``: FrameTimeout if it has not arrived whole by then, EOFError
+    if the writer closed before a message began, BadFrame for anything that is not a message."""
+    fd = conn.fileno()
+    header = _read(fd, 4, deadline, start=True)
+    (length,) = struct.unpack("!i", header)
+    if length == -1:  # Connection's header for a message over 2 GiB: the length follows
+        (length,) = struct.unpack("!Q", _read(fd, 8, deadline))
+    if not 0 <= length <= cap:
+        raise BadFrame(f"a message of {length} bytes (at most {cap} are read)")
+    body = _read(fd, length, deadline)
+    try:
+        return ForkingPickler.loads(body)
+    except Exception as exc:
+        raise BadFrame(f"a message of {length} bytes that does not unpickle ({type(exc).__name__}: {exc})") from None
+
+
+def _read(fd: int, n: int, deadline: float, start: bool = False) -> bytes:
+    """Exactly ``n`` bytes of ``fd`` by ``deadline``. ``start``: the first bytes of a message, where
+    an end of file is the writer closing (EOFError), not a message cut short (BadFrame)."""
+    chunks, got = [], 0
+    while got < n:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
+            raise FrameTimeout(f"{got} of {n} bytes arrived before the deadline", got)
+        chunk = os.read(fd, min(n - got, 1 << 20))
+        if not chunk:
+            if start and got == 0:
+                raise EOFError
+            raise BadFrame(f"the message was cut short ({got} of {n} bytes, then the end of the pipe)")
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)

@@ -77,14 +77,14 @@ def main(argv=None) -> int:
             return 0  # the parent went away
         if msg[0] == protocol.EXIT:
             return 0
-        _, name, kwargs = msg
+        _, request, name, kwargs = msg
         try:
             result = registry.run(ctx, name, kwargs)
         except Exception as exc:
             where = f"probe {name!r}" + (f" on worker {args.worker_index}" if spec.is_multi_worker else "")
-            conn_out.send((protocol.ERROR, Raised.of(exc, where, limit=None), traceback.format_exc()))
+            conn_out.send((protocol.ERROR, request, Raised.of(exc, where, limit=None), traceback.format_exc()))
         else:
-            conn_out.send((protocol.OK, result, {"restart": ctx.restart_requested}))
+            conn_out.send((protocol.OK, request, result, {"restart": ctx.restart_requested}))
 
 
 def _serve(conn_in, conn_out) -> int:
@@ -107,7 +107,8 @@ def _serve(conn_in, conn_out) -> int:
             return 0
         if msg[0] == protocol.EXIT:
             return 0
-        conn_out.send((protocol.ERROR, Raised("RuntimeError", f"the {info.task} server answers no probes", info.task), ""))
+        conn_out.send((protocol.ERROR, msg[1], Raised("RuntimeError", f"the {info.task} server answers no probes",
+                                                      info.task), ""))
 
 
 def _refused(exc: authframe.FrameError) -> int:

@@ -321,7 +321,7 @@ def test_an_agents_engine_refuses_replayed_and_forged_messages(running, tmp_path
     a = running("--listen", "127.0.0.1:0")
     check = Check("engine messages")
     chan, pid = _start_engine(a.address)
-    call = chan.frame(("call", "engine.ping", {}))
+    call = chan.frame(("call", 1, "engine.ping", {}))
     chan.conn.send_bytes(call)
     check.that(chan.poll(60), "the engine's reply to an honest call", "nothing in 60 s", "a reply")
     check.equal(chan.recv()[0], "ok", "the engine's reply to an honest call")

@@ -125,6 +125,10 @@ class _Process:
         self.send_conn = protocol.writer(to_child_w)
         self.recv_conn = protocol.reader(from_child_r)
 
+    def receive(self, deadline: float):
+        """The next message from the engine, whole by ``deadline`` (protocol.receive)."""
+        return protocol.receive(self.recv_conn, deadline)
+
     def poll(self) -> int | None:
         if self.popen is not None:
             return self.popen.poll()
@@ -199,6 +203,10 @@ class _RemoteProcess:
         except agent.AgentError:
             return default
 
+    def receive(self, deadline: float):
+        """The next authenticated frame (its length capped; a socket's frame is read whole once it begins)."""
+        return self.recv_conn.recv(protocol.MAX_MESSAGE)
+
     def poll(self) -> int | None:
         """The exit code once the engine's connection has closed (asked of the agent)."""
         if self._code is None:
@@ -247,6 +255,7 @@ class Engine:
         self.start_seconds = None
         self.started_at = 0.0  # time.monotonic() once started
         self._restart = False
+        self._requests = 0  # the number of the last call sent (its replies must echo it)
         self.mutant = os.environ.get("TFDS_MUTANT") or None  # what its processes start with
         if spec.kind == "cluster":
             start_attempts = 1  # the user chose those ports
@@ -319,9 +328,10 @@ class Engine:
                 raise EngineStartError(f"engine 'cluster' {task.name}: {exc}") from None
 
     # -- waiting -----------------------------------------------------------------------
-    def _gather(self, probe: str, timeout: float, indices) -> list:
-        """Wait for one message from each process in ``indices`` while watching all of them;
-        raise EngineError on a death, an error reply or the deadline."""
+    def _gather(self, probe: str, timeout: float, indices, request: int | None = None) -> list:
+        """Wait for one message from each process in ``indices`` while watching all of them: the
+        reply to ``request`` (None: the start's ready); raise EngineError on a death, an error reply,
+        a reply to another request, a garbled message or the deadline."""
         deadline = time.monotonic() + timeout
         replies: list = [None] * len(self.procs)
         pending = set(indices)
@@ -332,16 +342,23 @@ class Engine:
                 eof = False
                 if proc.recv_conn.poll(0.02):
                     try:
-                        msg = proc.recv_conn.recv()
+                        msg = proc.receive(deadline)
                     except authframe.FrameError as exc:  # not unpickled; a cluster engine's socket
                         self._fail(EngineDied, f"{self._where(i)}'s connection carried a message that failed "
                                                f"authentication while running probe {probe!r} ({exc}; engine killed)", i)
+                    except protocol.FrameTimeout as exc:
+                        self._fail(EngineTimeout, f"{self._where(i)} began a reply to probe {probe!r} and did not "
+                                                  f"finish it within {timeout:.0f}s ({exc}; killed)", i)
+                    except protocol.BadFrame as exc:
+                        self._fail(EngineDied, f"{self._where(i)} sent something that is not a message while "
+                                               f"running probe {probe!r} ({exc}; engine killed)", i)
                     except (EOFError, OSError):
                         msg, eof = None, True  # the process closed its pipe: it is exiting
                     if msg is not None:
+                        self._check_in_step(msg, request, probe, i)
                         replies[i] = msg
                         pending.discard(i)
-                        if msg[0] == protocol.OK and len(msg) > 2 and msg[2].get("restart"):
+                        if msg[0] == protocol.OK and msg[3].get("restart"):
                             self._restart = True
                         if msg[0] in (protocol.ERROR, protocol.FATAL) and first_error is None:
                             first_error = i
@@ -376,7 +393,20 @@ class Engine:
                 self.close(graceful=not pending)  # a cluster with one failed process is not reusable
             silent = f"; {self._names(pending)} did not answer within 5s (killed)" if pending else ""
             self._raise_reply(replies[first_error], probe, first_error, silent)
-        return [msg[1] if msg is not None else None for msg in replies]
+        payload = 1 if request is None else 2  # ("ready", info); ("ok", request, result, extra)
+        return [msg[payload] if msg is not None else None for msg in replies]
+
+    def _check_in_step(self, msg, request: int | None, probe: str, i: int):
+        """A reply answers the request awaited (``request``; None: the start, whose replies say ready
+        or fatal), or the channel is out of step: some earlier call's reply was never read."""
+        expected = (protocol.READY, protocol.FATAL) if request is None else (protocol.OK, protocol.ERROR)
+        kind = msg[0] if isinstance(msg, tuple) and msg else None
+        if kind in expected and len(msg) == (2 if request is None else 4) and (request is None or msg[1] == request):
+            return
+        got = f"a {kind!r} message" if kind not in (protocol.OK, protocol.ERROR) else f"the reply to request {msg[1]!r}"
+        awaited = "its start" if request is None else f"request {request}"
+        self._fail(EngineDied, f"{self._where(i)} sent {got} while {awaited} (probe {probe!r}) was awaited: its "
+                               "replies are out of step (engine killed)", i)
 
     def _where(self, i: int, pending=None) -> str:
         who = f"engine {self.spec.text!r}"
@@ -403,7 +433,7 @@ class Engine:
             if text.startswith("unavailable: "):
                 raise EngineUnavailable(f"{self._where(i)}: {text[len('unavailable: '):]}")
             raise EngineStartError(f"{self._where(i)} could not start: {text}")
-        _, raised, tb = msg
+        _, _, raised, tb = msg
         raise ProbeError(f"{self._where(i)}: probe {probe!r} raised {raised.type}: {_cause(raised.message)}{suffix}",
                          raised, tb, probe)
 
@@ -420,15 +450,25 @@ class Engine:
         targets = self.evaluators if evaluator else self.callees
         if not targets:
             raise EngineError(f"engine {self.spec.text!r} has no {'evaluator' if evaluator else 'probe-answering'} task")
-        for i in targets:
-            proc = self.procs[i]
-            try:
-                proc.send_conn.send((protocol.CALL, probe, kwargs))
-            except OSError:
-                self._fail(EngineDied, f"{self._where(i)} {_describe_exit(proc.poll())} "
-                                       f"before probe {probe!r} could be sent", i)
-        self._restart = False
-        replies = self._gather(probe, timeout or self.call_timeout, targets)
+        self._requests += 1
+        request = self._requests
+        try:
+            for i in targets:
+                proc = self.procs[i]
+                try:
+                    proc.send_conn.send((protocol.CALL, request, probe, kwargs))
+                except OSError:
+                    self._fail(EngineDied, f"{self._where(i)} {_describe_exit(proc.poll())} "
+                                           f"before probe {probe!r} could be sent", i)
+            self._restart = False
+            replies = self._gather(probe, timeout or self.call_timeout, targets, request)
+        except ProbeError:
+            raise  # its reply was read whole: the channel is in step (a cluster's engine closed itself)
+        except BaseException:
+            # anything else between the request and its reply (a death, a timeout, a signal handler's
+            # exception, Ctrl-C) leaves the channel's state unknown: the engine is never used again
+            self.close(graceful=False)
+            raise
         if self._restart:
             self.close()  # the pool starts a fresh one for the next call
         return [replies[i] for i in targets]

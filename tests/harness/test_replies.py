@@ -1,0 +1,116 @@
+"""Replies matched to requests: every engine call is numbered and its reply echoes the number; a
+call interrupted between its request and its reply (a signal handler that raises, Ctrl-C) retires
+the engine, so no later call reads an earlier call's reply; a reply to another request, a frame cut
+short, a garbled frame and a frame longer than the cap each fail the call at once (or by its
+deadline) and the engine is replaced. The faults are injected from outside the engine: a raw
+request on its pipe, or bytes written into its reply pipe through /proc."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import struct
+import time
+
+import pytest
+
+from suite.common import protocol
+from suite.common.specs import parse_spec
+from suite.harness.engines.pool import EngineDied, EngineTimeout
+from suite.harness.verdict.judgment import Check
+from tests.helpers import alive, check_replaced
+
+SPEC = parse_spec("default")
+
+
+class Interrupted(Exception):
+    """What the test's SIGALRM handler raises (as pytest-timeout's signal method does)."""
+
+
+def _raise_interrupted(signum, frame):
+    raise Interrupted("alarm")
+
+
+def test_an_interrupted_call_retires_the_engine_and_the_next_call_gets_its_own_reply(pool):
+    """engine.sleep(seconds=3) interrupted by a SIGALRM handler that raises after 1 s: the call
+    ends with that exception, every process of the engine is gone, and the next calls (ping, then
+    info) return their own replies from a new engine, not the sleep's 3.0 and the ping's."""
+    old = pool.get(SPEC).pids()
+    previous = signal.signal(signal.SIGALRM, _raise_interrupted)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 1.0)
+        with pytest.raises(Interrupted):
+            pool.call(SPEC, "engine.sleep", seconds=3)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    check = Check(SPEC, case={"interrupted": "engine.sleep(seconds=3) after 1 s"})
+    check.equal([p for p in old if alive(p)], [], "processes of the interrupted engine still alive")
+    ping = pool.call(SPEC, "engine.ping")[0]
+    check.equal(type(ping).__name__, "Ping", "what the next call (engine.ping) returned")
+    check.that(ping.pid not in old, "the pid the ping reports", ping.pid, f"a new engine's (the old had {old})")
+    info = pool.call(SPEC, "engine.info")[0]
+    check.equal(type(info).__name__, "EngineInfo", "what the call after it (engine.info) returned")
+
+
+def test_a_reply_to_another_request_fails_the_call_and_retires_the_engine(pool):
+    """A request the pool did not await (sent raw on the engine's pipe, as an interrupted call
+    leaves one): its reply arrives where the next call's is awaited; the call fails naming both
+    requests and the engine is replaced, where a channel without numbers would hand the ping the
+    sleep's result."""
+    engine = pool.get(SPEC)
+    old = engine.pids()
+    engine.procs[0].send_conn.send((protocol.CALL, 10_000, "engine.sleep", {"seconds": 0.2}))
+    with pytest.raises(EngineDied) as info:
+        pool.call(SPEC, "engine.ping")
+    check = Check(SPEC)
+    check.contains(str(info.value), ["'default'", "the reply to request 10000", "'engine.ping'", "out of step"],
+                   "the error of a reply to another request")
+    check_replaced(check, pool, SPEC, old)
+
+
+def _reply_pipe(proc) -> int:
+    """A descriptor of this engine process's reply pipe (its write end), opened through /proc."""
+    ours = os.readlink(f"/proc/self/fd/{proc.recv_conn.fileno()}")
+    for fd in os.listdir(f"/proc/{proc.pid}/fd"):
+        try:
+            if os.readlink(f"/proc/{proc.pid}/fd/{fd}") == ours:
+                return os.open(f"/proc/{proc.pid}/fd/{fd}", os.O_WRONLY)
+        except OSError:
+            continue
+    raise AssertionError(f"engine process {proc.pid} holds no end of the pipe {ours}")
+
+
+# what is written into the reply pipe while the engine sleeps, and what the call must then say
+FRAMES = {
+    "cut short": (struct.pack("!i", 100) + b"0123456789", EngineTimeout, "did not finish it within 3s"),
+    "garbled": (struct.pack("!i", 5) + b"\x00garb", EngineDied, "does not unpickle"),
+    "over the cap": (struct.pack("!i", protocol.MAX_MESSAGE + 1), EngineDied, f"at most {protocol.MAX_MESSAGE}"),
+    "another kind": ((lambda body: struct.pack("!i", len(body)) + body)(pickle.dumps(("ready", None))), EngineDied,
+                     "a 'ready' message while request"),
+}
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc to reach an engine's pipe")
+@pytest.mark.parametrize("frame", sorted(FRAMES))
+def test_a_bad_frame_fails_the_call_by_its_deadline_and_replaces_the_engine(pool, frame):
+    """A frame cut short (its length says 100 bytes, 10 come), a body that does not unpickle, a
+    length over the cap, a message of another kind: the call fails (the cut frame by the call's
+    deadline, the others at once), saying what arrived, and the next call gets a new engine."""
+    data, error, says = FRAMES[frame]
+    engine = pool.get(SPEC)
+    old = engine.pids()
+    fd = _reply_pipe(engine.procs[0])
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+    start = time.monotonic()
+    with pytest.raises(error) as info:
+        pool.call(SPEC, "engine.sleep", seconds=30, timeout=3)
+    elapsed = time.monotonic() - start
+    check = Check(SPEC, case={"frame": frame})
+    check.contains(str(info.value), ["'default'", "'engine.sleep'", says], f"the error of a frame {frame}")
+    check.that(elapsed < 10, "seconds until the call failed", elapsed, "under 10 (its deadline is 3 s)")
+    check_replaced(check, pool, SPEC, old)
