@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import select
+import signal
 import struct
 import time
 from multiprocessing.connection import Connection
@@ -61,6 +62,10 @@ if np is not None:
     ForkingPickler.register(np.ndarray, _reduce_array)
     for _type in {np.dtype(code).type for code in "?bBhHiIlLqQefdgFDG"} | {np.str_, np.bytes_}:
         ForkingPickler.register(_type, _reduce_scalar)
+
+# the signal on which an engine writes every thread's stack to its log (faulthandler), which the
+# parent sends before it kills an engine that did not answer in time
+STACKS_SIGNAL = signal.SIGUSR1
 
 CALL = "call"
 EXIT = "exit"

@@ -11,6 +11,7 @@ here (and in the probe modules this imports), never in the pytest process.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import os
 import sys
 import traceback
@@ -36,6 +37,8 @@ def _parse_args(argv):
 
 def main(argv=None) -> int:
     args = _parse_args(argv)
+    # every thread's stack to the log on request: the parent asks before it kills an engine that hangs
+    faulthandler.register(protocol.STACKS_SIGNAL, file=sys.stderr, all_threads=True)
     if args.session_fd is not None:  # an agent's socket: every message authenticated, both ways
         conn_in = conn_out = authframe.Channel.taken_over(protocol.duplex(args.fd_in), args.session_fd)
     else:

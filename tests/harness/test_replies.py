@@ -114,3 +114,35 @@ def test_a_bad_frame_fails_the_call_by_its_deadline_and_replaces_the_engine(pool
     check.contains(str(info.value), ["'default'", "'engine.sleep'", says], f"the error of a frame {frame}")
     check.that(elapsed < 10, "seconds until the call failed", elapsed, "under 10 (its deadline is 3 s)")
     check_replaced(check, pool, SPEC, old)
+
+
+DUMP = """Thread 0x00007f0000000002 (most recent call first):
+  File "/usr/lib/python3.11/threading.py", line 327 in wait
+  File "/usr/lib/python3.11/threading.py", line 975 in run
+
+Current thread 0x00007f0000000001 (most recent call first):
+  File "/venv/lib/python3.11/site-packages/tensorflow/python/eager/execute.py", line 53 in quick_execute
+  File "/venv/lib/python3.11/site-packages/tensorflow/python/eager/function.py", line 251 in call_flat
+  File "/home/me/train.py", line 40 in train_epoch
+  File "/home/me/train.py", line 55 in <module>
+  File "<frozen runpy>", line 88 in _run_code
+  File "{suite}/engine/script.py", line 900 in run_script
+  File "{suite}/engine/worker.py", line 80 in main
+"""
+
+
+def test_waiting_frames_are_the_probe_threads_user_and_tensorflow_frames():
+    """From a faulthandler dump: the thread that runs the engine's main loop, its user frames and
+    each run of TensorFlow frames by its innermost, innermost first; the probe's own frame where the
+    thread shows neither; nothing from an empty dump."""
+    from suite.harness.engines import stacks
+
+    check = Check("stacks.waiting_frames")
+    dump = DUMP.format(suite=stacks.SUITE)
+    check.equal(stacks.waiting_frames(dump), "tensorflow/python/eager/execute.py:53 in quick_execute <- "
+                "/home/me/train.py:40 in train_epoch <- /home/me/train.py:55 in <module>", "where a step waited")
+    harness_only = dump.replace("/home/me/train.py", "/usr/lib/python3.11/runpy.py").replace(
+        "/venv/lib/python3.11/site-packages/tensorflow", "/venv/lib/python3.11/site-packages/numpy")
+    check.equal(stacks.waiting_frames(harness_only), "suite/engine/script.py:900 in run_script",
+                "a thread with no user or TensorFlow frame")
+    check.equal(stacks.waiting_frames("Fatal Python error: Aborted\n"), "", "a dump without threads")

@@ -27,7 +27,7 @@ from ... import layout
 from ...common import authframe, protocol
 from ...common.results import Raised
 from ...common.specs import Spec
-from . import agent, forks, topology, versions
+from . import agent, forks, stacks, topology, versions
 
 layout.alias_engine_names()  # replies name the engines' package (suite.…): this process's modules
 
@@ -100,6 +100,7 @@ class _Process:
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
         self.popen, self.server, self._code, self._pidfd = None, server, None, None
+        self._stacks_at = None  # where in the log the first stacks it was asked for begin (None: all of it)
         try:
             if server is not None:
                 self.log_path.touch()
@@ -129,6 +130,27 @@ class _Process:
         """The next message from the engine, whole by ``deadline`` (protocol.receive)."""
         return protocol.receive(self.recv_conn, deadline)
 
+    def stacks(self, wait: float = 2.0) -> str:
+        """Every thread's Python stack, as faulthandler writes it to the engine's log on
+        protocol.STACKS_SIGNAL (suite/engine/worker.py); "" if the process wrote none within ``wait``."""
+        try:
+            start = self.log_path.stat().st_size
+            os.kill(self.pid, protocol.STACKS_SIGNAL)
+        except OSError:
+            return ""
+        self._stacks_at = start if self._stacks_at is None else self._stacks_at
+        deadline, size, settled = time.monotonic() + wait, start, 0.0
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+            now = self.log_path.stat().st_size
+            if now > size:
+                size, settled = now, time.monotonic()
+            elif size > start and time.monotonic() - settled > 0.2:
+                break  # the dump has stopped growing
+        with open(self.log_path, "rb") as log:
+            log.seek(start)
+            return log.read(size - start).decode(errors="replace")
+
     def poll(self) -> int | None:
         if self.popen is not None:
             return self.popen.poll()
@@ -151,8 +173,10 @@ class _Process:
             time.sleep(0.02)
 
     def log_tail(self, lines: int = 6) -> str:
+        """The last lines the engine wrote before any stacks it was asked for."""
         try:
-            text = self.log_path.read_text(errors="replace").strip().splitlines()
+            with open(self.log_path, "rb") as log:
+                text = log.read(self._stacks_at).decode(errors="replace").strip().splitlines()
         except OSError:
             return ""
         useful = [ln for ln in text if ln.strip()][-lines:]
@@ -206,6 +230,10 @@ class _RemoteProcess:
     def receive(self, deadline: float):
         """The next authenticated frame (its length capped; a socket's frame is read whole once it begins)."""
         return self.recv_conn.recv(protocol.MAX_MESSAGE)
+
+    def stacks(self, wait: float = 2.0) -> str:
+        """A remote engine's stacks are not fetched (its agent has no request for them)."""
+        return ""
 
     def poll(self) -> int | None:
         """The exit code once the engine's connection has closed (asked of the agent)."""
@@ -387,14 +415,25 @@ class Engine:
                     break
                 i = min(pending)
                 self._fail(EngineTimeout, f"{self._where(i, pending)} did not answer probe {probe!r} "
-                                          f"within {timeout:.0f}s (killed)", i)
+                                          f"within {timeout:.0f}s (killed){self._waiting(pending)}", i)
         if first_error is not None:
+            silent = f"; {self._names(pending)} did not answer within 5s (killed){self._waiting(pending)}" \
+                if pending else ""
             if len(self.procs) > 1:
                 self.close(graceful=not pending)  # a cluster with one failed process is not reusable
-            silent = f"; {self._names(pending)} did not answer within 5s (killed)" if pending else ""
             self._raise_reply(replies[first_error], probe, first_error, silent)
         payload = 1 if request is None else 2  # ("ready", info); ("ok", request, result, extra)
         return [msg[payload] if msg is not None else None for msg in replies]
+
+    def _waiting(self, indices) -> str:
+        """Where each of these processes waits: the frames of the thread that runs the probe, from
+        the stacks it dumps on request (``; where it waited: ...``; per worker on a cluster)."""
+        parts = []
+        for i in sorted(indices):
+            where = stacks.waiting_frames(self.procs[i].stacks())
+            if where:
+                parts.append((f"{self.procs[i].task.name}: " if len(self.procs) > 1 else "") + where)
+        return f"; where it waited (innermost first): {'; '.join(parts)}" if parts else ""
 
     def _check_in_step(self, msg, request: int | None, probe: str, i: int):
         """A reply answers the request awaited (``request``; None: the start, whose replies say ready

@@ -25,7 +25,7 @@ from ..engines import versions
 from ..engines.pool import EngineError, EnginePool, EngineUnavailable, ProbeError
 from ..engines.versions import engine_versions
 from . import controls, differential
-from .usercheck import CheckInputError, Report, _check_specs, _start_quietly, default_jobs
+from .usercheck import CheckEngineError, CheckInputError, Report, _check_specs, _start_quietly, default_jobs, engine_failure
 
 INSIDE = " (in the replica function)"  # a read of the replica count inside strategy.run (the engine's mark)
 # the spec kinds whose strategy a script's constructors can be given here: synchronous ones, and parameter
@@ -142,7 +142,12 @@ class ScriptChecker:
         return self._run(spec, init=ref.initial, init_names=ref.names, init_trainable=ref.trainable,
                          late_init=ref.facts.get("late_values"), **kwargs)
 
-    def _input_error(self, exc: EngineError) -> CheckInputError:
+    def _input_error(self, exc: EngineError) -> CheckInputError | CheckEngineError:
+        """What a failed reference run means: the script's own error (input the check cannot use), or
+        an engine that hung or died (CheckEngineError)."""
+        failure = engine_failure(f"script {self.target!r}", exc)
+        if failure is not None:
+            return failure
         if isinstance(exc, ProbeError) and exc.raised.type == "OtherKind":
             return OtherKindError(exc.raised.message)
         if isinstance(exc, ProbeError) and exc.raised.type == "ScriptError":
@@ -291,6 +296,10 @@ class ScriptChecker:
         except OtherKindError:
             self.not_here[spec.text] = OTHER_KIND[_other(_kind(spec))]
             raise NotCheckedHere(self.not_here[spec.text]) from None
+        except CheckEngineError as exc:
+            if not self.refs or key == self.first_key:
+                raise  # the first reference: the check cannot go on
+            return differential.Verdict(spec.text, spec.replicas, "ERROR", seconds=0.0, error=str(exc))
         except CheckInputError as exc:
             if not self.refs or key == self.first_key:
                 raise  # the first reference: input the check cannot use
@@ -313,7 +322,7 @@ class ScriptChecker:
         if key[2] and runs[0].raised is None:  # each closure on the iterator of the worker that ran it here
             try:
                 ref = self.replay(key, ref, runs[0].facts.get("closure_workers") or [])
-            except CheckInputError as exc:
+            except (CheckInputError, CheckEngineError) as exc:
                 return differential.Verdict(spec.text, spec.replicas, "ERROR", seconds=time.monotonic() - began,
                                             error=f"the reference in the cluster's order failed: {exc}")
         apart = _variables_apart(ref, runs[0])

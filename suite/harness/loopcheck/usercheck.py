@@ -31,7 +31,15 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
 from ...common.specs import DEFAULT_SPECS, SpecError, parse_spec, parse_specs
 from ..engines import agent, versions
-from ..engines.pool import EngineError, EnginePool, EngineStartError, EngineUnavailable, ProbeError
+from ..engines.pool import (
+    EngineDied,
+    EngineError,
+    EnginePool,
+    EngineStartError,
+    EngineTimeout,
+    EngineUnavailable,
+    ProbeError,
+)
 from ..engines.versions import engine_versions
 from . import controls, differential
 
@@ -40,6 +48,18 @@ EXIT = {"PASS": 0, "FAIL": 1, "USAGE": 2, "ERROR": 3, "KNOWN": 4, "RANDOM": 5}
 
 class CheckInputError(Exception):
     """The workload or the options cannot be checked; the message is one line."""
+
+
+class CheckEngineError(Exception):
+    """The suite could not finish the reference run: its engine hung (the message says where it
+    waited) or died. Not the input's fault as far as the check can tell: exit 3, not 2."""
+
+
+def engine_failure(what: str, exc: EngineError) -> CheckEngineError | None:
+    """An engine that hung or died during a reference run, as a one-line CheckEngineError."""
+    if isinstance(exc, (EngineTimeout, EngineDied)):
+        return CheckEngineError(f"{what}: the reference run did not finish: {str(exc).splitlines()[0]}")
+    return None
 
 
 @dataclasses.dataclass
@@ -199,7 +219,7 @@ class Checker:
             first = self._run(default, **(self.init or {}))[0]
             second = self._run(default, init=first.initial)[0]
         except EngineError as exc:
-            raise _input_error(self.target, exc) or CheckInputError(
+            raise _input_error(self.target, exc) or engine_failure(f"workload {self.target!r}", exc) or CheckInputError(
                 f"workload {self.target!r}: the reference run failed: {str(exc).splitlines()[0]}") from None
         if first.raised is not None:
             raise CheckInputError(f"workload {self.target!r}: with no strategy, {first.raised.where} raised "
@@ -515,6 +535,9 @@ def carry_out(args, compute, text) -> int:
     except CheckInputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT["USAGE"]
+    except CheckEngineError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT["ERROR"]
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return EXIT["USAGE"]

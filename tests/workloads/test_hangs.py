@@ -1,0 +1,102 @@
+"""A training script that hangs is ERROR, exit 3, saying where it waited: the pool asks a hung
+engine for its stacks (faulthandler, protocol.STACKS_SIGNAL) before it kills it, and the check
+quotes the user's frame. In the reference run (the check cannot go on: one line on stderr), under
+a one-process spec and on one worker of a multi-worker spec (that spec's verdict). Not exit 2: a
+hang is not input the check refused."""
+
+from __future__ import annotations
+
+import re
+import textwrap
+
+import pytest
+
+from suite.harness.verdict.judgment import Check
+from tests.workloads.test_bad_input import check_cli
+
+HANGS = textwrap.dedent('''
+    import argparse
+    import json
+    import os
+    import threading
+
+    import numpy as np
+    import tensorflow as tf
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--hang", choices=["always", "replicas", "worker1"], required=True)
+    args = parser.parse_args()
+
+
+    def should_hang():
+        if args.hang == "always":
+            return True
+        if args.hang == "replicas":  # a spec's engine: more than one (virtual) CPU
+            return len(tf.config.list_logical_devices("CPU")) > 1
+        return json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {}).get("index") == 1
+
+
+    def wait_forever():
+        threading.Event().wait()  # the line the check must quote
+
+
+    strategy = tf.distribute.MultiWorkerMirroredStrategy() if "TF_CONFIG" in os.environ else \\
+        tf.distribute.MirroredStrategy()
+    batch = 8 * strategy.num_replicas_in_sync
+    x = np.random.default_rng(0).normal(size=(4 * batch, 4)).astype(np.float32)
+    y = x[:, :2] * 2
+    with strategy.scope():
+        model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(2)])
+        optimizer = tf.keras.optimizers.SGD(0.1)
+    data = strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensor_slices((x, y)).batch(batch))
+
+
+    def step(inputs):
+        features, labels = inputs
+        with tf.GradientTape() as tape:
+            per_example = tf.reduce_mean(tf.square(labels - model(features)), axis=-1)
+            loss = tf.nn.compute_average_loss(per_example, global_batch_size=batch)
+        optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+        return loss
+
+
+    @tf.function
+    def train(inputs):
+        return strategy.reduce("SUM", strategy.run(step, args=(inputs,)), axis=None)
+
+
+    for i, inputs in enumerate(data):
+        train(inputs)
+        if i == 0 and should_hang():
+            wait_forever()
+''')
+WAIT_LINE = next(n for n, line in enumerate(HANGS.splitlines(), 1) if "the line the check must quote" in line)
+TIMEOUT = "20"  # seconds: --engine-timeout (a multi-worker collective's own timeout is 7 s shorter)
+
+CASES = {  # --hang, spec, where the hang is reported
+    "the reference": ("always", "mirrored:2", "stderr"),
+    "a one-process spec": ("replicas", "mirrored:2", "report"),
+    "worker 1 of a multi-worker spec": ("worker1", "multi_worker:2x1", "report"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_hanging_script_is_error_exit_3_quoting_the_users_frame(tmp_path, case):
+    hang, spec, where = CASES[case]
+    (tmp_path / "train.py").write_text(HANGS)
+    done, left = check_cli(tmp_path, "train.py", "--strategies", spec, "--engine-timeout", TIMEOUT, "--",
+                           "--hang", hang)
+    check = Check(f"suite.check train.py --strategies {spec} -- --hang {hang}")
+    check.equal(done.returncode, 3, "exit status of a check whose script hangs", done.stderr[-2000:])
+    frame = f"train.py:{WAIT_LINE} in wait_forever"
+    if where == "stderr":
+        errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+        check.equal(len(errors), 1, "error lines on stderr", done.stderr[-2000:])
+        check.contains(errors[0] if errors else "", ["the reference run did not finish", "where it waited", frame],
+                       "the one line of a hung reference run")
+    else:
+        check.contains(done.stdout, [spec, "ERROR", "where it waited", frame], "the report of a spec that hung")
+        if spec.startswith("multi_worker"):
+            check.that(re.search(rf"worker 1: [^;]*{re.escape(frame)}", done.stdout) is not None,
+                       "the hung worker's frame", done.stdout[-2000:], "named after 'worker 1:'")
+    check.equal(left, [], "engine processes left running")
