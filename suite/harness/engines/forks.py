@@ -103,6 +103,11 @@ class ForkServer:
             return ""
         return " | ".join(lines[-4:])
 
+    def kill_now(self):
+        """SIGKILL the server (its forks follow: PR_SET_PDEATHSIG), without its lock or a wait."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.popen.pid, signal.SIGKILL)
+
     def close(self):
         with contextlib.suppress(OSError):
             self.sock.close()  # the server reads EOF and exits
@@ -151,6 +156,12 @@ class ForkServers:
 
     def pids(self) -> list[int]:
         return [s.pid for s in self._servers.values() if s is not None and s.popen.poll() is None]
+
+    def kill_now(self):
+        """Every server SIGKILLed at once (an interruption; see ForkServer.kill_now)."""
+        for server in list(self._servers.values()):
+            if server is not None:
+                server.kill_now()
 
     def close(self):
         with self._lock:

@@ -182,6 +182,12 @@ class _Process:
         useful = [ln for ln in text if ln.strip()][-lines:]
         return " | ".join(useful)
 
+    def kill_now(self):
+        """SIGKILL without waiting or asking anyone (an interruption: close() reaps it later)."""
+        for kill in (os.killpg, os.kill):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                kill(self.pid, signal.SIGKILL)
+
     def kill(self):
         if self.poll() is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -256,6 +262,9 @@ class _RemoteProcess:
     def log_tail(self, lines: int = 6) -> str:
         tail = self._ask("tail", "")
         return f"(on {self.address[0]}) {tail}" if tail else ""
+
+    def kill_now(self):
+        """A remote process is killed through its agent, by close() (no network call from a signal handler)."""
 
     def kill(self):
         if self._code is None:
@@ -528,6 +537,12 @@ class Engine:
         """Every process of the engine, servers included."""
         return [p.pid for p in self.procs]
 
+    def kill_now(self):
+        """Every local process SIGKILLed at once: no message, no wait, no lock (an interruption; a
+        call in progress on another thread then fails with EngineDied, and close() reaps them)."""
+        for proc in getattr(self, "procs", ()):
+            proc.kill_now()
+
     def close(self, graceful: bool = True):
         """End every process: ask them to exit (``graceful``, up to 3 s), then SIGKILL the rest."""
         if not self.alive:
@@ -593,6 +608,7 @@ class EnginePool:
         self.trace_report: dict[str, dict] = {}  # spec -> probe -> traces, read at close()
         # the meta tests' deliberately wrong engines (set_mutant); engines start with TFDS_MUTANT
         self.mutant: str | None = os.environ.get("TFDS_MUTANT") or None
+        self.interrupted = False  # kill_now() was called: no engine starts again
 
     def set_mutant(self, name: str | None):
         """Every engine of the pool, running or started later, computes with mutant ``name``
@@ -624,6 +640,8 @@ class EnginePool:
 
     def _get(self, spec: Spec) -> Engine:
         key = spec.text
+        if self.interrupted:
+            raise EngineError(f"engine {spec.text!r} not started: the run was interrupted")
         if key in self._start_failures:  # do not retry a start that cannot succeed
             raise self._start_failures[key]
         engine = self._engines.get(key)
@@ -668,9 +686,19 @@ class EnginePool:
         servers = self.fork_servers.pids() if self.fork_servers else []
         return [pid for e in self._engines.values() if e.alive for pid in e.pids()] + servers
 
+    def kill_now(self):
+        """An interruption (Ctrl-C, SIGTERM; safe in a signal handler): every engine process and fork
+        server SIGKILLed at once, without a call to any of them and without taking a lock; no engine
+        starts afterwards. close() then reaps them and removes the pool's folder."""
+        self.interrupted = True
+        for engine in list(self._engines.values()):
+            engine.kill_now()
+        if self.fork_servers:
+            self.fork_servers.kill_now()
+
     def close(self):
         for key, engine in list(self._engines.items()):
-            counts = engine.trace_counts()
+            counts = None if self.interrupted else engine.trace_counts()
             if counts is not None:
                 self.trace_report[key] = counts
             engine.close()

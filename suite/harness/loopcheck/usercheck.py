@@ -24,13 +24,14 @@ import dataclasses
 import importlib.util
 import json
 import os
+import signal
 import sys
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
 from ...common.specs import DEFAULT_SPECS, SpecError, parse_spec, parse_specs
-from ..engines import agent, versions
+from ..engines import agent, interrupts, versions
 from ..engines.pool import (
     EngineDied,
     EngineError,
@@ -531,16 +532,18 @@ def carry_out(args, compute, text) -> int:
     pool = EnginePool(python=args.engine_python, call_timeout=args.engine_timeout)
     progress = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     try:
-        report = compute(pool, progress)
+        with interrupts.interruptible(lambda: [pool]):
+            report = compute(pool, progress)
     except CheckInputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT["USAGE"]
     except CheckEngineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT["ERROR"]
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return EXIT["USAGE"]
+    except KeyboardInterrupt as exc:  # the handler killed the engines first (interrupts.py)
+        signum = getattr(exc, "signum", signal.SIGINT)
+        print(f"error: interrupted ({signal.Signals(signum).name}): engines killed, no report written", file=sys.stderr)
+        return 128 + signum
     finally:
         pool.close()
     if args.json == "-":

@@ -24,6 +24,9 @@ class SuiteState:
     bands: dict = dataclasses.field(default_factory=dict)  # (deviation, quantity, band) -> [compared, explained]
     stale: list = dataclasses.field(default_factory=list)  # stale rounding bands, found at the session's end
     mutant: str | None = None  # the mutant the engines compute with (tools/mutation.py)
+    pools: list = dataclasses.field(default_factory=list)  # the session's engine pools (killed on SIGINT/SIGTERM)
+    interrupted: int | None = None  # the signal that interrupted the session (engines/interrupts.py)
+    restore_signals: object = None  # puts back the handlers pytest_configure replaced
 
 
 SUITE = pytest.StashKey[SuiteState]()

@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import os
 import shutil
+import signal
 import zlib
 
 import hypothesis
@@ -19,7 +20,7 @@ import pytest
 
 from ...common.specs import DEFAULT_SPECS, SpecError, parse_specs
 from ..drawing import profiles, tally
-from ..engines import agent, machine, topology, versions
+from ..engines import agent, interrupts, machine, topology, versions
 from ..engines.handle import EngineHandle
 from ..engines.pool import EnginePool
 from ..reporting import results_dir
@@ -102,10 +103,25 @@ def pytest_configure(config):
         raise pytest.UsageError(f"known_deviations.toml: {exc}") from None
     # what the terminal summary shows too; under pytest-xdist each worker sends its part to the
     # controller (pytest_sessionfinish below, XdistController)
-    config.stash[state.SUITE] = state.SuiteState(specs, here, others, entries)
+    config.stash[state.SUITE] = s = state.SuiteState(specs, here, others, entries)
+    # Ctrl-C and SIGTERM: every engine killed at once, the session unwinds as interrupted (its JUnit
+    # and results written, its pools' folders removed) and exits 128 + the signal (pytest_sessionfinish)
+
+    def interrupted(signum):
+        s.interrupted = signum
+        if signum == signal.SIGTERM and not hasattr(config, "workeroutput"):
+            interrupts.terminate_children()  # pytest-xdist's workers: a SIGTERM reaches this process only
+
+    s.restore_signals = interrupts.install(lambda: s.pools, interrupted)
     results_dir.configure(config, config.getoption("--results-dir"), here)
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistController(), "tfds-xdist")
+
+
+def pytest_unconfigure(config):
+    s = config.stash.get(state.SUITE, None)
+    if s is not None and s.restore_signals is not None:
+        s.restore_signals()
 
 
 def pytest_report_header(config):
@@ -268,6 +284,7 @@ def pool(request):
                    start_timeout=cfg.getoption("--engine-start-timeout"),
                    call_timeout=cfg.getoption("--engine-timeout"))
     atexit.register(p.close)  # backstop if the session is interrupted
+    state.of(cfg).pools.append(p)
     yield p
     p.close()
     counts = state.of(cfg).engines
@@ -306,6 +323,9 @@ def pytest_sessionfinish(session):
             "draws": {k: t.dump() for k, t in s.draws.items() if t.examples},
             "budgets": s.budgets, "findings": s.findings.dump(), "engines": s.engines,
             "bands": [[*key, *v] for key, v in s.bands.items()]}
+        return
+    if s.interrupted:  # Ctrl-C or SIGTERM, through the handlers pytest_configure installed
+        session.exitstatus = 128 + s.interrupted
         return
     # a rounding band that never showed over the session's comparisons: the entry is stale
     s.stale = deviations.stale_bands(s.bands)

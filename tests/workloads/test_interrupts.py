@@ -1,0 +1,113 @@
+"""Ctrl-C and SIGTERM of ``python -m suite.check`` while its engine is busy (the script's step
+hangs): one line, exit 130 (143 for SIGTERM) within seconds, no engine process and no temporary
+folder left. Before, Ctrl-C waited on the busy engine and exited 2, the status of bad input. The
+same for a pytest session with two pytest-xdist workers: Ctrl-C (SIGINT to its process group) and
+SIGTERM (to the controller alone) end it with 130 and 143, its JUnit written with the tests that
+finished; before, SIGTERM killed it with no JUnit and left the engines' folders."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from suite.harness.verdict.judgment import Check
+from tests.helpers import ROOT
+from tests.workloads.test_bad_input import marked
+from tests.workloads.test_hangs import HANGS
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_an_interrupted_check_kills_its_engines_and_exits_128_plus_the_signal(tmp_path, signum):
+    (tmp_path / "train.py").write_text(HANGS)
+    scratch = tmp_path / "tmp"  # the check's TMPDIR: its engines' folder is made here
+    scratch.mkdir()
+    mark = uuid.uuid4().hex
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
+    env.update(PYTHONPATH=str(ROOT), TFDS_CHECK_MARK=mark, TMPDIR=str(scratch))
+    check = Check(f"suite.check interrupted by {signal.Signals(signum).name}")
+    proc = subprocess.Popen([sys.executable, "-m", "suite.check", "train.py", "--strategies", "mirrored:2", "-q",
+                             "--engine-timeout", "300", "--", "--hang", "always"], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # the reference run hangs in the script: wait until an engine has started and runs it
+        deadline = time.monotonic() + 120
+        while not list(scratch.glob("tfds-engines-*/*default*.log")) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        check.that(bool(list(scratch.glob("tfds-engines-*/*default*.log"))), "the reference's engine",
+                   "not started in 120 s", "started")
+        time.sleep(5)
+        busy = marked(mark)
+        sent = time.monotonic()
+        proc.send_signal(signum)
+        out, err = proc.communicate(timeout=60)
+        elapsed = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    check.that(len(busy) > 0, "engine processes before the signal", busy, "some (the engine was busy)")
+    check.equal(proc.returncode, 128 + signum, "exit status", err[-2000:])
+    check.that(elapsed < 10, "seconds from the signal to the exit", elapsed, "under 10 (the engine is killed, "
+               "not waited for)")
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    check.equal(lines, [f"error: interrupted ({signal.Signals(signum).name}): engines killed, no report written"],
+                "what the check said", err[-2000:])
+    time.sleep(1)
+    check.equal(marked(mark), [], "engine processes left running")
+    check.equal(sorted(p.name for p in scratch.iterdir()), [], "temporary folders left behind")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_an_interrupted_pytest_session_kills_its_engines_writes_its_junit_and_exits_128_plus_the_signal(
+        tmp_path, signum):
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    junit = tmp_path / "junit.xml"
+    mark = uuid.uuid4().hex
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
+    env.update(TFDS_CHECK_MARK=mark, TMPDIR=str(scratch), HYPOTHESIS_PROFILE="ci")
+    check = Check(f"pytest interrupted by {signal.Signals(signum).name}")
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "tests/properties/test_losses.py", "--strategies",
+                             "default,mirrored:2", "-n", "2", "-v", "-p", "no:cacheprovider", f"--junitxml={junit}"],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    lines = []
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:  # until a test has finished on a worker
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if re.search(r"^\[gw\d\] .*(PASSED|XFAIL)", line):
+                break
+        time.sleep(2)
+        busy = [p for p in marked(mark) if p != proc.pid]
+        sent = time.monotonic()
+        if signum == signal.SIGINT:
+            os.killpg(proc.pid, signum)  # Ctrl-C: the terminal's whole process group
+        else:
+            proc.send_signal(signum)  # SIGTERM: the controller alone
+        out, _ = proc.communicate(timeout=120)
+        elapsed = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    out = "".join(lines) + out
+    check.that(len(busy) > 0, "the session's processes besides the controller", busy, "some (its workers)")
+    check.equal(proc.returncode, 128 + signum, "exit status", out[-2000:])
+    check.that(elapsed < 60, "seconds from the signal to the exit", elapsed, "under 60")
+    time.sleep(1)
+    check.equal(marked(mark), [], "processes left running")
+    check.equal(sorted(p.name for p in scratch.glob("tfds-engines-*")), [], "engine folders left behind")
+    cases = ET.parse(junit).getroot().iter("testcase") if junit.exists() else iter(())
+    check.that(sum(1 for _ in cases) > 0, "test cases in the JUnit", "none (or no file)", "the tests that finished")
