@@ -206,6 +206,14 @@ def test_results_dir_writes_the_runs_folder_named_by_its_versions(tmp_path, suit
     point = results_dir.load(tmp_path)[0]
     check.that(sum(o.counts["pass"] for o in across_versions.load_outcomes(point.conformance).values()) > 0,
                "passes in the folder's conformance.xml", point.conformance.read_text()[:300], "some")
+    check.equal(results_dir.file_run_id(folder / "conformance.xml"), written["conformance"]["tfds_run_id"],
+                "the run id of conformance.xml and the one versions.json records")
+    # a versions.json cut short (as a killed run of an older suite left it): the next run replaces it
+    (folder / "versions.json").write_text('{"tensorflow": "2.')
+    again = run_pytest(["tests/meta/test_specs.py", "--results-dir", str(tmp_path)], 300, HYPOTHESIS_PROFILE="quick")
+    check.equal(again.returncode, 0, "the next run's exit code", again.stdout[-2000:])
+    check.equal(results_dir.file_run_id(folder / "conformance.xml"),
+                json.loads((folder / "versions.json").read_text())["conformance"]["tfds_run_id"], "the next run's ids")
 
 
 def test_a_column_of_a_tensorflow_with_the_keras_it_shipped_with_says_so():
@@ -214,3 +222,83 @@ def test_a_column_of_a_tensorflow_with_the_keras_it_shipped_with_says_so():
                             ("2.15.1", "2.15.0", False), ("2.16.2", "2.16.0", False)]:
         label = across_versions.point_label(results_dir.Point(tf, keras, Path("x"), "ci"))
         check.equal("as shipped" in label, want, f"the head of TF {tf} / Keras {keras} ({label})")
+
+
+def _config(xmlpath=None, args=("tests",)):
+    """What results_dir.configure reads of a pytest config."""
+    from types import SimpleNamespace
+    return SimpleNamespace(option=SimpleNamespace(xmlpath=xmlpath), args=list(args),
+                           invocation_params=SimpleNamespace(args=tuple(args)))
+
+
+def _junit(path: Path, name: str):
+    path.write_text(f'<testsuites><testsuite name="pytest"><testcase classname="tests.properties.test_x" '
+                    f'name="{name}" time="0.1"/></testsuite></testsuites>')
+
+
+def test_a_run_writes_its_files_at_its_end_each_with_its_run_id(tmp_path):
+    """Until a run ends its folder holds the previous run's files, untouched (a run killed in between
+    leaves them, all of one run); at its end its JUnit gets its run id and its name, then versions.json
+    records the same id. A versions.json cut short is replaced, not read."""
+    v = {"tensorflow": "2.21.0", "keras": "3.15.1"}
+    check = Check("results_dir")
+    first = _config()
+    run_a = results_dir.configure(first, str(tmp_path), v)
+    _junit(Path(first.option.xmlpath), "test_a")
+    results_dir.finish(run_a)
+    folder = tmp_path / results_dir.folder_name(v)
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    check.equal(sorted(before), ["conformance.xml", "versions.json"], "the folder after run A")
+    check.equal(results_dir.file_run_id(folder / "conformance.xml"),
+                json.loads((folder / "versions.json").read_text())["conformance"]["tfds_run_id"], "run A's ids")
+
+    second = _config()
+    run_b = results_dir.configure(second, str(tmp_path), v)
+    _junit(Path(second.option.xmlpath), "test_b")  # run B is under way (or was killed here)
+    check.equal({p.name: p.read_bytes() for p in folder.iterdir() if not p.name.startswith(".")}, before,
+                "the folder's files while run B runs")
+    check.equal([p.name for p in results_dir.load(tmp_path)[0].path.iterdir() if p.name.startswith(".")],
+                [Path(second.option.xmlpath).name], "run B's file, under its temporary name")
+    (folder / "versions.json").write_text('{"tensorflow": "2.21')  # as an older suite's killed run left it
+    results_dir.finish(run_b)
+    check.equal(sorted(p.name for p in folder.iterdir()), ["conformance.xml", "versions.json"], "after run B")
+    check.equal(results_dir.file_run_id(folder / "conformance.xml"), run_b["run_id"], "conformance.xml's run")
+    written = json.loads((folder / "versions.json").read_text())
+    check.equal((written["tensorflow"], written["conformance"]["tfds_run_id"]), ("2.21.0", run_b["run_id"]),
+                "versions.json after run B")
+    check.contains((folder / "conformance.xml").read_text(), ['name="test_b"'], "run B's JUnit")
+
+
+def _report(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "suite.report", *map(str, args)], cwd=REPO, capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_the_report_refuses_what_a_killed_run_could_leave_in_one_line(tmp_path):
+    """A versions.json cut short, a folder whose conformance.xml comes from another run than its
+    versions.json records, and a --json cut short: one line naming the file, exit 2 (not a traceback)."""
+    check = Check("suite.report")
+    cases = {}
+    truncated = tmp_path / "truncated"
+    folder = _point(truncated, "2.21.0", "3.15.1", {("test_x", "test_a"): PASS})
+    (folder / results_dir.VERSIONS).write_text('{"tensorflow": "2.2')
+    cases["a versions.json cut short"] = ([truncated, "-o", tmp_path / "o1"], ["versions.json: unreadable"])
+    mixed = tmp_path / "mixed"
+    folder = _point(mixed, "2.21.0", "3.15.1", {("test_x", "test_a"): PASS})
+    data = json.loads((folder / results_dir.VERSIONS).read_text())
+    data["conformance"]["tfds_run_id"] = "run-a"
+    (folder / results_dir.VERSIONS).write_text(json.dumps(data))
+    xml = (folder / results_dir.CONFORMANCE).read_text().replace(
+        '<testsuite name="pytest">', '<testsuite name="pytest"><properties><property name="tfds_run_id" '
+        'value="run-b"/></properties>')
+    (folder / results_dir.CONFORMANCE).write_text(xml)
+    cases["files of two runs"] = ([mixed, "-o", tmp_path / "o2"], ["conformance.xml comes from another run (run-b)",
+                                                                   "records for it (run-a)"])
+    cut = tmp_path / "check.json"
+    cut.write_text('{"kind": "upgrade", "specs": [{"spec": "mirrored:2", "sta')
+    cases["a --json cut short"] = ([cut, "-o", tmp_path / "o3"], ["check.json: not a readable JSON file"])
+    for what, (args, says) in cases.items():
+        proc = _report(*args)
+        check.equal(proc.returncode, 2, f"the exit status for {what}", proc.stderr[-1000:])
+        check.contains(proc.stderr, says, f"the error for {what}")
+        check.equal(proc.stderr.strip().count("\n"), 0, f"line breaks in the error for {what}")

@@ -22,7 +22,6 @@ import argparse
 import contextlib
 import dataclasses
 import importlib.util
-import json
 import os
 import signal
 import sys
@@ -30,6 +29,7 @@ import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
+from ...common import files
 from ...common.specs import DEFAULT_SPECS, SpecError, parse_spec, parse_specs
 from ..engines import agent, interrupts, versions
 from ..engines.pool import (
@@ -547,10 +547,9 @@ def carry_out(args, compute, text) -> int:
     finally:
         pool.close()
     if args.json == "-":
-        print(json.dumps(report.as_json(), indent=1))
+        print(files.dumps_strict(report.as_json(), indent=1))
     else:
         print(text(report))
         if args.json:
-            with open(args.json, "w") as f:
-                json.dump(report.as_json(), f, indent=1)
+            files.write_json(args.json, report.as_json(), indent=1)
     return report.exit_code(args.accept_known)

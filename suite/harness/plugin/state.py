@@ -27,6 +27,7 @@ class SuiteState:
     pools: list = dataclasses.field(default_factory=list)  # the session's engine pools (killed on SIGINT/SIGTERM)
     interrupted: int | None = None  # the signal that interrupted the session (engines/interrupts.py)
     restore_signals: object = None  # puts back the handlers pytest_configure replaced
+    results_run: dict | None = None  # what results_dir.finish renames and records at the session's end
 
 
 SUITE = pytest.StashKey[SuiteState]()

@@ -113,7 +113,7 @@ def pytest_configure(config):
             interrupts.terminate_children()  # pytest-xdist's workers: a SIGTERM reaches this process only
 
     s.restore_signals = interrupts.install(lambda: s.pools, interrupted)
-    results_dir.configure(config, config.getoption("--results-dir"), here)
+    s.results_run = results_dir.configure(config, config.getoption("--results-dir"), here)
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistController(), "tfds-xdist")
 
@@ -315,9 +315,11 @@ def engine_versions(request):
     return {"tensorflow": versions.as_tuple(v["tensorflow"]), "keras": versions.as_tuple(v["keras"])}
 
 
+@pytest.hookimpl(trylast=True)  # after junitxml and pytest-benchmark wrote their files: finish renames them
 def pytest_sessionfinish(session):
     config = session.config
     s = state.of(config)
+    results_dir.finish(s.results_run)  # the controller's (or a run without pytest-xdist's); None elsewhere
     if hasattr(config, "workeroutput"):  # a pytest-xdist worker: hand the summary to the controller
         config.workeroutput["tfds"] = {
             "draws": {k: t.dump() for k, t in s.draws.items() if t.examples},

@@ -29,6 +29,7 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from ...common.files import write_atomically
 from ...common.specs import id_parts
 from ..engines.versions import as_shipped, as_tuple
 from ..verdict import deviations
@@ -347,7 +348,7 @@ def write(results: Path, out: Path, baseline: str | None = None, entries=None) -
     conformance, full = conformance_sections(points, deviations.load() if entries is None else entries)
     body = (conformance + (across_section(across) if across.exists() else [])
             + benchmark_sections(points, baseline, out) + full)
-    (out / "report.md").write_text("\n".join(lines + body) + "\n")
+    write_atomically(out / "report.md", "\n".join(lines + body) + "\n")
     return out / "report.md"
 
 
@@ -369,7 +370,7 @@ def main(argv=None) -> int:
             for run in measured.record(args.results, args.record, deviations.load()):
                 print(f"recorded TF {run['tensorflow']} / Keras {run['keras']} ({run['profile']}): {run['items']}")
         path = write(args.results, args.output, args.baseline)
-    except ReportError as exc:
+    except (ReportError, results_dir.FolderError) as exc:
         print(f"suite.report: {exc}", file=sys.stderr)
         return 2
     print(path)

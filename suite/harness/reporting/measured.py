@@ -18,6 +18,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from ... import layout
+from ...common.files import write_atomically
 from ..engines.versions import as_tuple
 from . import results_dir
 from .run_report import case_outcome
@@ -67,7 +68,7 @@ def record(results: Path, path: Path, entries) -> list[dict]:
     keys = {(r["tensorflow"], r["keras"], r["profile"]) for r in added}
     runs = [r for r in runs if (r["tensorflow"], r["keras"], r["profile"]) not in keys] + added
     runs.sort(key=lambda r: (as_tuple(r["tensorflow"]), as_tuple(r["keras"]), r["profile"]))
-    path.write_text(json.dumps({"runs": runs}, indent=1) + "\n")
+    write_atomically(path, json.dumps({"runs": runs}, indent=1) + "\n")
     return added
 
 

@@ -8,8 +8,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import uuid
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from ...common import files
 from ..engines.versions import as_tuple
 
 CONFORMANCE = "conformance.xml"  # JUnit XML of pytest tests
@@ -23,29 +26,92 @@ def folder_name(versions: dict) -> str:
     return f"tf{versions['tensorflow']}-keras{versions['keras']}"
 
 
-def configure(config, root: str | None, v: dict) -> None:
+RUN_ID = "tfds_run_id"  # the key (JSON) and the JUnit testsuite property that name a file's run
+
+
+def configure(config, root: str | None, v: dict) -> dict | None:
     """With ``--results-dir ROOT``: point pytest's JUnit XML (tests) or pytest-benchmark's JSON
-    (benchmarks) into this run's folder unless given explicitly, and record the versions ``v``
-    (the engines')."""
+    (benchmarks) into this run's folder unless given explicitly, under a temporary name that
+    ``finish`` renames at the session's end, and return what ``finish`` needs (the versions ``v``
+    are the engines'). Nothing in the folder is touched before then: a run killed in between
+    leaves the previous run's files, all of one run."""
     if not root or hasattr(config, "workerinput"):  # the controller of pytest-xdist writes them
-        return
+        return None
     if not v.get("tensorflow"):
-        return  # no TensorFlow: nothing will run; the engines say so
+        return None  # no TensorFlow: nothing will run; the engines say so
     folder = Path(root) / folder_name(v)
     folder.mkdir(parents=True, exist_ok=True)
+    run_id = uuid.uuid4().hex[:16]
     benchmarks = any(Path(a).parts[:1] == ("benchmarks",) for a in config.args)
     if benchmarks and hasattr(config.option, "benchmark_json") and not config.option.benchmark_json:
-        config.option.benchmark_json = folder / BENCH
+        final = folder / BENCH
+        config.option.benchmark_json = _partial(final, run_id)
     elif not benchmarks and not config.option.xmlpath:
-        config.option.xmlpath = str(folder / CONFORMANCE)
-    # one file for both kinds of run of these versions: the versions, and per kind what ran
-    path = folder / VERSIONS
-    data = json.loads(path.read_text()) if path.exists() else {}
-    data.update(tensorflow=v["tensorflow"], keras=v["keras"])
-    data["benchmarks" if benchmarks else "conformance"] = {
-        "profile": os.environ.get("HYPOTHESIS_PROFILE", "dev"),
-        "command": " ".join(["pytest", *config.invocation_params.args])}
-    path.write_text(json.dumps(data, indent=1) + "\n")
+        final = folder / CONFORMANCE
+        config.option.xmlpath = str(_partial(final, run_id))
+    else:
+        return None  # a file the user named: written where they said
+    return {"folder": folder, "final": final, "kind": "benchmarks" if benchmarks else "conformance", "run_id": run_id,
+            "versions": {"tensorflow": v["tensorflow"], "keras": v["keras"]},
+            "run": {"profile": os.environ.get("HYPOTHESIS_PROFILE", "dev"),
+                    "command": " ".join(["pytest", *config.invocation_params.args])}}
+
+
+def _partial(final: Path, run_id: str) -> Path:
+    return final.with_name(f".{final.name}.{run_id}.partial")
+
+
+def finish(run: dict | None) -> None:
+    """At the session's end: the run's file gets its run id and its final name, and versions.json
+    records the run (both written atomically, the file first). An unreadable versions.json is
+    replaced; a run that wrote no file leaves the folder as it was."""
+    if run is None:
+        return
+    partial = _partial(run["final"], run["run_id"])
+    if not partial.exists():
+        return
+    if run["kind"] == "benchmarks":
+        data = json.loads(partial.read_text())
+        data[RUN_ID] = run["run_id"]
+        files.write_json(run["final"], data, indent=4)
+    else:
+        tree = ET.parse(partial)
+        suites = [tree.getroot()] if tree.getroot().tag == "testsuite" else list(tree.getroot().iter("testsuite"))
+        for suite in suites:
+            props = suite.find("properties")
+            if props is None:
+                props = ET.Element("properties")
+                suite.insert(0, props)
+            ET.SubElement(props, "property", name=RUN_ID, value=run["run_id"])
+        files.write_atomically(run["final"], ET.tostring(tree.getroot(), encoding="utf-8", xml_declaration=True))
+    partial.unlink()
+    path = run["folder"] / VERSIONS
+    try:
+        data = json.loads(path.read_text()) if path.exists() else {}
+    except ValueError:
+        data = {}  # a file a killed run cut short (before this suite wrote it atomically)
+    data = data if isinstance(data, dict) else {}
+    data.update(run["versions"])
+    data[run["kind"]] = {**run["run"], RUN_ID: run["run_id"]}
+    files.write_json(path, data, indent=1)
+
+
+class FolderError(ValueError):
+    """A results folder the report cannot use; the message is one line naming it."""
+
+
+def file_run_id(path: Path) -> str | None:
+    """The run id a conformance JUnit or a bench JSON carries (None: none, as before run ids)."""
+    try:
+        if path.suffix == ".json":
+            return json.loads(path.read_text()).get(RUN_ID)
+        for prop in ET.parse(path).getroot().iter("property"):
+            if prop.get("name") == RUN_ID:
+                return prop.get("value")
+    except (OSError, ValueError, ET.ParseError) as exc:
+        raise FolderError(f"{path}: unreadable ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") \
+            from None
+    return None
 
 
 @dataclasses.dataclass
@@ -91,13 +157,26 @@ class Point:
 
 
 def load(root: Path) -> list[Point]:
-    """Every folder of ``root`` with a versions.json, oldest TensorFlow first."""
+    """Every folder of ``root`` with a versions.json, oldest TensorFlow first. FolderError for a
+    folder whose versions.json is unreadable or whose files come from another run than it records."""
     points = []
     for sub in sorted(Path(root).iterdir()) if Path(root).is_dir() else []:
         f = sub / VERSIONS
         if sub.is_dir() and f.exists():
-            v = json.loads(f.read_text())
+            try:
+                v = json.loads(f.read_text())
+                tensorflow, keras = v["tensorflow"], v["keras"]
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                raise FolderError(f"{f}: unreadable ({type(exc).__name__}: {exc}); run the suite again into "
+                                  "that folder, or remove it") from None
+            for kind, name in (("conformance", CONFORMANCE), ("benchmarks", BENCH)):
+                recorded = (v.get(kind) or {}).get(RUN_ID)
+                found = file_run_id(sub / name) if (sub / name).exists() else None
+                if (recorded or found) and (sub / name).exists() and recorded != found:
+                    raise FolderError(f"{sub}: {name} comes from another run ({found or 'no run id'}) than "
+                                      f"{VERSIONS} records for it ({recorded or 'none'}); run the suite again into "
+                                      "that folder, or remove it")
             run = v.get("conformance", {})
-            points.append(Point(v["tensorflow"], v["keras"], sub, run.get("profile", "?")))
+            points.append(Point(tensorflow, keras, sub, run.get("profile", "?")))
     return sorted(points, key=lambda p: p.order)
 

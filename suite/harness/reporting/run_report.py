@@ -24,6 +24,7 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from ...common.files import write_atomically
 from ...common.specs import SpecError, id_parts, parse_spec
 
 NOISE_MARK = "≈"
@@ -551,7 +552,7 @@ def write_report(paths: list[Path], out: Path, noise: float | None = None) -> Pa
     for p, data in upgrades:
         lines += upgrade_section(p, data)
     report = out / "report.md"
-    report.write_text("\n".join(lines) + "\n")
+    write_atomically(report, "\n".join(lines) + "\n")
     return report
 
 
