@@ -27,6 +27,15 @@ def write_atomically(path, data: str | bytes) -> Path:
     return path
 
 
+def save_figure(fig, path, **kwargs) -> Path:
+    """A matplotlib figure saved to ``path`` as ``write_atomically`` writes (its format from the suffix)."""
+    import io
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format=Path(path).suffix.lstrip(".") or "png", **kwargs)
+    return write_atomically(path, buffer.getvalue())
+
+
 def finite(obj):
     """``obj`` with every non-finite float (numpy's included) replaced by its name as a string."""
     if isinstance(obj, dict):

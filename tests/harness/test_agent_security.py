@@ -23,7 +23,9 @@ from pathlib import Path
 import pytest
 
 from suite.common import authframe
+from suite.common.specs import parse_spec
 from suite.harness.engines import agent as agent_mod
+from suite.harness.engines.pool import EnginePool
 from suite.harness.verdict.judgment import Check
 from tests.helpers import ROOT, alive
 
@@ -379,3 +381,21 @@ def test_a_channel_refuses_what_the_pytest_side_is_sent(tmp_path):
         check.that(reader.closed, f"the receiver's connection after a {what} message", "open", "closed")
         for chan in (client, engine):
             chan.close()
+
+
+def test_local_engines_do_not_inherit_the_agents_key(monkeypatch):
+    """Engines run user code; the key that lets a client run code through an agent stays in the
+    pytest process: neither a fork server nor an engine (forked or spawned) has it in its environment."""
+    monkeypatch.setenv(agent_mod.KEY_ENV, agent_mod.new_key())
+    check = Check("local engines' environment")
+    for start in ("fork", "spawn"):
+        monkeypatch.setenv("TFDS_ENGINE_START", start)
+        pool = EnginePool()
+        try:
+            pool.call(parse_spec("default"), "engine.ping")
+            pids = pool.live_pids()
+            check.that(len(pids) > 0, f"processes of a pool ({start})", pids, "some")
+            holding = [p for p in pids if f"{agent_mod.KEY_ENV}=".encode() in Path(f"/proc/{p}/environ").read_bytes()]
+            check.equal(holding, [], f"processes ({start}) whose environment holds {agent_mod.KEY_ENV}")
+        finally:
+            pool.close()

@@ -487,3 +487,19 @@ def test_per_replica_metric_copies_are_predicted_only_where_they_hold_one_device
     check.equal(v.status, "FAIL", "copies holding another state", differential.details(v))
     v = differential.verdict("mirrored:2", ref, [held], 48, spec_obj=spec, versions=KERAS3)
     check.equal(v.status, "FAIL", "the same copies on Keras 3.15, outside the entry's range", differential.details(v))
+
+
+def test_a_run_that_goes_non_finite_is_said_so_with_its_quantity_and_step():
+    """first_non_finite names the first NaN or infinite quantity and its step; a spec's run that goes
+    non-finite where the reference stays finite gets a note saying so (not only "got nan")."""
+    check = Check("differential.first_non_finite")
+    ref = run()
+    check.equal(differential.first_non_finite(ref), None, "a finite run")
+    blown = run(replicas=2)
+    blown.steps[1].variables[1][1][:] = np.inf
+    check.equal(differential.first_non_finite(blown), "variable bias is infinite after step 2", "an infinite bias")
+    blown.steps[1].variables[0][0].flat[0] = np.nan
+    check.equal(differential.first_non_finite(blown), "variable kernel is NaN after step 2", "a NaN kernel first")
+    v = differential.verdict("mirrored:2", ref, [blown], 48)
+    check.contains(" ".join(v.notes), ["under mirrored:2 the run goes non-finite: variable kernel is NaN after step 2"],
+                   "the verdict's notes")

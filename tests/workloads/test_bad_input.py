@@ -56,6 +56,11 @@ USERLOOP = textwrap.dedent('''
         return Workload(*_parts(noise=True))
 
 
+    def non_finite(ctx):  # a NaN in the data: the first step makes the weights NaN
+        model, optimizer, loss, dataset = _parts()
+        return Workload(model, optimizer, loss, lambda g, ic: dataset(g, ic).map(lambda x, y: (x * np.nan, y)))
+
+
     NOT_CALLABLE = 3
 ''')
 BROKEN = "import tensorflow as tf\nraise ImportError('cannot import name \"Trainer\" from \"mylib\"')\n"
@@ -111,6 +116,8 @@ CASES = {
                                                   "not a tf_distribute_suite.engine.workload.Workload"),
     "dataset too small": (["userloop:too_small"], "workload 'userloop:too_small': its dataset gave 10 examples, fewer "
                                                   "than one global batch of 48"),
+    "non-finite": (["userloop:non_finite"], ["workload 'userloop:non_finite' goes non-finite with no strategy: "
+                                             "variable ", "is NaN after step 1", "the check compares finite runs"]),
     "not repeatable": (["userloop:unrepeatable"], ["workload 'userloop:unrepeatable' does not repeat itself with no "
                                                    "strategy: variable ", "dense/kernel after step 1"]),
 }

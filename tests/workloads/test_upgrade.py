@@ -186,6 +186,18 @@ def test_bad_upgrade_options_are_one_line_usage_errors(args, message):
                                 (EXIT["USAGE"], 1, True), "exit status, lines, message", hint=done.stderr)
 
 
+def test_from_and_to_take_an_interpreters_path():
+    """``--from``/``--to`` with an interpreter path (documented beside a tox env's name): both sides
+    run and the rows name the paths (the engines' log files are named from the spec's text, which
+    holds the path: it crashed there with a traceback)."""
+    done = subprocess.run([sys.executable, "-m", "suite.check", "examples.upgrade:unchanged", "--from", sys.executable,
+                           "--to", sys.executable, "--strategies", "default", "-q"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    check = Check(f"--from {sys.executable} --to {sys.executable}")
+    check.equal(done.returncode, 0, "exit status (the same interpreter on both sides)", done.stderr[-2000:])
+    check.contains(done.stdout, [f"from: {sys.executable}", "PASS"], "the report")
+
+
 # -- known answers -------------------------------------------------------------------------------
 FROM = ("tf215", "tf219-keras39")  # built by .ci/run (TF 2.15 / Keras 2.15; TF 2.19 / Keras 3.9 as shipped)
 TWO = parse_spec("mirrored:2")

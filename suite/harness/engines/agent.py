@@ -217,6 +217,7 @@ class Agent:
         self.kill_all()  # one engine per agent: a new start replaces the old
         fd = conn.fileno()
         env = dict(os.environ, TF_CONFIG=json.dumps(self.tf_config), CUDA_VISIBLE_DEVICES="")
+        env.pop(KEY_ENV, None)  # engines run the client's code: they get the session, never the key
         env.pop(KEY_ENV, None)
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         env["PYTHONPATH"] = layout.engine_pythonpath(env.get("PYTHONPATH"))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import re
 import select
 import shutil
 import signal
@@ -95,7 +96,8 @@ class _Process:
     def __init__(self, spec: Spec, task: topology.Task, worker_args: list[str], python: str, env: dict,
                  log_dir: Path, server: forks.ForkServer | None = None):
         self.task = task
-        slug = spec.text.replace(":", "_") + (f"-{task.type}{task.index}" if task.type else "")
+        # a file name: SPEC@ENV's env may be an interpreter's path
+        slug = re.sub(r"[^A-Za-z0-9_.@-]", "_", spec.text) + (f"-{task.type}{task.index}" if task.type else "")
         self.log_path = log_dir / f"{slug}-{time.time_ns()}.log"
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
@@ -333,6 +335,7 @@ class Engine:
         base_env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         base_env["PYTHONPATH"] = layout.engine_pythonpath(base_env.get("PYTHONPATH"))
         base_env.pop("TF_CONFIG", None)
+        base_env.pop(agent.KEY_ENV, None)  # engines run user code: the agents' key stays in this process
         # Engines' temporary files (probe inputs, checkpoints) live under the pool's folder, which the
         # pool removes at close: an engine killed mid-probe never runs its own clean-up.
         tmp = log_dir / "tmp"

@@ -307,6 +307,32 @@ def first_difference(a, b) -> str | None:
     return None
 
 
+def first_non_finite(run) -> str | None:
+    """The first quantity of a run that is NaN or infinite, and its step (None: all finite)."""
+    def bad(value) -> str | None:
+        try:
+            a = np.asarray(value, np.float64)
+        except (TypeError, ValueError):
+            return None  # not numbers (a metric's other result)
+        if np.isnan(a).any():
+            return "NaN"
+        return "infinite" if np.isinf(a).any() else None
+
+    for k, step in enumerate(run.steps, 1):
+        for kind, names, values in (("variable", run.names, step.variables),
+                                    ("optimizer variable", run.optimizer_names, step.optimizer)):
+            for name, copies in zip(names, values):  # every local replica's copy
+                what = next((b for b in map(bad, copies) if b), None)
+                if what:
+                    return f"{kind} {name} is {what} after step {k}"
+        if step.loss is not None and bad(step.loss):
+            return f"the loss of step {k} is {bad(step.loss)}"
+        for name, value in step.metrics.items():
+            if value is not None and bad(value):
+                return f"metric {name} is {bad(value)} after step {k}"
+    return None
+
+
 def _largest(a, b) -> float:
     return float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)))) if np.size(a) else 0.0
 
@@ -946,6 +972,9 @@ def verdict(spec: str, ref, runs: list, global_batch: int, rtol: float = RTOL, a
         v.notes.extend(f"{d.title}: the control (the suite's canonical step on the workload's own model, optimizer and "
                        "data) shows it too, so it is not the loop's" for d in shared)
     v.deviations = [[i, line] for i, line in explained]
+    blown = first_non_finite(dist) if mismatches else None
+    if blown is not None:  # the reference is finite (checked before any spec): say it plainly
+        v.notes.append(f"under {spec} the run goes non-finite: {blown} (one device's stays finite)")
     if raised is not None:
         v.error = f"{raised.where} raised {raised.type}: {short_error(raised.message, 300)}"
         # a script that raised before its first step is judged as a factory that raised under the spec

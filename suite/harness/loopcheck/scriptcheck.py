@@ -213,6 +213,10 @@ class ScriptChecker:
         if not any(_moved(first)):
             raise CheckInputError(f"script {self.target!r}: no variable changed in {len(first.steps)} steps on one "
                                   "device: nothing to compare")
+        blown = differential.first_non_finite(first)
+        if blown is not None:
+            raise CheckInputError(f"script {self.target!r} goes non-finite on one device{told}: {blown}; the check "
+                                  "compares finite runs (a smaller learning rate, finite inputs)")
         moved = differential.first_difference(first, second)
         if moved is not None:
             raise CheckInputError(f"script {self.target!r} does not repeat itself on one device{told}: {moved} differs "

@@ -229,6 +229,10 @@ class Checker:
         if rows is not None and rows < self.global_batch:
             raise CheckInputError(f"workload {self.target!r}: its dataset gave {rows} examples, fewer than one global "
                                   f"batch of {self.global_batch} (use a larger dataset or --global-batch)")
+        blown = differential.first_non_finite(first)
+        if blown is not None:
+            raise CheckInputError(f"workload {self.target!r} goes non-finite with no strategy: {blown}; the check "
+                                  "compares finite runs (a smaller learning rate, finite inputs)")
         moved = differential.first_difference(first, second)
         if moved is not None:
             raise CheckInputError(f"workload {self.target!r} does not repeat itself with no strategy: {moved} differs "

@@ -29,7 +29,7 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from ...common.files import write_atomically
+from ...common.files import save_figure, write_atomically
 from ...common.specs import id_parts
 from ..engines.versions import as_shipped, as_tuple
 from ..verdict import deviations
@@ -326,7 +326,7 @@ def _plot(workload, scaling, specs, runs, out: Path) -> str | None:
     ax.legend(fontsize=7)
     fig.tight_layout()
     name = f"versions-{run_report.slug(workload)}-{scaling}.png"
-    fig.savefig(out / name, dpi=110)
+    save_figure(fig, out / name, dpi=110)
     plt.close(fig)
     return name
 

@@ -24,7 +24,7 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from ...common.files import write_atomically
+from ...common.files import save_figure, write_atomically
 from ...common.specs import SpecError, id_parts, parse_spec
 
 NOISE_MARK = "≈"
@@ -226,7 +226,7 @@ def _plot_group(res: Results, workload: str, scaling: str, entries: list[Entry],
                  + ("; replicas share the cores: overhead, not scaling" if virtual else ""), fontsize=10)
     fig.tight_layout(rect=(0, 0.12, 1, 1))
     name = f"{slug(workload)}-{scaling}-{slug(res.label)}.png"
-    fig.savefig(out / name, dpi=110)
+    save_figure(fig, out / name, dpi=110)
     plt.close(fig)
     return name
 
@@ -255,7 +255,7 @@ def _plot_comparison(all_results: list[Results], workload: str, scaling: str, ou
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     name = f"{slug(workload)}-{scaling}-comparison.png"
-    fig.savefig(out / name, dpi=110)
+    save_figure(fig, out / name, dpi=110)
     plt.close(fig)
     return name
 

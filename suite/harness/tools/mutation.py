@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from ...common.files import write_atomically
 from ..plugin import state
 from ..plugin.internals import run_again
 
@@ -87,5 +88,5 @@ def pytest_runtestloop(session):
                             "seconds": round(time.monotonic() - began, 1)})
     finally:
         state.of(config).mutant = None
-        Path(out_path).write_text(json.dumps(records, indent=1))
+        write_atomically(out_path, json.dumps(records, indent=1))
     return True
