@@ -36,8 +36,9 @@ FIT = Rule("observed", "keras/src/losses/loss.py scale_loss_for_distribution and
 def fit_cases(draw, spec, steps_per_execution: int, split: str):
     """(arch name, parameters, x, y, global batch, reference steps): fit's epoch of ``steps``
     full global batches, each split as ``experimental_distribute_dataset`` splits it
-    (reference/input.py), every replica given at least one example; ``split``: a global batch
-    the replica count divides ("even") or one it does not ("uneven", two replicas or more)."""
+    (reference/input.py): on an uneven split the last replicas may get no rows ([2, 2, 0] for 4 on
+    3 replicas); ``split``: a global batch the replica count divides ("even") or one it does not
+    ("uneven", two replicas or more)."""
     arch_name = draw(st.sampled_from(sorted(ARCHS)), label="arch")
     arch = ARCHS[arch_name]
     dtype = "float32"
