@@ -6,6 +6,7 @@ and a real ``pytest --results-dir`` writing its folder."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -260,8 +261,12 @@ def test_a_run_writes_its_files_at_its_end_each_with_its_run_id(tmp_path):
     check.equal([p.name for p in results_dir.load(tmp_path)[0].path.iterdir() if p.name.startswith(".")],
                 [Path(second.option.xmlpath).name], "run B's file, under its temporary name")
     (folder / "versions.json").write_text('{"tensorflow": "2.21')  # as an older suite's killed run left it
+    stale = folder / ".conformance.xml.0123456789abcdef.partial"  # a run killed before its end, long ago
+    _junit(stale, "test_killed")
+    os.utime(stale, (run_b["started"] - 3600, run_b["started"] - 3600))
     results_dir.finish(run_b)
-    check.equal(sorted(p.name for p in folder.iterdir()), ["conformance.xml", "versions.json"], "after run B")
+    check.equal(sorted(p.name for p in folder.iterdir()), ["conformance.xml", "versions.json"],
+                "after run B (a killed run's temporary file removed)")
     check.equal(results_dir.file_run_id(folder / "conformance.xml"), run_b["run_id"], "conformance.xml's run")
     written = json.loads((folder / "versions.json").read_text())
     check.equal((written["tensorflow"], written["conformance"]["tfds_run_id"]), ("2.21.0", run_b["run_id"]),

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import time
 import uuid
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -52,6 +53,7 @@ def configure(config, root: str | None, v: dict) -> dict | None:
     else:
         return None  # a file the user named: written where they said
     return {"folder": folder, "final": final, "kind": "benchmarks" if benchmarks else "conformance", "run_id": run_id,
+            "started": time.time(),
             "versions": {"tensorflow": v["tensorflow"], "keras": v["keras"]},
             "run": {"profile": os.environ.get("HYPOTHESIS_PROFILE", "dev"),
                     "command": " ".join(["pytest", *config.invocation_params.args])}}
@@ -85,6 +87,9 @@ def finish(run: dict | None) -> None:
             ET.SubElement(props, "property", name=RUN_ID, value=run["run_id"])
         files.write_atomically(run["final"], ET.tostring(tree.getroot(), encoding="utf-8", xml_declaration=True))
     partial.unlink()
+    for stale in run["folder"].glob(f".{run['final'].name}.*.partial"):  # left by runs killed before their end
+        if stale.stat().st_mtime < run["started"]:
+            stale.unlink(missing_ok=True)
     path = run["folder"] / VERSIONS
     try:
         data = json.loads(path.read_text()) if path.exists() else {}
