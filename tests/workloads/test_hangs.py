@@ -13,63 +13,40 @@ import pytest
 
 from suite.harness.verdict.judgment import Check
 from tests.workloads.test_bad_input import check_cli
+from tests.workloads.test_scripts import ENTRY
 
-HANGS = textwrap.dedent('''
+# test_scripts.ENTRY (the guide's custom loop) told when to hang: after its first step, always (the
+# reference hangs), on a spec's engine (more than one virtual CPU), or on worker 1 of a cluster
+HANG_WHEN = textwrap.dedent('''
     import argparse
     import json
     import os
     import threading
 
-    import numpy as np
-    import tensorflow as tf
-
     parser = argparse.ArgumentParser()
     parser.add_argument("--hang", choices=["always", "replicas", "worker1"], required=True)
     args = parser.parse_args()
+    DIVIDE = False
 
 
     def should_hang():
         if args.hang == "always":
             return True
-        if args.hang == "replicas":  # a spec's engine: more than one (virtual) CPU
+        if args.hang == "replicas":
             return len(tf.config.list_logical_devices("CPU")) > 1
         return json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {}).get("index") == 1
 
 
     def wait_forever():
         threading.Event().wait()  # the line the check must quote
-
-
-    strategy = tf.distribute.MultiWorkerMirroredStrategy() if "TF_CONFIG" in os.environ else \\
-        tf.distribute.MirroredStrategy()
-    batch = 8 * strategy.num_replicas_in_sync
-    x = np.random.default_rng(0).normal(size=(4 * batch, 4)).astype(np.float32)
-    y = x[:, :2] * 2
-    with strategy.scope():
-        model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(2)])
-        optimizer = tf.keras.optimizers.SGD(0.1)
-    data = strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensor_slices((x, y)).batch(batch))
-
-
-    def step(inputs):
-        features, labels = inputs
-        with tf.GradientTape() as tape:
-            per_example = tf.reduce_mean(tf.square(labels - model(features)), axis=-1)
-            loss = tf.nn.compute_average_loss(per_example, global_batch_size=batch)
-        optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
-        return loss
-
-
-    @tf.function
-    def train(inputs):
-        return strategy.reduce("SUM", strategy.run(step, args=(inputs,)), axis=None)
-
-
-    for i, inputs in enumerate(data):
-        train(inputs)
-        if i == 0 and should_hang():
-            wait_forever()
 ''')
+HANGS = ENTRY.replace("import tensorflow as tf\n", "import tensorflow as tf\n" + HANG_WHEN).replace(
+    "strategy = tf.distribute.MirroredStrategy()",
+    "strategy = tf.distribute.MultiWorkerMirroredStrategy() if 'TF_CONFIG' in os.environ else "
+    "tf.distribute.MirroredStrategy()").replace(
+    "    for inputs in data:\n        train(inputs)\n",
+    "    for i, inputs in enumerate(data):\n        train(inputs)\n        if i == 0 and should_hang():\n"
+    "            wait_forever()\n") + "\n\nmain()\n"
 WAIT_LINE = next(n for n, line in enumerate(HANGS.splitlines(), 1) if "the line the check must quote" in line)
 TIMEOUT = "20"  # seconds: --engine-timeout (a multi-worker collective's own timeout is 7 s shorter)
 

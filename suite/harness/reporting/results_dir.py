@@ -175,9 +175,10 @@ def load(root: Path) -> list[Point]:
                 raise FolderError(f"{f}: unreadable ({type(exc).__name__}: {exc}); run the suite again into "
                                   "that folder, or remove it") from None
             for kind, name in (("conformance", CONFORMANCE), ("benchmarks", BENCH)):
-                recorded = (v.get(kind) or {}).get(RUN_ID)
-                found = file_run_id(sub / name) if (sub / name).exists() else None
-                if (recorded or found) and (sub / name).exists() and recorded != found:
+                if not (sub / name).exists():
+                    continue
+                recorded, found = (v.get(kind) or {}).get(RUN_ID), file_run_id(sub / name)
+                if recorded != found:  # both None: a folder written before run ids
                     raise FolderError(f"{sub}: {name} comes from another run ({found or 'no run id'}) than "
                                       f"{VERSIONS} records for it ({recorded or 'none'}); run the suite again into "
                                       "that folder, or remove it")
