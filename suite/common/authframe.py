@@ -118,11 +118,17 @@ class Channel:
         """The next message, unpickled only once its tag and number are checked; a frame longer
         than ``maxlength`` bytes is refused unread too."""
         try:
-            frame = memoryview(self.conn.recv_bytes(maxlength))
+            frame = self.conn.recv_bytes(maxlength)
         except OSError as exc:
             if str(exc) == "bad message length":  # multiprocessing's word for a frame over maxlength
                 self._refuse(f"message {self._received} is longer than {maxlength} bytes")
             raise
+        return self.accept(frame)
+
+    def accept(self, data: bytes):
+        """The message in ``data``, a frame's body read off the connection by the caller (with its own
+        deadline and cap): unpickled only once its tag and number are checked."""
+        frame = memoryview(data)
         if len(frame) < TAG_BYTES + SEQ.size:
             self._refuse(f"message {self._received} is not an authenticated frame ({len(frame)} bytes)")
         tag, seq, payload = frame[:TAG_BYTES], frame[TAG_BYTES:TAG_BYTES + SEQ.size], frame[TAG_BYTES + SEQ.size:]

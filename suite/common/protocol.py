@@ -108,6 +108,16 @@ def receive(conn: Connection, deadline: float, cap: int = MAX_MESSAGE):
     """The next message on ``conn`` (a pipe Connection; the frames ``Connection.send`` writes), read
     by ``time.monotonic()`` ``deadline``: FrameTimeout if it has not arrived whole by then, EOFError
     if the writer closed before a message began, BadFrame for anything that is not a message."""
+    body = receive_bytes(conn, deadline, cap)
+    try:
+        return ForkingPickler.loads(body)
+    except Exception as exc:
+        raise BadFrame(f"a message of {len(body)} bytes that does not unpickle ({type(exc).__name__}: {exc})") from None
+
+
+def receive_bytes(conn: Connection, deadline: float, cap: int = MAX_MESSAGE) -> bytes:
+    """The body of the next frame on ``conn`` (a pipe's or a socket's), its length read first and
+    capped, the whole by ``deadline`` (the errors of ``receive``, but for unpickling)."""
     fd = conn.fileno()
     header = _read(fd, 4, deadline, start=True)
     (length,) = struct.unpack("!i", header)
@@ -115,11 +125,7 @@ def receive(conn: Connection, deadline: float, cap: int = MAX_MESSAGE):
         (length,) = struct.unpack("!Q", _read(fd, 8, deadline))
     if not 0 <= length <= cap:
         raise BadFrame(f"a message of {length} bytes (at most {cap} are read)")
-    body = _read(fd, length, deadline)
-    try:
-        return ForkingPickler.loads(body)
-    except Exception as exc:
-        raise BadFrame(f"a message of {length} bytes that does not unpickle ({type(exc).__name__}: {exc})") from None
+    return _read(fd, length, deadline)
 
 
 def _read(fd: int, n: int, deadline: float, start: bool = False) -> bytes:

@@ -181,3 +181,30 @@ def test_agent_engines_end_with_their_agent(agents):
         conn.close()
     finally:
         os.environ.pop("TFDS_AGENT_KEY", None)
+
+
+def test_a_hung_cluster_engine_says_where_each_worker_waits(agents, monkeypatch):
+    """A call that outlives its deadline on agents' engines: ERROR (EngineTimeout) quoting, per
+    worker, the frame it waited in, which each agent had its engine dump (the ``stacks`` request);
+    the engines are killed and the next call gets its own reply from new ones. Before, a remote
+    engine's stacks were not fetched, and a reply cut short on its socket was waited for without end."""
+    from suite.harness.engines.agent import resolve_cluster
+    from suite.harness.engines.pool import EnginePool, EngineTimeout
+    from tests.helpers import check_replaced
+
+    _, addresses = agents.start({"worker": 2})
+    monkeypatch.setenv("TFDS_AGENT_KEY", KEY)
+    spec = resolve_cluster(addresses)
+    pool = EnginePool(call_timeout=6.0)
+    check = Check(spec, case={"probe": "engine.sleep(60)", "deadline": 6.0})
+    try:
+        old = pool.get(spec).pids()
+        with pytest.raises(EngineTimeout) as hung:
+            pool.call(spec, "engine.sleep", seconds=60.0)
+        message = str(hung.value)
+        check.contains(message, ["where it waited", "worker 0: suite/engine/probes/engine.py",
+                                 "worker 1: suite/engine/probes/engine.py", "in sleep"], "the timeout's error")
+        check.that("Thread 0x" not in message, "the timeout's error", message, "the frames, not the raw dump")
+        check_replaced(check, pool, spec, old)
+    finally:
+        pool.close()

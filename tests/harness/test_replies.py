@@ -147,3 +147,46 @@ def test_waiting_frames_are_the_probe_threads_user_and_tensorflow_frames():
     check.equal(stacks.waiting_frames(harness_only), "suite/engine/script.py:900 in run_script",
                 "a thread with no user or TensorFlow frame")
     check.equal(stacks.waiting_frames("Fatal Python error: Aborted\n"), "", "a dump without threads")
+
+
+def test_a_socket_frame_cut_short_fails_by_its_deadline_before_authentication():
+    """A remote engine's reply is read the way a local one's is: its length first (capped), the
+    body by the call's deadline, and only then checked as an authenticated frame. Half a frame on a
+    socket ends in FrameTimeout at the deadline (before, the read waited for the rest with no end);
+    a length over the cap is refused unread; a whole frame with a bad tag is refused by ``accept``."""
+    import socket
+    from multiprocessing.connection import Connection
+
+    from suite.common import authframe
+
+    check = Check("remote frames")
+    ours, theirs = socket.socketpair()
+    conn = Connection(ours.detach())
+    try:
+        theirs.sendall(struct.pack("!i", 1000) + b"x" * 100)
+        started = time.monotonic()
+        with pytest.raises(protocol.FrameTimeout) as cut:
+            protocol.receive_bytes(conn, time.monotonic() + 0.5)
+        check.that(time.monotonic() - started < 3, "seconds to give up on half a frame", time.monotonic() - started,
+                   "the deadline's 0.5, not an endless wait")
+        check.contains(str(cut.value), ["before the deadline"], "the cut frame's error")
+    finally:
+        conn.close()
+        theirs.close()
+    ours, theirs = socket.socketpair()
+    conn = Connection(ours.detach())
+    try:
+        theirs.sendall(struct.pack("!i", protocol.MAX_MESSAGE + 1))
+        with pytest.raises(protocol.BadFrame):
+            protocol.receive_bytes(conn, time.monotonic() + 2)
+    finally:
+        conn.close()
+        theirs.close()
+    channel = authframe.Channel(None, b"k" * 32, authframe.CLIENT)
+    forged = authframe.Channel(None, b"j" * 32, authframe.AGENT).frame(("ok", 1, 2.0, {}))
+    genuine = authframe.Channel(None, b"k" * 32, authframe.AGENT).frame(("ok", 1, 2.0, {}))
+    channel.close = lambda: None
+    with pytest.raises(authframe.FrameError):
+        channel.accept(forged)
+    check.equal(authframe.Channel(None, b"k" * 32, authframe.CLIENT).accept(genuine), ("ok", 1, 2.0, {}),
+                "a genuine frame accepted")

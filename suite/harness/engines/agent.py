@@ -37,7 +37,8 @@ replaces the old one) and kills its engines when it exits; engines also die with
 Messages (pickled tuples in authenticated frames): ``("describe",)`` -> ``("ok", info)``;
 ``("start", worker_args)`` -> ``("started", pid)``, then the engine's own messages;
 ``("status", pid)`` -> ``("ok", exit code or None)``; ``("kill", pid)`` -> ``("ok", exit code)``;
-``("tail", pid)`` -> ``("ok", last log lines)``.
+``("tail", pid)`` -> ``("ok", last log lines)``; ``("stacks", pid)`` -> ``("ok", every thread's stack,
+as the engine's faulthandler dumps it)``.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ from pathlib import Path
 
 from ... import layout
 from ...common import authframe
-from . import topology
+from . import stacks, topology
 
 KEY_ENV = "TFDS_AGENT_KEY"
 DEFAULT_LISTEN = ("127.0.0.1", 7700)  # loopback: reach it through an SSH tunnel, or give --listen
@@ -205,6 +206,7 @@ class Agent:
         self.log_dir = log_dir
         self.virtual_cpus = virtual_cpus
         self.children: dict[int, tuple[subprocess.Popen, Path]] = {}
+        self.stacks_at: dict[int, int] = {}  # per engine, where in its log the stacks it was asked for begin
 
     def describe(self) -> dict:
         return {"tf_config": self.tf_config, "virtual_cpus": self.virtual_cpus,
@@ -218,7 +220,6 @@ class Agent:
         fd = conn.fileno()
         env = dict(os.environ, TF_CONFIG=json.dumps(self.tf_config), CUDA_VISIBLE_DEVICES="")
         env.pop(KEY_ENV, None)  # engines run the client's code: they get the session, never the key
-        env.pop(KEY_ENV, None)
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         env["PYTHONPATH"] = layout.engine_pythonpath(env.get("PYTHONPATH"))
         log_path = self.log_dir / f"engine-{time.time_ns()}.log"
@@ -266,10 +267,21 @@ class Agent:
         if entry is None:
             return ""
         try:
-            text = entry[1].read_text(errors="replace").splitlines()
+            with open(entry[1], "rb") as log:
+                text = log.read(self.stacks_at.get(pid, -1)).decode(errors="replace").splitlines()
         except OSError:
             return ""
         return " | ".join([ln for ln in text if ln.strip()][-lines:])
+
+    def stacks(self, pid: int) -> str:
+        """Every thread's stack of a running engine, dumped to its log at protocol.STACKS_SIGNAL."""
+        popen, log_path = self.children.get(pid, (None, None))
+        if popen is None or popen.poll() is not None:
+            return ""
+        start, dump = stacks.dump(pid, log_path)
+        if start is not None:
+            self.stacks_at.setdefault(pid, start)  # the tail stops where the first dump begins
+        return dump
 
     def kill_all(self):
         for pid in list(self.children):
@@ -291,6 +303,8 @@ class Agent:
             conn.send(("ok", self.kill(msg[1])))
         elif kind == "tail":
             conn.send(("ok", self.tail(msg[1])))
+        elif kind == "stacks":
+            conn.send(("ok", self.stacks(msg[1])))
         else:
             conn.send(("error", f"unknown request {kind!r}"))
 

@@ -135,23 +135,10 @@ class _Process:
     def stacks(self, wait: float = 2.0) -> str:
         """Every thread's Python stack, as faulthandler writes it to the engine's log on
         protocol.STACKS_SIGNAL (suite/engine/worker.py); "" if the process wrote none within ``wait``."""
-        try:
-            start = self.log_path.stat().st_size
-            os.kill(self.pid, protocol.STACKS_SIGNAL)
-        except OSError:
-            return ""
-        self._stacks_at = start if self._stacks_at is None else self._stacks_at
-        deadline, size, settled = time.monotonic() + wait, start, 0.0
-        while time.monotonic() < deadline:
-            time.sleep(0.05)
-            now = self.log_path.stat().st_size
-            if now > size:
-                size, settled = now, time.monotonic()
-            elif size > start and time.monotonic() - settled > 0.2:
-                break  # the dump has stopped growing
-        with open(self.log_path, "rb") as log:
-            log.seek(start)
-            return log.read(size - start).decode(errors="replace")
+        start, dump = stacks.dump(self.pid, self.log_path, wait)
+        if start is not None and self._stacks_at is None:
+            self._stacks_at = start
+        return dump
 
     def poll(self) -> int | None:
         if self.popen is not None:
@@ -229,19 +216,21 @@ class _RemoteProcess:
         self._peek = socket.fromfd(conn.fileno(), socket.AF_INET, socket.SOCK_STREAM)
         self._code = None
 
-    def _ask(self, kind: str, default=None):
+    def _ask(self, kind: str, default=None, timeout: float = 10.0):
         try:
-            return agent.request(self.address, self._key, (kind, self.pid))
+            return agent.request(self.address, self._key, (kind, self.pid), timeout)
         except agent.AgentError:
             return default
 
     def receive(self, deadline: float):
-        """The next authenticated frame (its length capped; a socket's frame is read whole once it begins)."""
-        return self.recv_conn.recv(protocol.MAX_MESSAGE)
+        """The next message, whole by ``deadline`` (its length read first and capped), then checked
+        as an authenticated frame before it is unpickled."""
+        return self.recv_conn.accept(protocol.receive_bytes(self.recv_conn.conn, deadline))
 
     def stacks(self, wait: float = 2.0) -> str:
-        """A remote engine's stacks are not fetched (its agent has no request for them)."""
-        return ""
+        """Every thread's Python stack, dumped to the engine's log at its agent's signal (the
+        agent's ``stacks`` request); "" if it wrote none or the agent did not answer."""
+        return self._ask("stacks", "", timeout=wait + 10.0)
 
     def poll(self) -> int | None:
         """The exit code once the engine's connection has closed (asked of the agent)."""

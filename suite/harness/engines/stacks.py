@@ -3,8 +3,12 @@ writes to its log (suite/engine/worker.py registers it on protocol.STACKS_SIGNAL
 
 from __future__ import annotations
 
+import os
 import re
+import time
 from pathlib import Path
+
+from ...common import protocol
 
 FRAME = re.compile(r'^\s+File "(?P<path>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
 THREAD = re.compile(r"^(Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):", re.MULTILINE)
@@ -69,3 +73,25 @@ def waiting_frames(dump: str) -> str:
     if not shown:  # no user or TensorFlow frame: the probe's own, innermost
         shown = [_show(p, n, f) for p, n, f in frames if _kind(p) == "suite"][:1]
     return " <- ".join(shown[:MAX_FRAMES])
+
+
+def dump(pid: int, log_path: Path, wait: float = 2.0) -> tuple[int | None, str]:
+    """Ask process ``pid``, whose output goes to ``log_path``, for its stacks (protocol.STACKS_SIGNAL):
+    where in the log they begin (None: the process or its log is gone) and what it wrote within
+    ``wait`` seconds, once the dump stopped growing."""
+    try:
+        start = log_path.stat().st_size
+        os.kill(pid, protocol.STACKS_SIGNAL)
+    except OSError:
+        return None, ""
+    deadline, size, settled = time.monotonic() + wait, start, 0.0
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        now = log_path.stat().st_size
+        if now > size:
+            size, settled = now, time.monotonic()
+        elif size > start and time.monotonic() - settled > 0.2:
+            break  # the dump has stopped growing
+    with open(log_path, "rb") as log:
+        log.seek(start)
+        return start, log.read(size - start).decode(errors="replace")
