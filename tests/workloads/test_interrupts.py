@@ -7,6 +7,7 @@ finished; before, SIGTERM killed it with no JUnit and left the engines' folders.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -60,6 +61,58 @@ def test_an_interrupted_check_kills_its_engines_and_exits_128_plus_the_signal(tm
     lines = [line for line in err.splitlines() if line.startswith("error:")]
     check.equal(lines, [f"error: interrupted ({signal.Signals(signum).name}): engines killed, no report written"],
                 "what the check said", err[-2000:])
+    time.sleep(1)
+    check.equal(marked(mark), [], "engine processes left running")
+    check.equal(sorted(p.name for p in scratch.iterdir()), [], "temporary folders left behind")
+
+
+def test_a_check_interrupted_after_a_spec_finished_reports_that_spec(tmp_path):
+    """Ctrl-C once mirrored:2 has its verdict while multi_worker:2x1 hangs on worker 1: exit 130
+    within seconds, the report (stdout and ``--json``) holds mirrored:2's verdict, says the check
+    was interrupted and lists the spec not checked; nothing is left behind. Before, an interrupted
+    check wrote no report at all, whatever had finished."""
+    (tmp_path / "train.py").write_text(HANGS)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    mark = uuid.uuid4().hex
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
+    env.update(PYTHONPATH=str(ROOT), TFDS_CHECK_MARK=mark, TMPDIR=str(scratch))
+    check = Check("suite.check interrupted after one spec finished")
+    proc = subprocess.Popen([sys.executable, "-m", "suite.check", "train.py", "--strategies", "mirrored:2,multi_worker:2x1",
+                             "--json", "out.json", "--engine-timeout", "300", "--", "--hang", "worker1"], cwd=tmp_path,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    progress = []
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:  # until mirrored:2's progress line (the cluster hangs meanwhile)
+            line = proc.stderr.readline()
+            if not line:
+                break
+            progress.append(line)
+            if line.startswith("[1/2] "):
+                break
+        check.that(progress and progress[-1].startswith("[1/2] mirrored:2: "), "the check's progress",
+                   "".join(progress)[-2000:], "mirrored:2 finished first")
+        proc.send_signal(signal.SIGINT)
+        sent = time.monotonic()
+        out, err = proc.communicate(timeout=60)
+        elapsed = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    check.equal(proc.returncode, 130, "exit status", err[-2000:])
+    check.that(elapsed < 10, "seconds from the signal to the exit", elapsed, "under 10")
+    check.equal([line for line in err.splitlines() if line.startswith("error:")],
+                ["error: interrupted (SIGINT): engines killed; the report holds the 1 spec(s) that finished"],
+                "what the check said", err[-2000:])
+    check.contains(out, ["multi_worker:2x1: not checked: interrupted", "INTERRUPTED (SIGINT): 1 spec(s) finished"],
+                   "the report")
+    report = json.loads((tmp_path / "out.json").read_text())
+    check.equal(([(v["spec"], v["status"]) for v in report["specs"]], report["not_checked"], report["interrupted"],
+                 report["exit_code"]),
+                ([("mirrored:2", "PASS")], ["multi_worker:2x1: not checked: interrupted"], "SIGINT", 130),
+                "the --json report (specs, not checked, interrupted, exit code)")
     time.sleep(1)
     check.equal(marked(mark), [], "engine processes left running")
     check.equal(sorted(p.name for p in scratch.iterdir()), [], "temporary folders left behind")

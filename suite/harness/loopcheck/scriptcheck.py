@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import os
+import signal
 import sys
 import threading
 import time
@@ -445,6 +446,15 @@ def run(target: str, specs: list, pool: EnginePool, args: list | None = None, st
     for line in skipped if progress else ():
         progress(line)
     starter = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="engine-start") if jobs > 1 else None
+    verdicts: list = []
+
+    def report(**interrupted) -> Report:
+        first = next(iter(checker.refs.values()), None)
+        notes = list(checker.notes) + (_script_notes(checker) if first is not None else [])
+        return Report(target, checker.versions, (first.facts.get("first_batch_rows") or 0) if first else 0,
+                      steps, rtol, atol, notes, [v for v in verdicts if v is not None],
+                      {"wall": time.monotonic() - began}, kind="script", skipped=skipped, **interrupted)
+
     try:
         if starter:  # most scripts are synchronous: a parameter-server cluster starts once the script is known to be one
             for spec in checked:
@@ -458,17 +468,19 @@ def run(target: str, specs: list, pool: EnginePool, args: list | None = None, st
                 skipped.append(line)
                 if progress:
                     progress(line)
-        verdicts = _check_specs(checker, checked, jobs, progress)
+        verdicts[:] = [None] * len(checked)
+        _check_specs(checker, checked, jobs, progress, verdicts)
+    except KeyboardInterrupt as exc:
+        if verdicts:  # the first reference ran: the specs that finished are a report
+            skipped += [f"{spec.text}: not checked: interrupted" for spec, v in zip(checked, verdicts) if v is None]
+            exc.partial = report(interrupted=getattr(exc, "signum", signal.SIGINT))
+        raise
     finally:
         if starter:
             starter.shutdown(wait=False, cancel_futures=True)
     skipped += [f"{spec.text}: not checked: {checker.not_here[spec.text]}" if spec.text in checker.not_here
                 else f"{spec.text}: skipped (its hardware is absent)" for spec, v in zip(checked, verdicts) if v is None]
-    first = next(iter(checker.refs.values()), None)
-    notes = list(checker.notes) + (_script_notes(checker) if first is not None else [])
-    return Report(target, checker.versions, (first.facts.get("first_batch_rows") or 0) if first else 0,
-                  steps, rtol, atol, notes, [v for v in verdicts if v is not None], {"wall": time.monotonic() - began},
-                  kind="script", skipped=skipped)
+    return report()
 
 
 def _script_notes(checker: ScriptChecker) -> list:

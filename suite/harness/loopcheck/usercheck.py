@@ -76,6 +76,7 @@ class Report:
     timings: dict = dataclasses.field(default_factory=dict)  # seconds: the whole check and its parts
     kind: str = "workload"  # or "script": a training script run unchanged (scriptcheck.py)
     skipped: list = dataclasses.field(default_factory=list)  # one line per spec not checked, and why
+    interrupted: int = 0  # the signal that stopped the check before every spec finished (0: none did)
 
     @property
     def passed(self) -> bool:
@@ -84,6 +85,8 @@ class Report:
 
     def exit_code(self, accept_known: bool = False) -> int:
         """The command's exit status (EXIT); no spec checked at all is 3, as an ERROR is: nothing passed."""
+        if self.interrupted:
+            return 128 + self.interrupted
         statuses = {v.status for v in self.verdicts}
         if not statuses:
             return EXIT["ERROR"]
@@ -119,6 +122,9 @@ class Report:
     def summary(self) -> str:
         """One line: the worst status and what to do about it."""
         count = {s: [v.spec for v in self.verdicts if v.status == s] for s in differential.STATUSES}
+        if self.interrupted:
+            return (f"INTERRUPTED ({signal.Signals(self.interrupted).name}): {len(self.verdicts)} spec(s) finished "
+                    f"(above), {len(self.skipped)} not checked; exit {self.exit_code()}")
         if not self.verdicts:
             return (f"NOT CHECKED: no spec given was checked (why: above, under each); exit {EXIT['ERROR']}: "
                     "nothing is known to train what one device trains")
@@ -143,7 +149,8 @@ class Report:
                 "passed": self.passed, "summary": self.summary(),
                 "exit_code": self.exit_code(), "specs": [v.as_json() for v in self.verdicts],
                 "timings": {k: round(v, 2) for k, v in self.timings.items()},
-                **({"not_checked": self.skipped} if self.kind == "script" else {})}
+                **({"not_checked": self.skipped} if self.kind == "script" or self.interrupted else {}),
+                **({"interrupted": signal.Signals(self.interrupted).name} if self.interrupted else {})}
 
 
 def validate_target(target: str, path: str) -> None:
@@ -371,6 +378,14 @@ def run(target: str, specs: list, pool: EnginePool, steps: int = 3, global_batch
     began = time.monotonic()
     checker = Checker(pool, target, steps, global_batch, rtol, atol, seed)
     starter = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="engine-start") if jobs > 1 else None
+    verdicts: list = [None] * len(specs)
+    timings: dict = {}
+
+    def report(**interrupted) -> Report:
+        timings["wall"] = time.monotonic() - began
+        return Report(target, checker.versions, global_batch, steps, rtol, atol, checker.notes,
+                      [v for v in verdicts if v is not None], timings, **interrupted)
+
     try:
         if starter:  # engines start while the reference runs (a start that fails is remembered by the pool)
             for spec in specs:
@@ -379,17 +394,20 @@ def run(target: str, specs: list, pool: EnginePool, steps: int = 3, global_batch
         checker.reference()
         reference_seconds = time.monotonic() - reference_began
         reference_start = checker.engine_start(pool.get(checker.default))
+        # the reference waited for its engine's start (begun a moment earlier by a starter thread, if any)
+        timings.update(reference=max(reference_seconds - reference_start, 0.0), reference_engine_start=reference_start)
         if progress:
             progress(f"reference (no strategy): repeats itself; {reference_seconds:.1f} s")
-        verdicts = _check_specs(checker, specs, jobs, progress)
+        _check_specs(checker, specs, jobs, progress, verdicts)
+    except KeyboardInterrupt as exc:
+        if timings:  # the reference ran: the specs that finished are a report (interrupts.Interrupted's signal)
+            exc.partial = report(interrupted=getattr(exc, "signum", signal.SIGINT), skipped=[
+                f"{spec.text}: not checked: interrupted" for spec, v in zip(specs, verdicts) if v is None])
+        raise
     finally:
         if starter:
             starter.shutdown(wait=False, cancel_futures=True)
-    # the reference waited for its engine's start (begun a moment earlier by a starter thread, if any)
-    timings = {"wall": time.monotonic() - began, "reference": max(reference_seconds - reference_start, 0.0),
-               "reference_engine_start": reference_start}
-    return Report(target, checker.versions, global_batch, steps, rtol, atol, checker.notes,
-                  [v for v in verdicts if v is not None], timings)
+    return report()
 
 
 def _start_quietly(pool: EnginePool, spec) -> None:
@@ -397,9 +415,10 @@ def _start_quietly(pool: EnginePool, spec) -> None:
         pool.get(spec)
 
 
-def _check_specs(checker: Checker, specs: list, jobs: int, progress) -> list:
-    """Each spec's verdict (None: skipped, its hardware absent), in ``specs``' order."""
-    verdicts: list = [None] * len(specs)
+def _check_specs(checker: Checker, specs: list, jobs: int, progress, verdicts: list | None = None) -> list:
+    """Each spec's verdict (None: skipped, its hardware absent, or not finished), in ``specs``' order,
+    filled into ``verdicts`` as each finishes (so a caller interrupted meanwhile has those that did)."""
+    verdicts = [None] * len(specs) if verdicts is None else verdicts
     done = 0
 
     def check(i):
@@ -546,8 +565,14 @@ def carry_out(args, compute, text) -> int:
         return EXIT["ERROR"]
     except KeyboardInterrupt as exc:  # the handler killed the engines first (interrupts.py)
         signum = getattr(exc, "signum", signal.SIGINT)
-        print(f"error: interrupted ({signal.Signals(signum).name}): engines killed, no report written", file=sys.stderr)
-        return 128 + signum
+        report = getattr(exc, "partial", None)  # the specs that finished, if any did
+        if report is None or not report.verdicts:
+            print(f"error: interrupted ({signal.Signals(signum).name}): engines killed, no report written",
+                  file=sys.stderr)
+            return 128 + signum
+        report.interrupted = signum
+        print(f"error: interrupted ({signal.Signals(signum).name}): engines killed; the report holds the "
+              f"{len(report.verdicts)} spec(s) that finished", file=sys.stderr)
     finally:
         pool.close()
     if args.json == "-":
