@@ -19,6 +19,7 @@ from suite.common import protocol
 from suite.common.specs import parse_spec
 from suite.harness.engines.pool import EngineDied, EngineTimeout
 from suite.harness.verdict.judgment import Check
+from tests.harness.faults import reply_pipe
 from tests.helpers import alive, check_replaced
 
 SPEC = parse_spec("default")
@@ -70,18 +71,6 @@ def test_a_reply_to_another_request_fails_the_call_and_retires_the_engine(pool):
     check_replaced(check, pool, SPEC, old)
 
 
-def _reply_pipe(proc) -> int | None:
-    """A descriptor of this engine process's reply pipe (its write end), opened through /proc."""
-    ours = os.readlink(f"/proc/self/fd/{proc.recv_conn.fileno()}")
-    for fd in os.listdir(f"/proc/{proc.pid}/fd"):
-        try:
-            if os.readlink(f"/proc/{proc.pid}/fd/{fd}") == ours:
-                return os.open(f"/proc/{proc.pid}/fd/{fd}", os.O_WRONLY)
-        except OSError:
-            continue
-    return None
-
-
 # what is written into the reply pipe while the engine sleeps, and what the call must then say
 FRAMES = {
     "cut short": (struct.pack("!i", 100) + b"0123456789", EngineTimeout, "did not finish it within 3s"),
@@ -101,7 +90,7 @@ def test_a_bad_frame_fails_the_call_by_its_deadline_and_replaces_the_engine(pool
     data, error, says = FRAMES[frame]
     engine = pool.get(SPEC)
     old = engine.pids()
-    fd = _reply_pipe(engine.procs[0])
+    fd = reply_pipe(engine.procs[0])
     check = Check(SPEC, case={"frame": frame})
     check.that(fd is not None, "the engine's reply pipe", "not found among its descriptors", "found through /proc")
     try:
