@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import textwrap
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -57,12 +58,23 @@ CASES = {  # --hang, spec, where the hang is reported
 }
 
 
+@pytest.fixture(scope="module")
+def hung(tmp_path_factory) -> dict:
+    """Each case's check, run at once (each waits out its engine's timeout, which they share)."""
+    def run(case):
+        hang, spec, _ = CASES[case]
+        folder = tmp_path_factory.mktemp(case.replace(" ", "-"))
+        (folder / "train.py").write_text(HANGS)
+        return check_cli(folder, "train.py", "--strategies", spec, "--engine-timeout", TIMEOUT, "--", "--hang", hang)
+
+    with ThreadPoolExecutor(max_workers=len(CASES)) as pool:
+        return dict(zip(sorted(CASES), pool.map(run, sorted(CASES))))
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_a_hanging_script_is_error_exit_3_quoting_the_users_frame(tmp_path, case):
+def test_a_hanging_script_is_error_exit_3_quoting_the_users_frame(hung, case):
     hang, spec, where = CASES[case]
-    (tmp_path / "train.py").write_text(HANGS)
-    done, left = check_cli(tmp_path, "train.py", "--strategies", spec, "--engine-timeout", TIMEOUT, "--",
-                           "--hang", hang)
+    done, left = hung[case]
     check = Check(f"suite.check train.py --strategies {spec} -- --hang {hang}")
     check.equal(done.returncode, 3, "exit status of a check whose script hangs", done.stderr[-2000:])
     frame = f"train.py:{WAIT_LINE} in wait_forever"
