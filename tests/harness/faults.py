@@ -1,9 +1,10 @@
-"""One fault injected into one engine call, from outside the engine, for the runs that
+"""Faults injected into engine calls, from outside the engine, for the runs that
 tests/harness/test_fault_matrix.py compares with fault-free ones: a pytest plugin
 (``pytest -p tests.harness.faults``) and a runner of the check (``python -m tests.harness.faults
-CHECK-ARGS``), both armed by ``TFDS_FAULT="FAULT@SPEC#N"``: the Nth engine call on SPEC's engine in
-this process gets FAULT, once. What was touched (the test running, or the spec; the probe) is
-appended to the file ``TFDS_FAULT_LOG`` names.
+CHECK-ARGS``), both armed by ``TFDS_FAULT``, a JSON list of ``{"fault": FAULT, "spec": SPEC, "call": N,
+"test": TEST}``: the Nth engine call on SPEC's engine in this process (with ``test``: the Nth made
+while the running test's id contains TEST) gets FAULT, once. What each struck (the test running, the
+spec, the probe) is appended to the file ``TFDS_FAULT_LOG`` names.
 
 Every fault strikes right after the call's request is written to the engine's first answering
 process, before it can reply (an engine needs milliseconds to unpickle a request and run a probe;
@@ -22,6 +23,7 @@ import threading
 from collections import Counter
 
 ENV, LOG_ENV = "TFDS_FAULT", "TFDS_FAULT_LOG"
+STOPPED_DEADLINE = 8.0  # seconds: the deadline of a call whose engine is SIGSTOPped (the run's others: its own)
 
 
 class Interrupted(Exception):
@@ -77,36 +79,47 @@ class _AfterSend:
         return getattr(self._conn, name)
 
 
-def parse(text: str) -> tuple[str, str, int]:
-    fault, _, rest = text.partition("@")
-    spec, _, n = rest.rpartition("#")
-    if fault not in FAULTS or not spec or not n.isdigit():
-        raise SystemExit(f"error: {ENV}={text!r}: expected FAULT@SPEC#N, FAULT one of {sorted(FAULTS)}")
-    return fault, spec, int(n)
+def parse(text: str) -> list[dict]:
+    try:
+        entries = json.loads(text)
+        ok = isinstance(entries, list) and all(
+            e["fault"] in FAULTS and isinstance(e["spec"], str) and int(e.get("call", 1)) >= 1 for e in entries)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        ok = False
+    if not ok:
+        raise SystemExit(f"error: {ENV}={text!r}: expected a JSON list of {{fault, spec, call, test}}, each fault one "
+                         f"of {sorted(FAULTS)}")
+    return [dict(e, call=int(e.get("call", 1)), test=e.get("test", "")) for e in entries]
 
 
 def install(text: str) -> None:
-    """Patch the pool's Engine so that the call ``text`` names gets its fault (once)."""
+    """Patch the pool's Engine so that each call ``text`` names gets its fault (once)."""
     from suite.harness.engines import pool
 
-    fault, spec, n = parse(text)
+    entries = parse(text)
     original = pool.Engine._call
-    calls: Counter = Counter()
+    calls: Counter = Counter()  # per (spec, test named by an entry or ""): calls made
     lock = threading.Lock()
 
     def _call(self, probe, timeout, evaluator, kwargs):
+        running = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0]
         with lock:
-            calls[self.spec.text] += 1
-            hit = self.spec.text == spec and calls[spec] == n
-        if not hit:
+            hit = None
+            for scope in {e["test"] for e in entries if e["spec"] == self.spec.text and e["test"] in running}:
+                calls[self.spec.text, scope] += 1
+                hit = hit or next((e for e in entries if e["spec"] == self.spec.text and e["test"] == scope
+                                   and e["call"] == calls[self.spec.text, scope]), None)
+        if hit is None:
             return original(self, probe, timeout, evaluator, kwargs)
         proc = self.procs[(self.evaluators if evaluator else self.callees)[0]]
         if os.environ.get(LOG_ENV):
             with open(os.environ[LOG_ENV], "a") as log:
-                log.write(json.dumps({"fault": fault, "spec": spec, "call": n, "probe": probe,
-                                      "test": os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0]}) + "\n")
+                log.write(json.dumps({"fault": hit["fault"], "spec": self.spec.text, "probe": probe,
+                                      "test": running}) + "\n")
         real = proc.send_conn
-        proc.send_conn = _AfterSend(real, FAULTS[fault], proc)
+        proc.send_conn = _AfterSend(real, FAULTS[hit["fault"]], proc)
+        if hit["fault"] == "SIGSTOP past the deadline":  # this call's deadline short, the run's others as they are
+            timeout = min(timeout or self.call_timeout, STOPPED_DEADLINE)
         try:
             return original(self, probe, timeout, evaluator, kwargs)
         finally:

@@ -1,11 +1,11 @@
 """A fault never changes a verdict it did not touch: a small property selection (pytest, two specs)
-and a small check of a user's loop (``python -m suite.check``, two specs), each run fault-free and
-then with one fault in one engine call (tests/harness/faults.py: the engine SIGKILLed mid-call,
-SIGSTOPped past the call's deadline, the call interrupted by a raising handler, a reply frame cut
-short, a garbled frame). Every test or spec the fault did not touch keeps its outcome; the touched
-one is an error (the test fails or errors, the spec is ERROR and the check exits 3); no engine
-process and no engine folder is left. Ctrl-C and SIGTERM of both are tests/workloads/test_interrupts.py,
-a results folder a killed run left is tests/meta/test_matrix_report.py.
+and a small check of a user's loop (``python -m suite.check``, six specs), each run fault-free and
+then once with every fault, each in one engine call of its own test or spec (tests/harness/faults.py:
+the engine SIGKILLed mid-call, SIGSTOPped past the call's deadline, the call interrupted by a raising
+handler, a reply frame cut short, a garbled frame). Every test or spec no fault touched keeps its
+outcome; each touched one is an error (the test fails or errors, the spec is ERROR); no engine process
+and no engine folder is left. Ctrl-C and SIGTERM of both are tests/workloads/test_interrupts.py, a
+results folder a killed run left is tests/meta/test_matrix_report.py.
 ``PYTHONPATH=. python tests/harness/test_fault_matrix.py`` prints the table."""
 
 from __future__ import annotations
@@ -25,43 +25,53 @@ from tests.harness.faults import ENV, FAULTS, LOG_ENV
 from tests.helpers import ROOT
 from tests.workloads.test_bad_input import marked
 
-TIMEOUT = "8"  # --engine-timeout: a SIGSTOPped engine's call waits this long
-# the properties of strategy.reduce on one device and two replicas, the worked examples first: the fault
-# hits mirrored:2's first call, theirs (a call a test of hypothesis' makes is replayed by hypothesis in
-# the same test, which would hide a stale reply from the tests after it); the check's hits the spec's
-# run of the loop
+# the properties of strategy.reduce and of metrics on one device and two replicas, the worked examples
+# first: per fault, the mirrored:2 test whose first call it strikes. "call interrupted" strikes a test
+# hypothesis does not replay and the test after it is left alone (hypothesis replays a failed example in
+# the same test, which would hide a stale reply from the tests after it)
 SELECTION = [f"tests/properties/test_reduce.py::{name}" for name in (
     "test_reduce_docstrings_worked_examples", "test_experimental_local_results_are_in_replica_order",
-    "test_reduce_sum_and_mean_over_uneven_replicas")] + ["--strategies", "default,mirrored:2"]
-SELECTION_CALL = "mirrored:2#1"
-CHECK = ["examples.guide:workload", "--strategies", "default,mirrored:2", "--steps", "2"]
-CHECK_CALL = "mirrored:2#1"
-# a raising handler mid-call is a test's failure under pytest; the check's interruptions are Ctrl-C and
+    "test_reduce_sum_and_mean_over_uneven_replicas")] + [
+    "tests/properties/test_metrics.py::test_metric_result_is_the_metric_of_the_global_data",
+    "--strategies", "default,mirrored:2"]
+PYTEST_FAULTS = {
+    "call interrupted": "test_reduce_docstrings_worked_examples[mirrored:2]",
+    "SIGKILL mid-call": "test_reduce_sum_and_mean_over_uneven_replicas[mirrored:2-float32]",
+    "SIGSTOP past the deadline": "test_reduce_sum_and_mean_over_uneven_replicas[mirrored:2-float64]",
+    "reply cut short": "test_metric_result_is_the_metric_of_the_global_data[mirrored:2-mean]",
+    "garbled reply": "test_metric_result_is_the_metric_of_the_global_data[mirrored:2-accuracy]",
+}
+# the check of the guide's loop; per fault, the spec whose run of the loop (its first call) it strikes.
+# A raising handler mid-call is a test's failure under pytest; the check's interruptions are Ctrl-C and
 # SIGTERM, whose run ends with 130 / 143 (test_interrupts.py)
-CHECK_FAULTS = sorted(f for f in FAULTS if f != "call interrupted")
+CHECK_FAULTS = {"SIGKILL mid-call": "mirrored:2", "SIGSTOP past the deadline": "mirrored:3",
+                "reply cut short": "one_device", "garbled reply": "central_storage:2"}
+CHECK = ["examples.guide:workload", "--strategies", "default,mirrored:1,mirrored:2,mirrored:3,one_device,central_storage:2",
+         "--steps", "2"]
+FAULTED = {"pytest": [{"fault": f, "spec": "mirrored:2", "test": t} for f, t in PYTEST_FAULTS.items()],
+           "check": [{"fault": f, "spec": spec} for f, spec in CHECK_FAULTS.items()]}
 
 
-def _run(kind: str, fault: str | None, scratch: Path) -> dict:
-    """One run of the selection (``kind`` "pytest") or the check ("check") with ``fault`` (None:
-    fault-free): each test's or spec's outcome, what the fault touched, the exit status, and the
-    engine processes and folders left."""
+def _run(kind: str, faulted: bool, scratch: Path) -> dict:
+    """One run of the selection (``kind`` "pytest") or the check ("check"), fault-free or with its
+    FAULTED: each test's or spec's outcome, what each fault struck, the exit status, and the engine
+    processes and folders left."""
     scratch.mkdir(parents=True, exist_ok=True)
     tmp, log, mark = scratch / "tmp", scratch / "fault.log", uuid.uuid4().hex
     tmp.mkdir(exist_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST_", "PYTEST_CURRENT"))}
     env.update(PYTHONPATH=str(ROOT), TFDS_CHECK_MARK=mark, TMPDIR=str(tmp), HYPOTHESIS_PROFILE="quick",
-               TFDS_ENGINE_TIMEOUT=TIMEOUT, **{LOG_ENV: str(log)})
+               **{LOG_ENV: str(log)})
     env.pop(ENV, None)
-    if fault:
-        env[ENV] = f"{fault}@{SELECTION_CALL if kind == 'pytest' else CHECK_CALL}"
+    if faulted:
+        env[ENV] = json.dumps(FAULTED[kind])
     if kind == "pytest":
         junit = scratch / "junit.xml"
         cmd = [sys.executable, "-m", "pytest", "-p", "tests.harness.faults", *SELECTION, "-n", "0", "-q",
                "-p", "no:cacheprovider", f"--junitxml={junit}"]
     else:
         report = scratch / "check.json"
-        cmd = [sys.executable, "-m", "tests.harness.faults", *CHECK, "-q", "--engine-timeout", TIMEOUT,
-               "--json", str(report)]
+        cmd = [sys.executable, "-m", "tests.harness.faults", *CHECK, "-q", "--accept-known", "--json", str(report)]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     if kind == "pytest":
         outcomes = {}
@@ -77,45 +87,57 @@ def _run(kind: str, fault: str | None, scratch: Path) -> dict:
             "processes": marked(mark), "folders": sorted(p.name for p in tmp.iterdir())}
 
 
-def _touched_key(kind: str, run: dict) -> str | None:
-    """The test (as JUnit names it) or the spec the fault struck."""
-    if not run["touched"]:
-        return None
+def _key(kind: str, struck: dict) -> str:
+    """The test (as JUnit names it) or the spec a fault struck."""
     if kind == "check":
-        return run["touched"][0]["spec"]
-    path, _, name = run["touched"][0]["test"].partition("::")
+        return struck["spec"]
+    path, _, name = struck["test"].partition("::")
     return f"{path[:-len('.py')].replace('/', '.')}::{name}"
 
 
 @pytest.fixture(scope="module")
-def fault_free(tmp_path_factory):
-    """The fault-free runs, each checked as such: every test passes, every spec PASSes."""
-    runs = {kind: _run(kind, None, tmp_path_factory.mktemp(f"{kind}-fault-free")) for kind in ("pytest", "check")}
-    for kind, run in runs.items():
+def runs(tmp_path_factory) -> dict:
+    """Per kind, its fault-free and its faulted run; the fault-free ones checked as such (exit 0, no
+    test or spec in error, nothing left)."""
+    out = {kind: {faulted: _run(kind, faulted, tmp_path_factory.mktemp(f"{kind}-{faulted}")) for faulted in (False, True)}
+           for kind in ("pytest", "check")}
+    Check("the fault matrix").equal(sorted(PYTEST_FAULTS), sorted(FAULTS), "the faults the selection gets")
+    for kind in out:
+        run = out[kind][False]
         check = Check(f"{kind}, fault-free")
         check.equal((run["exit"], run["processes"], run["folders"]), (0, [], []),
                     "exit status, processes and folders left", run["output"][-3000:])
-        check.that(len(run["outcomes"]) >= 2 and set(run["outcomes"].values()) <= {"passed", "PASS"},
-                   "the outcomes", run["outcomes"], "at least two, every one passed")
-    return runs
+        errors = {k: v for k, v in run["outcomes"].items() if v in ("failure", "error", "ERROR", "FAIL")}
+        check.that(len(run["outcomes"]) > len(FAULTED[kind]) and not errors, "the outcomes", run["outcomes"],
+                   f"more than {len(FAULTED[kind])}, none an error")
+    return out
 
 
-CASES = [("pytest", f) for f in sorted(FAULTS)] + [("check", f) for f in CHECK_FAULTS]
+CASES = [("pytest", f) for f in sorted(PYTEST_FAULTS)] + [("check", f) for f in sorted(CHECK_FAULTS)]
 
 
 @pytest.mark.parametrize(("kind", "fault"), CASES, ids=[f"{k}-{f.replace(' ', '-')}" for k, f in CASES])
-def test_a_fault_changes_only_what_it_touched_and_leaves_nothing(fault_free, tmp_path, kind, fault):
-    run = _run(kind, fault, tmp_path)
-    base = fault_free[kind]["outcomes"]
-    check = Check(f"{kind} with {fault}", case={"call": SELECTION_CALL if kind == "pytest" else CHECK_CALL})
-    touched = _touched_key(kind, run)
-    check.that(touched in base, "what the fault touched", run["touched"], "a test or spec of the fault-free run")
-    changed = {k: (base[k], run["outcomes"].get(k)) for k in base if k != touched and run["outcomes"].get(k) != base[k]}
-    check.equal(changed, {}, "outcomes the fault did not touch that changed (fault-free, faulted)",
-                run["output"][-3000:])
+def test_each_fault_is_an_error_of_the_test_or_spec_it_struck(runs, kind, fault):
+    run = runs[kind][True]
+    where = PYTEST_FAULTS[fault] if kind == "pytest" else CHECK_FAULTS[fault]
+    check = Check(f"{kind} with {fault}", case={"struck": where})
+    struck = [e for e in run["touched"] if e["fault"] == fault]
+    check.that(len(struck) == 1 and where in _key(kind, struck[0]), "where the fault struck", struck,
+               f"one call, of {where}")
     want = {"failure", "error"} if kind == "pytest" else {"ERROR"}
-    check.that(run["outcomes"].get(touched) in want, f"the touched {'test' if kind == 'pytest' else 'spec'}'s outcome",
-               run["outcomes"].get(touched), " or ".join(sorted(want)))
+    got = run["outcomes"].get(_key(kind, struck[0])) if struck else None
+    check.that(got in want, f"the struck {'test' if kind == 'pytest' else 'spec'}'s outcome", got,
+               " or ".join(sorted(want)), run["output"][-3000:])
+
+
+@pytest.mark.parametrize("kind", ["pytest", "check"])
+def test_what_no_fault_touched_keeps_its_outcome_and_nothing_is_left(runs, kind):
+    base, run = runs[kind][False], runs[kind][True]
+    struck = {_key(kind, e) for e in run["touched"]}
+    check = Check(f"{kind} with {len(FAULTED[kind])} faults", case={"faults": FAULTED[kind]})
+    changed = {k: (v, run["outcomes"].get(k)) for k, v in base["outcomes"].items()
+               if k not in struck and run["outcomes"].get(k) != v}
+    check.equal(changed, {}, "outcomes no fault touched that changed (fault-free, faulted)", run["output"][-3000:])
     check.equal(run["exit"], 1 if kind == "pytest" else 3, "exit status", run["output"][-3000:])
     check.equal(run["processes"], [], "engine processes left")
     check.equal(run["folders"], [], "engine folders left")
@@ -125,13 +147,13 @@ if __name__ == "__main__":
     import tempfile
 
     with tempfile.TemporaryDirectory() as folder:
-        print("| run | fault | touched | its outcome | other outcomes changed | processes left | folders left |")
+        print("| run | fault | struck | its outcome | untouched outcomes changed | processes left | folders left |")
         print("| --- | --- | --- | --- | --- | --- | --- |")
         for kind in ("pytest", "check"):
-            base = _run(kind, None, Path(folder) / f"{kind}-base")["outcomes"]
-            for fault in sorted(FAULTS) if kind == "pytest" else CHECK_FAULTS:
-                got = _run(kind, fault, Path(folder) / f"{kind}-{len(fault)}")
-                key = _touched_key(kind, got)
-                changed = sum(1 for k in base if k != key and got["outcomes"].get(k) != base[k])
-                print(f"| {kind} | {fault} | {key} | {got['outcomes'].get(key)} | {changed} of {len(base) - 1} | "
-                      f"{len(got['processes'])} | {len(got['folders'])} |")
+            base = _run(kind, False, Path(folder) / f"{kind}-base")["outcomes"]
+            got = _run(kind, True, Path(folder) / f"{kind}-faulted")
+            struck = {_key(kind, e) for e in got["touched"]}
+            changed = sum(1 for k in base if k not in struck and got["outcomes"].get(k) != base[k])
+            for e in got["touched"]:
+                print(f"| {kind} | {e['fault']} | {_key(kind, e)} | {got['outcomes'].get(_key(kind, e))} | "
+                      f"{changed} of {len(base) - len(struck)} | {len(got['processes'])} | {len(got['folders'])} |")
