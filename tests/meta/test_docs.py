@@ -1,10 +1,14 @@
 """The documentation stays true: the README is a front door (short, no lab notes), the generated
 tables of docs/ equal what their sources generate (``python -m tests.docs_pages``), every path
-the README and docs/ name exists in the repository, and .ci/run runs the README's command."""
+the README and docs/ name exists in the repository, .ci/run runs the README's command, and no
+comment or docstring of the code carries an internal issue number."""
 
 from __future__ import annotations
 
+import io
 import re
+import tokenize
+from pathlib import Path
 
 import pytest
 
@@ -65,6 +69,34 @@ def test_lab_notes_are_found():
     found = lab_notes("measured today\non this machine it took 5 min\nfixed in #14\nat a374d0e\nexit 0 in 3:21\n")
     Check("lab notes").equal([f.split(":")[0] for f in found], ["'today'", "'this machine'", "an issue number",
                                                                  "a commit hash"], "lab notes found")
+
+
+CODE = ["suite", "reference", "benchmarks", "tests", "examples", "repros"]
+ISSUE_NUMBER = re.compile(r"(?<![\w&/])#\d+\b")  # keras-team/keras#19363 names another project's thread: allowed
+
+
+def issue_numbers_in_docs_of(path: Path, root: Path = ROOT) -> list[str]:
+    """The internal issue numbers in a Python file's comments and docstrings, with their lines."""
+    found = []
+    for token in tokenize.generate_tokens(io.StringIO(path.read_text()).readline):
+        prose = token.type == tokenize.COMMENT or (
+            token.type == tokenize.STRING and token.string.lstrip("rbuRBU").startswith(('"""', "'''")))
+        if prose and ISSUE_NUMBER.search(token.string):
+            found.append(f"{path.relative_to(root)}:{token.start[0]}: {ISSUE_NUMBER.search(token.string)[0]}")
+    return found
+
+
+def test_no_issue_number_in_the_codes_comments_and_docstrings(tmp_path):
+    """Code says what it does and why, not which internal issue brought it (history is the
+    CHANGELOG's): no ``#N`` in a comment or docstring of the tree's Python files; another project's
+    thread (``keras-team/keras#19363``) is a citation, and a ``#N`` in a plain string is data."""
+    check = Check("comments and docstrings")
+    files = [ROOT / "conftest.py"] + [f for top in CODE for f in sorted((ROOT / top).rglob("*.py"))]
+    check.equal([hit for f in files for hit in issue_numbers_in_docs_of(f)], [], "internal issue numbers")
+    probe = tmp_path / "probe.py"
+    probe.write_text('"""The folder (#14)."""\nx = "deviation #0"  # see keras-team/keras#19363\ny = 1  # from #26\n')
+    check.equal([hit.split(": ")[-1] for hit in issue_numbers_in_docs_of(probe, tmp_path)], ["#14", "#26"],
+                "the issue numbers found in a file that has two")
 
 
 def test_ci_runs_the_readmes_test_command():

@@ -1,4 +1,4 @@
-"""The version matrix as users ran it (#26): the as-shipped pairings of tox.ini and the code agree,
+"""The version matrix as users ran it: the as-shipped pairings of tox.ini and the code agree,
 and every known deviation's declared range agrees with the runs measured on the matrix
 (docs/measured_runs.json, written by ``python -m suite.report RESULTS --record``)."""
 

@@ -1,4 +1,4 @@
-"""Differential properties across TensorFlow versions (#14): the same drawn case under the
+"""Differential properties across TensorFlow versions: the same drawn case under the
 session's TensorFlow and under another one, in one run. A spec ``SPEC@ENV`` (``mirrored:2@tf215``)
 runs its engines with the interpreter of tox env ENV (or the Python at a path); each test here
 runs the case under it and under ``SPEC`` in the session's own interpreter and requires the two

@@ -1,4 +1,4 @@
-"""``python -m suite.report RESULTS -o report/``: the report across TensorFlow versions (#14), from
+"""``python -m suite.report RESULTS -o report/``: the report across TensorFlow versions, from
 a results folder that ``--results-dir`` runs filled (suite/harness/reporting/results_dir.py), one sub-folder per
 TensorFlow and Keras version:
 

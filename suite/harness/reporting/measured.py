@@ -1,5 +1,5 @@
 """What the version matrix measured, kept in the repository (``docs/measured_runs.json``), and what
-the known-deviations file's version ranges must agree with (#26). No TensorFlow here.
+the known-deviations file's version ranges must agree with. No TensorFlow here.
 
 ``python -m suite.report RESULTS --record docs/measured_runs.json`` adds (or replaces, for the
 same versions and profile) one run per results folder of ``RESULTS``: its versions, profile and

@@ -1,4 +1,4 @@
-"""The version matrix's results folder (#14): each run of ``pytest tests`` or ``pytest benchmarks``
+"""The version matrix's results folder: each run of ``pytest tests`` or ``pytest benchmarks``
 with ``--results-dir ROOT`` writes under ``ROOT/tf<TF>-keras<Keras>/`` (named by the versions
 its engines report, so a tox env and a plain venv of the same versions share a folder), and
 ``python -m suite.report ROOT`` reads every such folder. No TensorFlow here."""
