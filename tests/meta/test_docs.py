@@ -17,7 +17,7 @@ from tests import docs_pages
 from tests.helpers import ROOT
 
 README = ROOT / "README.md"
-PAGES = [README, ROOT / "CHANGELOG.md", ROOT / "benchmarks" / "README.md",
+PAGES = [README, ROOT / "CHANGELOG.md", ROOT / "CONTRIBUTING.md", ROOT / "benchmarks" / "README.md",
          *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "docs" / "research").glob("*.md"))]
 # what a path of this repository starts with (a backticked `suite/...` is a claim that it exists)
 TOP = ("suite/", "reference/", "tests/", "benchmarks/", "docs/", "examples/", "repros/", ".ci/")
