@@ -1,5 +1,5 @@
 """A fault never changes a verdict it did not touch: a small property selection (pytest, two specs)
-and a small check of a user's loop (``python -m suite.check``, six specs), each run fault-free and
+and a small check of a user's loop (``python -m suite.check``, five specs), each run fault-free and
 then once with every fault, each in one engine call of its own test or spec (tests/harness/faults.py:
 the engine SIGKILLed mid-call, SIGSTOPped past the call's deadline, the call interrupted by a raising
 handler, a reply frame cut short, a garbled frame). Every test or spec no fault touched keeps its
@@ -33,7 +33,8 @@ SELECTION = [f"tests/properties/test_reduce.py::{name}" for name in (
     "test_reduce_docstrings_worked_examples", "test_experimental_local_results_are_in_replica_order",
     "test_reduce_sum_and_mean_over_uneven_replicas")] + [
     "tests/properties/test_metrics.py::test_metric_result_is_the_metric_of_the_global_data",
-    "--strategies", "default,mirrored:2"]
+    "--strategies", "default,mirrored:2",
+    "-k", "not metric_result or mean or sum or accuracy and not binary and not categorical"]  # 3 of its 6 metrics
 PYTEST_FAULTS = {
     "call interrupted": "test_reduce_docstrings_worked_examples[mirrored:2]",
     "SIGKILL mid-call": "test_reduce_sum_and_mean_over_uneven_replicas[mirrored:2-float32]",
@@ -44,9 +45,9 @@ PYTEST_FAULTS = {
 # the check of the guide's loop; per fault, the spec whose run of the loop (its first call) it strikes.
 # A raising handler mid-call is a test's failure under pytest; the check's interruptions are Ctrl-C and
 # SIGTERM, whose run ends with 130 / 143 (test_interrupts.py)
-CHECK_FAULTS = {"SIGKILL mid-call": "mirrored:2", "SIGSTOP past the deadline": "mirrored:3",
+CHECK_FAULTS = {"SIGKILL mid-call": "mirrored:2", "SIGSTOP past the deadline": "mirrored:1",
                 "reply cut short": "one_device", "garbled reply": "central_storage:2"}
-CHECK = ["examples.guide:workload", "--strategies", "default,mirrored:1,mirrored:2,mirrored:3,one_device,central_storage:2",
+CHECK = ["examples.guide:workload", "--strategies", "default,mirrored:1,mirrored:2,one_device,central_storage:2",
          "--steps", "2"]
 FAULTED = {"pytest": [{"fault": f, "spec": "mirrored:2", "test": t} for f, t in PYTEST_FAULTS.items()],
            "check": [{"fault": f, "spec": spec} for f, spec in CHECK_FAULTS.items()]}

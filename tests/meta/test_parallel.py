@@ -37,6 +37,9 @@ def test_scope_is_the_spec_of_a_test_else_the_test_itself():
         # a property that restores under every spec: one scope for all its specs
         (CROSS_SPEC[0] + "[mirrored:2]", "cross-spec"),
         (CROSS_SPEC[0] + "[default]", "cross-spec"),
+        # tests of a module that share a costly module-scoped set-up: one scope
+        ("tests/workloads/test_hangs.py::test_h[the reference]", "module tests/workloads/test_hangs.py"),
+        ("tests/workloads/test_hangs.py::test_h[a one-process spec]", "module tests/workloads/test_hangs.py"),
     ]:
         check.equal(scope_of(nodeid, SPECS), want or nodeid, f"scope of {nodeid}")
 
@@ -48,6 +51,22 @@ def test_the_cross_spec_scope_is_every_property_that_calls_other_specs():
                    for name, args in re.findall(r"^def (test_\w+)\(([^)]*)\)", p.read_text(), re.M)
                    if "restore_specs" in args)
     Check("scheduling").equal(sorted(CROSS_SPEC), takes, "the cross-spec scope's tests")
+
+
+def test_each_module_of_shared_setup_has_a_module_scoped_fixture():
+    """SHARED_SETUP names modules that exist and define a module-scoped fixture (the set-up their
+    tests share), and every module whose module-scoped fixture runs child processes is listed."""
+    from suite.harness.plugin.scheduling import SHARED_SETUP
+
+    check = Check("scheduling")
+    shared = []
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        text = path.read_text()
+        bodies = re.findall(r'^@pytest\.fixture\(scope="module"\)\ndef \w+\(.*?(?=^(?:@|def |class |[A-Z_]+ =))', text,
+                            re.M | re.S)
+        if any(re.search(r"subprocess|_run\(|run_pytest|check_cli|_collect\(|venv", body) for body in bodies):
+            shared.append(str(path.relative_to(ROOT)))
+    check.equal(sorted(SHARED_SETUP), shared, "the modules whose module-scoped fixture runs child processes")
 
 
 def test_two_workers_start_each_engine_once_and_report_every_draw():

@@ -5,8 +5,9 @@ for the session; splitting one spec's tests over two workers would start it twic
 both copies mostly idle. ``SpecScheduling`` (internals.py) is xdist's load-scope scheduling with the spec as
 the scope: every test parametrized by a selected spec (the first parameter of its id, as
 ``tally.split_nodeid`` reads it) goes to the worker that has that spec; any other test is a
-scope of its own. Scopes go out largest first and a worker that finishes takes the next, so the
-costly specs start early and the small tests fill the gaps.
+scope of its own, but for the tests of a module that share a costly set-up (one scope). Scopes
+go out largest first and a worker that finishes takes the next, so the costly specs start early
+and the small tests fill the gaps.
 
 The suite's plugin (suite_plugin.py) selects it for ``--dist loadscope`` (pyproject's addopts:
 ``-n auto --dist loadscope``); ``-n 0`` runs everything in the pytest process. The scope is
@@ -29,11 +30,20 @@ from ..engines import topology
 CROSS_SPEC = ("tests/properties/test_checkpoint.py::test_checkpoint_restores_under_another_strategy",)
 
 
+# Modules whose tests share a module-scoped fixture that runs child processes (whole pytest sessions,
+# checks, an install): all their tests form one scope, so that fixture runs once (split test by test,
+# each worker that took one of them ran it again). tests/meta/test_parallel.py keeps each listed.
+SHARED_SETUP = ("tests/harness/test_fault_matrix.py", "tests/workloads/test_hangs.py",
+                "tests/harness/test_bench_selection.py", "tests/meta/test_packaging.py")
+
+
 def scope_of(nodeid: str, specs: frozenset[str]) -> str:
-    """"cross-spec" for a test of CROSS_SPEC; else the spec a test runs under (its first
-    parameter, when that is a selected spec), else the test id itself."""
+    """"cross-spec" for a test of CROSS_SPEC; the module for a test of SHARED_SETUP; else the spec
+    a test runs under (its first parameter, when that is a selected spec), else the test id itself."""
     if nodeid.split("[", 1)[0] in CROSS_SPEC:
         return "cross-spec"
+    if nodeid.split("::", 1)[0] in SHARED_SETUP:
+        return f"module {nodeid.split('::', 1)[0]}"
     spec = split_nodeid(nodeid)[1]
     return f"spec {spec}" if spec in specs else nodeid
 
