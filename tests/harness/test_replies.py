@@ -19,17 +19,13 @@ from suite.common import protocol
 from suite.common.specs import parse_spec
 from suite.harness.engines.pool import EngineDied, EngineTimeout
 from suite.harness.verdict.judgment import Check
-from tests.harness.faults import reply_pipe
+from tests.harness.faults import Interrupted, reply_pipe
 from tests.helpers import alive, check_replaced
 
 SPEC = parse_spec("default")
 
 
-class Interrupted(Exception):
-    """What the test's SIGALRM handler raises (as pytest-timeout's signal method does)."""
-
-
-def _raise_interrupted(signum, frame):
+def _raise_interrupted(signum, frame):  # a SIGALRM handler that raises, as pytest-timeout's signal method does
     raise Interrupted("alarm")
 
 

@@ -18,6 +18,7 @@ import sys
 import time
 import uuid
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 
@@ -27,18 +28,33 @@ from tests.workloads.test_bad_input import marked
 from tests.workloads.test_hangs import HANGS
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_an_interrupted_check_kills_its_engines_and_exits_128_plus_the_signal(tmp_path, signum):
+def _check(tmp_path, *args: str) -> tuple[subprocess.Popen, Path, str]:
+    """``python -m suite.check train.py ARGS`` (train.py: HANGS) started in ``tmp_path``, its TMPDIR
+    a folder of its own (its engines' folder is made there) and its processes marked; the process,
+    that folder and the mark."""
     (tmp_path / "train.py").write_text(HANGS)
-    scratch = tmp_path / "tmp"  # the check's TMPDIR: its engines' folder is made here
+    scratch = tmp_path / "tmp"
     scratch.mkdir()
     mark = uuid.uuid4().hex
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
     env.update(PYTHONPATH=str(ROOT), TFDS_CHECK_MARK=mark, TMPDIR=str(scratch))
-    check = Check(f"suite.check interrupted by {signal.Signals(signum).name}")
-    proc = subprocess.Popen([sys.executable, "-m", "suite.check", "train.py", "--strategies", "mirrored:2", "-q",
-                             "--engine-timeout", "300", "--", "--hang", "always"], cwd=tmp_path, env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "suite.check", "train.py", *args], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return proc, scratch, mark
+
+
+def _nothing_left(check, scratch: Path, mark: str):
+    __tracebackhide__ = True
+    time.sleep(1)
+    check.equal(marked(mark), [], "engine processes left running")
+    check.equal(sorted(p.name for p in scratch.iterdir()), [], "temporary folders left behind")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_an_interrupted_check_kills_its_engines_and_exits_128_plus_the_signal(tmp_path, signum):
+    check = Check(f"suite.check interrupted by {signal.Signals(signum).name}")
+    proc, scratch, mark = _check(tmp_path, "--strategies", "mirrored:2", "-q", "--engine-timeout", "300", "--",
+                                 "--hang", "always")
     try:
         # the reference run hangs in the script: wait until an engine has started and runs it
         deadline = time.monotonic() + 120
@@ -63,9 +79,7 @@ def test_an_interrupted_check_kills_its_engines_and_exits_128_plus_the_signal(tm
     lines = [line for line in err.splitlines() if line.startswith("error:")]
     check.equal(lines, [f"error: interrupted ({signal.Signals(signum).name}): engines killed, no report written"],
                 "what the check said", err[-2000:])
-    time.sleep(1)
-    check.equal(marked(mark), [], "engine processes left running")
-    check.equal(sorted(p.name for p in scratch.iterdir()), [], "temporary folders left behind")
+    _nothing_left(check, scratch, mark)
 
 
 def test_a_check_interrupted_after_a_spec_finished_reports_that_spec(tmp_path):
@@ -73,16 +87,9 @@ def test_a_check_interrupted_after_a_spec_finished_reports_that_spec(tmp_path):
     within seconds, the report (stdout and ``--json``) holds mirrored:2's verdict, says the check
     was interrupted and lists the spec not checked; nothing is left behind. Before, an interrupted
     check wrote no report at all, whatever had finished."""
-    (tmp_path / "train.py").write_text(HANGS)
-    scratch = tmp_path / "tmp"
-    scratch.mkdir()
-    mark = uuid.uuid4().hex
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
-    env.update(PYTHONPATH=str(ROOT), TFDS_CHECK_MARK=mark, TMPDIR=str(scratch))
     check = Check("suite.check interrupted after one spec finished")
-    proc = subprocess.Popen([sys.executable, "-m", "suite.check", "train.py", "--strategies", "mirrored:2,multi_worker:2x1",
-                             "--json", "out.json", "--engine-timeout", "300", "--", "--hang", "worker1"], cwd=tmp_path,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc, scratch, mark = _check(tmp_path, "--strategies", "mirrored:2,multi_worker:2x1", "--json", "out.json",
+                                 "--engine-timeout", "300", "--", "--hang", "worker1")
     progress = []
     try:
         deadline = time.monotonic() + 240
@@ -115,9 +122,7 @@ def test_a_check_interrupted_after_a_spec_finished_reports_that_spec(tmp_path):
                  report["exit_code"]),
                 ([("mirrored:2", "PASS")], ["multi_worker:2x1: not checked: interrupted"], "SIGINT", 130),
                 "the --json report (specs, not checked, interrupted, exit code)")
-    time.sleep(1)
-    check.equal(marked(mark), [], "engine processes left running")
-    check.equal(sorted(p.name for p in scratch.iterdir()), [], "temporary folders left behind")
+    _nothing_left(check, scratch, mark)
 
 
 # when the signal comes: once the workers have collected (their engines starting, no test finished), or
