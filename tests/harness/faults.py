@@ -136,6 +136,6 @@ def pytest_configure(config):
 if __name__ == "__main__":  # the check, with the fault armed
     if os.environ.get(ENV):
         install(os.environ[ENV])
-    from suite.harness.loopcheck.usercheck import main
+    from suite.check import main
 
     sys.exit(main(sys.argv[1:]))

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from suite.harness.reporting import run_report
+from suite.harness.reporting import benchmark_results, run_report
 from suite.harness.verdict.judgment import Check
 from tests.helpers import ROOT, run_pytest
 
@@ -97,5 +97,5 @@ def test_the_report_sets_versions_side_by_side_with_ratio_noise_and_drift(tmp_pa
     # per step: 10 ms on 2.19, 12 ms on 2.21 (x1.20, outside the IQRs); interleaved 1.26; drift 5%
     check.equal(cells("mirrored:2")[3:], ["10.00 (0.100)", "12.00 (0.100) (x1.20)", "x1.26", "5.0%"],
                 "mirrored:2: both versions, the ratio, the interleaved ratio and the drift")
-    check.equal(cells("default")[4:], [f"5.000 (2.000) (x0.96 {run_report.NOISE_MARK})", "–", "–"],
+    check.equal(cells("default")[4:], [f"5.000 (2.000) (x0.96 {benchmark_results.NOISE_MARK})", "–", "–"],
                 "default: within noise (the IQRs overlap), nothing interleaved")

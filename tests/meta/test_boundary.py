@@ -144,3 +144,59 @@ def test_no_two_modules_of_the_suite_share_a_name():
     check.equal(duplicate_names(["suite/check.py", "suite/harness/verdict/check.py"]),
                 {"check.py": ["suite/check.py", "suite/harness/verdict/check.py"]},
                 "a duplicate found (the check's own test)")
+
+
+def import_graph(sources: dict[str, str]) -> dict[str, set[str]]:
+    """Module -> the modules of ``sources`` it imports (anywhere in it: a lazy import inside a function
+    counts), by dotted name; packages are left out (every ``__init__`` of suite/ imports nothing)."""
+    dotted = {path: path.removesuffix(".py").replace("/", ".") for path in sources if not path.endswith("__init__.py")}
+    known = set(dotted.values())
+    return {name: {n for n in imports(path, sources[path]) if n in known and n != name} for path, name in dotted.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import cycles of ``graph``: each strongly connected set of two or more modules, sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out = []
+
+    def visit(node):  # Tarjan's strongly connected components
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for succ in sorted(graph.get(node, ())):
+            if succ not in index:
+                visit(succ)
+                low[node] = min(low[node], low[succ])
+            elif succ in stack:
+                low[node] = min(low[node], index[succ])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(out)
+
+
+def test_no_modules_of_the_suite_import_each_other():
+    """The suite's modules form layers: no two import each other, directly or through others (a lazy
+    import inside a function counts). The commands (suite/check.py, suite/report.py) sit on top of the
+    library modules they call, and a module that builds on another never imports it back."""
+    sources = modules(("suite",))
+    check = Check("suite/ imports")
+    check.equal(cycles(import_graph(sources)), [], "import cycles among the suite's modules")
+    # the check's own test: a lazy import of the command from the loop check closes a cycle through every
+    # module of the check the command calls
+    path = "suite/harness/loopcheck/usercheck.py"
+    changed = dict(sources, **{path: sources[path] + "\n\ndef _f():\n    from ... import check  # noqa\n"})
+    check.equal(cycles(import_graph(changed)), [["suite.check", "suite.harness.loopcheck.scriptcheck",
+                                                 "suite.harness.loopcheck.upgrade", "suite.harness.loopcheck.usercheck"]],
+                "a cycle added to a module found (the check's own test)")

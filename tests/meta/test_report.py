@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from suite.harness.reporting import run_report
+from suite.harness.reporting import benchmark_results, run_report
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -77,20 +77,20 @@ def test_comparison_columns_ratio_and_noise_mark(tmp_path):
     row = next(line for line in text.splitlines() if line.startswith("| `mirrored:2` | 10.00 |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[2] == "15.00 (x1.50)"  # 50% slower, far outside the 2% IQRs: no mark
-    assert cells[3] == f"10.10 (x1.01 {run_report.NOISE_MARK})"  # 1% slower, IQRs overlap
+    assert cells[3] == f"10.10 (x1.01 {benchmark_results.NOISE_MARK})"  # 1% slower, IQRs overlap
     assert (tmp_path / "out" / "cnn-weak-comparison.png").exists()
 
 
 def test_within_noise_is_overlap_of_interquartile_ranges():
-    e = lambda q1, q3: run_report.Entry("x", {}, (q1 + q3) / 2, q1, q3, 5)  # noqa: E731
-    assert run_report.within_noise(e(1.0, 2.0), e(1.9, 3.0))
-    assert run_report.within_noise(e(1.0, 2.0), e(1.2, 1.5))
-    assert not run_report.within_noise(e(1.0, 2.0), e(2.1, 3.0))
-    assert not run_report.within_noise(e(2.1, 3.0), e(1.0, 2.0))
+    e = lambda q1, q3: benchmark_results.Entry("x", {}, (q1 + q3) / 2, q1, q3, 5)  # noqa: E731
+    assert benchmark_results.within_noise(e(1.0, 2.0), e(1.9, 3.0))
+    assert benchmark_results.within_noise(e(1.0, 2.0), e(1.2, 1.5))
+    assert not benchmark_results.within_noise(e(1.0, 2.0), e(2.1, 3.0))
+    assert not benchmark_results.within_noise(e(2.1, 3.0), e(1.0, 2.0))
     # 10% apart with tight IQRs: outside the rounds' noise, inside a 15% run-to-run allowance
-    assert not run_report.within_noise(e(0.99, 1.01), e(1.09, 1.11))
-    assert run_report.within_noise(e(0.99, 1.01), e(1.09, 1.11), noise=0.15)
-    assert not run_report.within_noise(e(0.99, 1.01), e(1.09, 1.11), noise=0.05)
+    assert not benchmark_results.within_noise(e(0.99, 1.01), e(1.09, 1.11))
+    assert benchmark_results.within_noise(e(0.99, 1.01), e(1.09, 1.11), noise=0.15)
+    assert not benchmark_results.within_noise(e(0.99, 1.01), e(1.09, 1.11), noise=0.05)
 
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?>
@@ -158,13 +158,13 @@ def test_run_to_run_noise_is_measured_from_files_of_the_same_versions(tmp_path):
     a = _write(tmp_path, "a.json", _results(iqr=0.001))
     a2 = _write(tmp_path, "a2.json", _results(round_scale=1.10, iqr=0.001))  # this machine drifts by 10%
     b = _write(tmp_path, "b.json", _results(round_scale=1.08, iqr=0.001), tf="2.15.1", keras="2.15.0")
-    noise, pairs = run_report.run_to_run_noise([run_report.load_benchmarks(p) for p in (a, a2, b)])
+    noise, pairs = benchmark_results.run_to_run_noise([benchmark_results.load_benchmarks(p) for p in (a, a2, b)])
     assert noise == pytest.approx(0.10) and pairs == 4  # 3 train steps and 1 plain step in both runs
-    assert run_report.run_to_run_noise([run_report.load_benchmarks(p) for p in (a, b)]) is None  # no A/A pair
+    assert benchmark_results.run_to_run_noise([benchmark_results.load_benchmarks(p) for p in (a, b)]) is None  # no A/A pair
     text = run_report.write_report([a, b, a2], tmp_path / "out").read_text()
     assert "differ by up to 10% in step time (90th percentile of 4 pairs)" in text
     row = next(line for line in text.splitlines() if line.startswith("| `mirrored:2` | 10.00 |"))
-    assert f"10.80 (x1.08 {run_report.NOISE_MARK})" in row  # 8% is inside the measured 10%
+    assert f"10.80 (x1.08 {benchmark_results.NOISE_MARK})" in row  # 8% is inside the measured 10%
     text = run_report.write_report([a, b, a2], tmp_path / "out2", noise=0.0).read_text()
     row = next(line for line in text.splitlines() if line.startswith("| `mirrored:2` | 10.00 |"))
     assert "10.80 (x1.08) " in row + " "  # with no allowance the tight IQRs do not overlap

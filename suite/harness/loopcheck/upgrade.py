@@ -32,16 +32,15 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import sys
 import time
 
 from ...common import matching
-from ...common.specs import DEFAULT_SPECS, SpecError, parse_spec, parse_specs
+from ...common.specs import SpecError, parse_spec
 from ..engines import versions
 from ..engines.pool import EngineError, EnginePool, EngineUnavailable
 from ..verdict import deviations
 from . import differential
-from .usercheck import EXIT, Checker, CheckInputError, carry_out
+from .usercheck import EXIT, Checker, CheckInputError
 
 ATTRIBUTIONS = {
     "same": "trains the same on both versions",
@@ -455,21 +454,3 @@ def _spec_row(spec, a: Checker, b: Checker, one: Row, labels: tuple, rtol: float
     except EngineError:
         again = None
     return judge_row(spec.base.text, a.runs[spec_a.text], again, b.runs[spec_b.text], va, vb, one, labels, rtol, atol)
-
-
-# -- the command -------------------------------------------------------------------------------
-def main(args) -> int:
-    """``python -m suite.check TARGET --from ENV_A [--to ENV_B]`` (usercheck.main hands over)."""
-    try:
-        specs = parse_specs(args.strategies) if args.strategies else [parse_spec(s) for s in DEFAULT_SPECS]
-    except SpecError as exc:
-        print(f"error: --strategies: {str(exc).splitlines()[0]}", file=sys.stderr)
-        return EXIT["USAGE"]
-    if any(s.python or s.kind == "cluster" for s in specs):
-        print("error: --strategies: with --from/--to give plain specs (no @ENV, no cluster): each runs on both versions",
-              file=sys.stderr)
-        return EXIT["USAGE"]
-    return carry_out(args, lambda pool, progress: run(args.workload, args.env_from, args.env_to, specs, pool,
-                                                     args.steps, args.global_batch, args.rtol, args.atol, args.seed,
-                                                     progress=progress),
-                     lambda report: report.text())

@@ -22,10 +22,8 @@ No TensorFlow here."""
 
 from __future__ import annotations
 
-import argparse
 import collections
 import statistics
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -33,8 +31,9 @@ from ...common.files import save_figure, write_atomically
 from ...common.specs import id_parts
 from ..engines.versions import as_shipped, as_tuple
 from ..verdict import deviations
-from . import measured, results_dir, run_report
-from .run_report import NOISE_MARK, OUTCOME_MARK, OUTCOME_ORDER, ReportError, case_outcome, markdown_table
+from . import benchmark_results, measured, results_dir, run_report
+from .benchmark_results import NOISE_MARK, ReportError, markdown_table
+from .run_report import OUTCOME_MARK, OUTCOME_ORDER, case_outcome
 
 
 class Outcomes:
@@ -243,23 +242,23 @@ def across_section(path: Path) -> list[str]:
     return lines + markdown_table(["property"] + [f"`{e}`" for e in envs], rows) + [""]
 
 
-def _combined(entries: list) -> run_report.Entry:
+def _combined(entries: list) -> benchmark_results.Entry:
     """One version's result of a benchmark over its runs: the median of their medians, and the
     span of their rounds' inter-quartile ranges (so that within noise errs towards "no change")."""
     if len(entries) == 1:
         return entries[0]
     e = entries[0]
-    return run_report.Entry(e.name, e.info, statistics.median(x.median for x in entries), min(x.q1 for x in entries),
+    return benchmark_results.Entry(e.name, e.info, statistics.median(x.median for x in entries), min(x.q1 for x in entries),
                         max(x.q3 for x in entries), sum(x.rounds for x in entries))
 
 
 def benchmark_sections(points: list[results_dir.Point], baseline: str | None, out: Path) -> list[str]:
-    runs = [(p, [run_report.load_benchmarks(f) for f in p.benches]) for p in points if p.benches]
+    runs = [(p, [benchmark_results.load_benchmarks(f) for f in p.benches]) for p in points if p.benches]
     if not runs:
         return []
     base = next((r for r in runs if baseline and (r[0].tensorflow == baseline or point_label(r[0], False) == baseline)),
                 runs[-1])
-    measured = run_report.run_to_run_noise([res for _, results in runs for res in results])
+    measured = benchmark_results.run_to_run_noise([res for _, results in runs for res in results])
     noise = measured[0] if measured else 0.0
     if measured:
         rule = (f"the rounds' inter-quartile ranges overlap or the medians differ by at most {noise:.0%}, the machine's "
@@ -294,7 +293,7 @@ def benchmark_sections(points: list[results_dir.Point], baseline: str | None, ou
                 elif ref is None or p is base[0]:
                     row.append(f"{e.median * 1e3:.3g}")
                 else:
-                    mark = f" {NOISE_MARK}" if run_report.within_noise(ref, e, noise) else ""
+                    mark = f" {NOISE_MARK}" if benchmark_results.within_noise(ref, e, noise) else ""
                     row.append(f"{e.median * 1e3:.3g} (x{e.median / ref.median:.2f}{mark})")
             rows.append(row)
         heads = [f"`{point_label(p, False)}`" + (f" ({len(results)} runs)" if len(results) > 1 else "")
@@ -350,28 +349,3 @@ def write(results: Path, out: Path, baseline: str | None = None, entries=None) -
             + benchmark_sections(points, baseline, out) + full)
     write_atomically(out / "report.md", "\n".join(lines + body) + "\n")
     return out / "report.md"
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m suite.report", description=__doc__.split("\n\n")[0])
-    parser.add_argument("results", type=Path, help="the results folder (pytest --results-dir, tox)")
-    parser.add_argument("-o", "--output", type=Path, required=True, help="folder for report.md and the plots")
-    parser.add_argument("--baseline", default=None, help="the TensorFlow version the step times are compared with "
-                                                         "(default: the newest)")
-    parser.add_argument("--record", type=Path, default=None, metavar="FILE",
-                        help="also add each conformance run of RESULTS to the measured runs FILE "
-                             "(docs/measured_runs.json: what the known-deviations file's ranges must agree with)")
-    args = parser.parse_args(argv)
-    if not args.results.is_dir():
-        parser.error(f"no such folder: {args.results}")
-    try:
-        if args.record:
-            for run in measured.record(args.results, args.record, deviations.load()):
-                print(f"recorded TF {run['tensorflow']} / Keras {run['keras']} ({run['profile']}): {run['items']}")
-        path = write(args.results, args.output, args.baseline)
-    except (ReportError, results_dir.FolderError) as exc:
-        print(f"suite.report: {exc}", file=sys.stderr)
-        return 2
-    print(path)
-    return 0

@@ -2,7 +2,7 @@
 ``pytest benchmarks --workload package.module:factory --strategies mirrored:2,mirrored:2@ENV``,
 benchmarks/bench_workload.py): per workload and spec, the step time in each version's engines side
 by side, the ratio of each newer version to the oldest, marked within noise as the rest of the
-report marks it (run_report.within_noise: overlapping inter-quartile ranges, or medians within the
+report marks it (benchmark_results.within_noise: overlapping inter-quartile ranges, or medians within the
 run-to-run allowance), and the ratio from rounds interleaved with the other version's.
 
 A spec's versions are told apart by the TensorFlow and Keras its engines reported; ``SPEC`` and
@@ -15,7 +15,7 @@ import collections
 import statistics
 
 from ..engines.versions import as_tuple
-from .run_report import NOISE_MARK, Entry, Results, markdown_table, within_noise
+from .benchmark_results import NOISE_MARK, Entry, Results, markdown_table, within_noise
 
 KIND = "workload_step"
 

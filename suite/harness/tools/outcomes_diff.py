@@ -16,7 +16,8 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from ..reporting.run_report import ReportError, case_outcome
+from ..reporting.benchmark_results import ReportError
+from ..reporting.run_report import case_outcome
 
 
 def outcomes(path: Path) -> dict[str, str]:
