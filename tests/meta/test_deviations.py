@@ -71,7 +71,7 @@ NAMED_SPECS = (*DEFAULT_SPECS, "mirrored:3:reduce_to_one", "central_storage:3", 
 def collected_ids() -> tuple[str, ...]:
     """The test ids ``pytest tests --collect-only`` gives under NAMED_SPECS (a few seconds, no engine)."""
     proc = run_pytest(["tests", "--collect-only", "--strategies", ",".join(NAMED_SPECS)], timeout=300)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    Check("pytest tests --collect-only").equal(proc.returncode, 0, "exit code", proc.stdout[-2000:] + proc.stderr[-2000:])
     return tuple(line.strip() for line in proc.stdout.splitlines() if "::" in line)
 
 
