@@ -1,7 +1,7 @@
 """One training loop per mistake the check diagnoses, each a factory of the workload protocol
 (suite/engine/workload.py). ``right`` is the loop done right; every other factory is ``right``
 with one mistake a user makes in a custom loop under a strategy, named after the cause the check
-reports (suite/harness/loopcheck/differential.py: CAUSES). On one device every one of them trains as
+reports (suite/harness/loopcheck/causes.py: CAUSES). On one device every one of them trains as
 ``right`` does (except where the mistake is about one device's batch); under a strategy each
 trains something else.
 

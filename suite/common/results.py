@@ -366,6 +366,21 @@ class WorkloadStep:
     named: dict | None = None
 
 
+def optimizer_slots_made_in_the_step(facts: dict) -> bool:
+    """The optimizer had more variables after the first distributed step than when it began
+    (``optimizer_variables_before_step`` < ``optimizer_variables_after``, the engine's counts): it
+    made its slots inside strategy.run."""
+    before, after = facts.get("optimizer_variables_before_step"), facts.get("optimizer_variables_after")
+    return before is not None and after is not None and after > before
+
+
+def optimizer_built_lazily(facts: dict) -> bool:
+    """The optimizer had not made its variables when the first distributed step began: the engine
+    saw it unbuilt (``optimizer_built`` False) or saw its slots made in the step. The one decision,
+    for the loop check's diagnosis and the deviations' condition alike."""
+    return facts.get("optimizer_built") is False or optimizer_slots_made_in_the_step(facts)
+
+
 @record
 class WorkloadRun:
     replicas: int  # num_replicas_in_sync

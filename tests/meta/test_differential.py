@@ -503,3 +503,29 @@ def test_a_run_that_goes_non_finite_is_said_so_with_its_quantity_and_step():
     v = differential.verdict("mirrored:2", ref, [blown], 48)
     check.contains(" ".join(v.notes), ["under mirrored:2 the run goes non-finite: variable kernel is NaN after step 2"],
                    "the verdict's notes")
+
+
+def test_a_variable_named_like_a_loss_is_asked_of_as_a_variable():
+    """The ledger is asked about a compared quantity by its role, never by its name's first word: a
+    functional model's layer named ``loss_head`` has the variables ``loss_head/kernel`` and
+    ``loss_head/bias``, which the entries' ``variable *`` signatures cover (Keras 3.3's unsummed
+    gradients under mirrored:2); read by its text, ``loss_head/kernel (replica 0)`` was taken for the
+    loss and escaped them."""
+    check = Check("differential.compare")
+    asked = []
+
+    def judge(what, got, expected, given, same):
+        asked.append(what)
+        return None
+
+    names = ["loss_head/kernel", "loss_head/bias"]
+    ref, dist = (dataclasses.replace(r, names=names) for r in (run(), run(scale=1.001, replicas=2)))
+    differential.compare(ref, dist, judge=judge)
+    check.equal(sorted({(q.kind, q.get("name"), q.get("replica")) for q in asked}),
+                [("variable", "loss_head/bias", 0), ("variable", "loss_head/bias", 1),
+                 ("variable", "loss_head/kernel", 0), ("variable", "loss_head/kernel", 1)],
+                "the role, name and replica of each quantity the ledger was asked about")
+    led = differential.ledger(parse_spec("mirrored:2"), {"tensorflow": "2.16.1", "keras": "3.3.3"})
+    for q in asked:
+        check.contains([e.id for e, _ in led.covering(q)], ["keras3-gradients-not-summed-before-3.5"],
+                       f"the entries whose signatures cover {q}")

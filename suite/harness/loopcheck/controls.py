@@ -60,7 +60,7 @@ def control_of(loop_ref, canonical_ref, control_run: list, dist_runs: list, rtol
         return Control(control, False, "no control: on one device the loop's step differs from the suite's canonical "
                        f"step ({own[0].line()})", comparable=False)
     _, _, loops = compare(loop_ref, dist, rtol, atol)
-    if loops and all(m.quantity.startswith("metric ") for m in loops):
+    if loops and all(m.role == "metric" for m in loops):
         return Control(control, False, "the control (the suite's canonical step) does not update the workload's "
                        "metrics, so it cannot tell whose this metric's difference is")
     agreed, _, found = compare(canonical_ref, control, rtol, atol, metrics=False)
@@ -158,7 +158,7 @@ def by_stand_in(v: Verdict, stand_ref, stand_runs: list, global_batch: int, rtol
                        "wrong here, but nothing recorded says how, so the verdict stands")
         return v
     theirs = {d.cause for d in diagnose(stand_ref, stand, found, global_batch)}
-    if any("against replica 0" in m.quantity or m.quantity.startswith("optimizer ") for m in found):
+    if any(m.role in ("replicas", "optimizer variable") for m in found):
         # the stand-in's optimizer is built before its first step: where its copies or state differ too, an
         # optimizer built lazily in the run is not what made the run's differ (that cause's observation)
         theirs.add("lazy_optimizer_build")

@@ -10,7 +10,7 @@ their change since the common initial value, norm-wise (``|got - expected| <= rt
 replica count, a missing term), rounding moves a few low bits.
 
 At the first step that diverges, ``diagnose`` matches the evidence against the catalogue
-(``CAUSES``): ratios of the loss, of the summed gradients and of a metric to the replica count,
+(causes.py, ``CAUSES``): ratios of the loss, of the summed gradients and of a metric to the replica count,
 the examples each replica saw, the weight penalty, the gradients' norms on each replica, and
 what the engine saw of the workload (the loss object's reduction, BatchNormalization layers,
 variables created outside the scope, an optimizer built in the first step).
@@ -24,126 +24,21 @@ import re
 
 import numpy as np
 
-from ...common.results import FACTORY_RAISED, SCRIPT_RAISED, Raised
+from ...common.results import (
+    FACTORY_RAISED,
+    SCRIPT_RAISED,
+    Raised,
+    optimizer_built_lazily,
+    optimizer_slots_made_in_the_step,
+)
 from ..verdict import deviations
+from ..verdict.quantity import Quantity
 from ..verdict.signatures import Seen
+from .causes import CAUSES
 
 RTOL = 1e-4
 ATOL = 1e-7
 RATIO_SLACK = 0.05  # a measured ratio "is" N when within 5% of it
-
-
-@dataclasses.dataclass(frozen=True)
-class Cause:
-    title: str
-    fix: str
-
-
-CAUSES = {
-    "loss_averaged_per_replica": Cause(
-        "loss averaged per replica",
-        "scale the per-example losses by the global batch: tf.nn.compute_average_loss(per_example_loss, "
-        "global_batch_size=GLOBAL_BATCH_SIZE) instead of tf.reduce_mean, so apply_gradients' sum over the "
-        "replicas is the global mean"),
-    "loss_divided_twice": Cause(
-        "loss divided twice",
-        "divide once: compute_average_loss already divides by the global batch (replicas x local batch); do "
-        "not also divide by strategy.num_replicas_in_sync"),
-    "regularization_not_scaled": Cause(
-        "regularization not scaled",
-        "add tf.nn.scale_regularization_loss(tf.add_n(model.losses)) to the loss, not the bare sum: every "
-        "replica adds the penalty and apply_gradients sums them"),
-    "metric_fed_scaled_loss": Cause(
-        "a Mean metric fed scaled losses",
-        "update the metric with the per-example losses (metric.update_state(per_example_loss)), not with the "
-        "replica's scaled loss: a replica's scaled loss is its share of the global mean, and Mean averages the "
-        "shares"),
-    "keras_loss_reduction": Cause(
-        "Keras loss object reduces by itself under the strategy",
-        "create the loss with reduction='none' (keras.losses.Reduction.NONE on Keras 2) and scale the "
-        "per-example losses with tf.nn.compute_average_loss; Keras 2 refuses its default reduction inside "
-        "strategy.run, Keras 3 averages over the replica's local batch"),
-    "created_outside_scope": Cause(
-        "model or optimizer created outside the strategy's scope",
-        "create the model, the optimizer and the metrics inside `with strategy.scope():` (in the factory), not "
-        "at import time or before the scope"),
-    "lazy_optimizer_build": Cause(
-        "optimizer built lazily inside the distributed step",
-        "build the optimizer in the scope before the first step: optimizer.build(model.trainable_variables) "
-        "(Keras 3), so its slots are made once as distributed variables, not inside strategy.run"),
-    "clipped_before_aggregation": Cause(
-        "gradients clipped before aggregation",
-        "clip the summed gradients, not each replica's: with Keras 2 give the optimizer global_clipnorm= (or "
-        "clipnorm=) and pass the raw gradients to apply_gradients, which sums the replicas before it clips; Keras 3's "
-        "optimizer clips each replica's gradients too (a known deviation of Keras 3), so there sum them yourself "
-        "with the replica context's all_reduce, clip the sum with tf.clip_by_global_norm, and divide out nothing"),
-    "per_replica_batch_norm": Cause(
-        "per-replica BatchNormalization where global statistics were expected",
-        "use keras.layers.BatchNormalization(synchronized=True) so every replica normalizes with the global "
-        "batch's mean and variance, as one device does"),
-    "identical_dropout_masks": Cause(
-        "identical dropout masks across replicas",
-        "give each replica its own random stream: for a layer of your own, draw from a tf.random.Generator "
-        "created in the scope, or fold the replica id (tf.distribute.get_replica_context().replica_id_in_sync_group) "
-        "into a stateless seed"),
-    "per_replica_batch_size": Cause(
-        "dataset batched with the per-replica size",
-        "batch the dataset given to experimental_distribute_dataset with the global batch size (per-replica "
-        "size x strategy.num_replicas_in_sync); the strategy splits each global batch among the replicas"),
-    "short_batch_weighted_differently": Cause(
-        "short last batch weighted differently",
-        "pass global_batch_size= to tf.nn.compute_average_loss (its default, replicas x local batch, weighs a "
-        "short, unevenly split batch's examples by their replica's share), or drop the remainder"),
-    "reduce_mean_for_sum": Cause(
-        "strategy.reduce MEAN where SUM was meant",
-        "report the step's loss with strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica_loss, axis=None): "
-        "each replica's loss is already its share of the global mean"),
-    "weighted_loss_normalized_per_replica": Cause(
-        "weighted loss normalised by each replica's own weights",
-        "divide the weighted per-example losses by the global batch, not by this replica's weights: "
-        "tf.nn.compute_average_loss(per_example, sample_weight=w, global_batch_size=GLOBAL_BATCH_SIZE), or, for "
-        "a weighted mean, by the weights summed over all replicas (replica_context.all_reduce(SUM, "
-        "tf.reduce_sum(w)))"),
-    "gradients_aggregated_by_hand": Cause(
-        "gradients aggregated by hand before apply_gradients",
-        "pass each replica's own gradients to optimizer.apply_gradients: it sums them over the replicas itself; "
-        "remove the replica_context.all_reduce(SUM, gradients) (or strategy.reduce) before it"),
-    "gradient_of_per_replica_mean": Cause(
-        "gradients taken from a per-replica mean",
-        "take the gradient of the scaled loss the step returns: tape.gradient(tf.nn.compute_average_loss("
-        "per_example_loss, global_batch_size=GLOBAL_BATCH_SIZE) + the scaled penalty, variables), not of "
-        "tf.reduce_mean(per_example_loss): apply_gradients sums the replicas' gradients, so each must be its share of "
-        "the global mean"),
-    "optimizer_scaled_by_replicas": Cause(
-        "optimizer hyper-parameters scaled by the replica count",
-        "keep one device's learning rate (and other step sizes): the loss is already the global batch's mean, so "
-        "the gradients apply_gradients sums are one device's; do not multiply the learning rate by "
-        "strategy.num_replicas_in_sync"),
-    "shuffled_per_worker_before_sharding": Cause(
-        "input shuffled per worker before sharding",
-        "shard before shuffling (tf.data.Dataset.shard: 'Be sure to shard before you use any randomizing operator "
-        "(such as shuffle)'), or give the shuffle a seed every worker shares: shuffle(buffer_size, seed=...)"),
-    "input_not_sharded_per_worker": Cause(
-        "input not sharded per worker",
-        "give each worker its own examples: in the dataset function of distribute_datasets_from_function, "
-        "ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id) before batching; with "
-        "experimental_distribute_dataset, leave auto-sharding on (not AutoShardPolicy.OFF)"),
-    "batch_not_distributed": Cause(
-        "batches not distributed",
-        "distribute the dataset: iterate strategy.experimental_distribute_dataset(dataset) (or "
-        "strategy.distribute_datasets_from_function) and pass its elements to strategy.run; a plain batch passed "
-        "to strategy.run goes whole to every replica, so apply_gradients sums the replica count's copies of it"),
-    "metric_from_one_replica": Cause(
-        "a metric fed one replica's value",
-        "feed the metric the value of every replica: strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica_loss, "
-        "axis=None) in the cross-replica context (or update the metric inside strategy.run, where each replica adds "
-        "its own), not strategy.experimental_local_results(per_replica_loss)[0]"),
-    "replicas_disagree": Cause(
-        "variables that differ between replicas",
-        "update a variable from every replica with the same value: create it in the scope with its default "
-        "synchronization, and change it through the optimizer or with an all-reduced value, not from each "
-        "replica's own data"),
-}
 
 
 # What a spec's verdict says, and what the user does about it (docs/check.md):
@@ -158,14 +53,72 @@ STATUSES = {
 }
 
 
+ROLES = ("loss", "variable", "optimizer variable", "metric", "replicas")
+
+
+@dataclasses.dataclass(frozen=True)
+class Compared:
+    """One quantity the loop check compares, by field (``role``: one of ROLES; ``replicas``: a
+    variable's copy on ``replica`` against replica 0's); its text is for display and for the
+    deviations' text signatures, never parsed back."""
+
+    role: str
+    name: str = ""  # the variable's, optimizer variable's or metric's; a loss's model in a workload of several
+    replica: int | None = None
+
+    def __post_init__(self):
+        if self.role not in ROLES:
+            raise ValueError(f"Compared role {self.role!r}: one of {ROLES}")
+
+    def __str__(self) -> str:
+        """As the report shows it: ``loss``, ``loss MODEL``, ``NAME (replica R)``, ``optimizer NAME
+        (replica R)``, ``metric NAME``, ``NAME: replica R against replica 0``."""
+        if self.role == "loss":
+            return f"loss {self.name}" if self.name else "loss"
+        if self.role == "metric":
+            return f"metric {self.name}"
+        if self.role == "replicas":
+            return f"{self.name}: replica {self.replica} against replica 0"
+        prefix = "optimizer " if self.role == "optimizer variable" else ""
+        return f"{prefix}{self.name} (replica {self.replica})"
+
+    def asked(self, step: int) -> Quantity:
+        """The quantity after ``step`` as the deviations ledger is asked of it: ``loss``, ``variable
+        NAME (replica R)``, ``optimizer variable NAME (replica R)``, ``metric NAME``, ``variable NAME:
+        replica R against replica 0``, then `` after step K``; its fields are the role, the name,
+        the replica and the step."""
+        text = str(self) if self.role in ("loss", "metric") else (
+            f"variable {self}" if self.role != "optimizer variable" else f"optimizer variable {self.name} "
+                                                                         f"(replica {self.replica})")
+        fields = {"name": self.name, "step": step, **({} if self.replica is None else {"replica": self.replica})}
+        return Quantity.of(self.role, f"{text} after step {step}", **fields)
+
+    @property
+    def of_variable(self) -> bool:
+        """A model variable's value or its copies' agreement (not the optimizer's state, a loss or a metric)."""
+        return self.role in ("variable", "replicas")
+
+
 @dataclasses.dataclass
 class Mismatch:
     step: int
-    quantity: str
+    what: Compared
     got: float | str
     expected: float | str
     relative: float  # |got - expected| over the scale the tolerance is relative to
     ratio: float | None = None  # got / expected (scalars), or the update's projection (variables)
+
+    @property
+    def quantity(self) -> str:
+        return str(self.what)
+
+    @property
+    def role(self) -> str:
+        return self.what.role
+
+    def as_json(self) -> dict:
+        return {"step": self.step, "quantity": self.quantity, "got": self.got, "expected": self.expected,
+                "relative": self.relative, "ratio": self.ratio}
 
     def line(self) -> str:
         ratio = f", ratio {self.ratio:.4g}" if self.ratio is not None and math.isfinite(self.ratio) else ""
@@ -219,7 +172,7 @@ class Verdict:
                 "engine_start_seconds": round(self.start_seconds, 2),
                 "first_diverging_step": self.first_step, "error": self.error,
                 "known_deviations": [{"id": i, "evidence": e} for i, e in self.deviations], "notes": self.notes,
-                "mismatches": [dataclasses.asdict(m) for m in self.mismatches],
+                "mismatches": [m.as_json() for m in self.mismatches],
                 "diagnoses": [{"cause": d.cause, "model": d.model, "title": d.title, "evidence": d.evidence, "fix": d.fix}
                               for d in self.diagnoses]}
 
@@ -386,7 +339,7 @@ def compare(ref, dist, rtol: float = RTOL, atol: float = ATOL, metrics: bool = T
             if ok:
                 rels.append(rel)
                 return
-            entry = judge(f"{_asked(mismatch.quantity)} after step {k}", raw[0], raw[1], given, same) \
+            entry = judge(mismatch.what.asked(k), raw[0], raw[1], given, same) \
                 if judge is not None else None
             if entry is None:
                 found.append(mismatch)
@@ -404,23 +357,24 @@ def compare(ref, dist, rtol: float = RTOL, atol: float = ATOL, metrics: bool = T
         if r.named and d.named:  # a loss per model: each compared on its own
             for name, value in r.named.items():
                 got = d.named.get(name, {}).get("loss", math.nan)
-                take(_scalar(k, f"loss {name}", got, value["loss"], rtol, atol), (got, value["loss"]), _same(rtol, atol))
+                take(_scalar(k, Compared("loss", name), got, value["loss"], rtol, atol), (got, value["loss"]),
+                     _same(rtol, atol))
         else:
             tracker = _mean_of(ref, "loss")  # fit's logged loss: its loss tracker's result
-            take(_scalar(k, "loss", d.loss, r.loss, rtol, atol), (d.loss, r.loss), _same(rtol, atol),
+            take(_scalar(k, Compared("loss"), d.loss, r.loss, rtol, atol), (d.loss, r.loss), _same(rtol, atol),
                  {**facts, "kind": "mean", "increments": increments[tracker][:k]} if tracker in increments
                  else alternative(c.loss if c else None))
         for i, (name, init, rv, dv) in enumerate(zip(ref.names, ref.initial, r.variables, d.variables)):
             for rep, copy in enumerate(dv):
                 want = rv[rep] if len(rv) == len(dv) else rv[0]  # replica by replica where ``ref`` ran on as many
-                take(_array(k, f"{name} (replica {rep})", copy, want, init, rtol, atol), (copy, want),
+                take(_array(k, Compared("variable", name, rep), copy, want, init, rtol, atol), (copy, want),
                      _same_array(init, rtol, atol), alternative(c.variables[i][rep] if c else None))
         prev = ref.steps[k - 2].optimizer if k > 1 else None
         for i, (name, rv, dv) in enumerate(zip(ref.optimizer_names, r.optimizer, d.optimizer)):
             base = np.asarray(prev[i][0], np.float64) if prev is not None else zero_opt[i]
             for rep, copy in enumerate(dv):
                 want = rv[rep] if len(rv) == len(dv) else rv[0]
-                take(_array(k, f"optimizer {name} (replica {rep})", copy, want, base, rtol, atol), (copy, want),
+                take(_array(k, Compared("optimizer variable", name, rep), copy, want, base, rtol, atol), (copy, want),
                      _same_array(base, rtol, atol),
                      alternative(c.optimizer[i][rep] if c and i < len(c.optimizer) else None))
         for name, value in (r.metrics if metrics else {}).items():
@@ -429,12 +383,12 @@ def compare(ref, dist, rtol: float = RTOL, atol: float = ATOL, metrics: bool = T
             given = {**facts, "kind": "mean", "increments": increments[mean][:upto],
                      **_copies(dist, mean, k if upto else -1)} if mean in increments else facts
             got = d.metrics.get(name, math.nan)
-            take(_scalar(k, f"metric {name}", got, value, rtol, atol), (got, value), _same(rtol, atol), given)
+            take(_scalar(k, Compared("metric", name), got, value, rtol, atol), (got, value), _same(rtol, atol), given)
         for i, (name, init, rv, dv) in enumerate(zip(ref.names, ref.initial, r.variables, d.variables)):
             if len(rv) == len(dv) > 1:
                 continue  # ``ref`` ran on as many replicas: compared replica by replica above
             for rep, copy in enumerate(dv[1:], 1):  # the replicas against each other
-                ok, rel, m = _array(k, f"{name}: replica {rep} against replica 0", copy, dv[0], init, rtol, atol)
+                ok, rel, m = _array(k, Compared("replicas", name, rep), copy, dv[0], init, rtol, atol)
                 if not ok:
                     take((ok, rel, m), (copy, dv[0]), _same_array(init, rtol, atol),
                          alternative(c.variables[i][rep] if c else None))
@@ -458,17 +412,6 @@ def _same_array(base, rtol: float, atol: float):
             return False
         return _norm(a - b) <= rtol * _norm(b - np.asarray(base, np.float64)) + atol * math.sqrt(max(a.size, 1))
     return same
-
-
-def _asked(quantity: str) -> str:
-    """A mismatch's quantity as the deviations ledger names it: ``loss``, ``variable NAME
-    (replica R)``, ``optimizer variable NAME (replica R)``, ``metric NAME``, ``variable NAME:
-    replica R against replica 0`` (then `` after step K``)."""
-    if quantity.startswith(("loss", "metric ")):
-        return quantity
-    if quantity.startswith("optimizer "):
-        return "optimizer variable " + quantity[len("optimizer "):]
-    return "variable " + quantity
 
 
 def _same(rtol: float, atol: float):
@@ -628,12 +571,13 @@ def _per_model(ref, dist, mismatches: list, global_batch: int) -> list[Diagnosis
     named with the model (``generator: loss averaged per replica``)."""
     out, offset = [], 0
     outside = dist.facts.get("outside_scope") or []
-    if mismatches and all(m.quantity.startswith("metric ") for m in mismatches):
+    if mismatches and all(m.role == "metric" for m in mismatches):
         # only metrics differ, and no metric is any one model's: judged as one model's metrics are
         return diagnose(ref, dataclasses.replace(dist, facts={**dist.facts, "gradient_groups": None, "models": None}),
                         mismatches, global_batch)
     for name, count in dist.facts["gradient_groups"]:
-        mine = [m for m in mismatches if m.quantity.startswith((f"{name}/", f"optimizer {name}/", f"loss {name}"))]
+        mine = [m for m in mismatches if (m.what.name == name if m.role == "loss"
+                                          else m.role != "metric" and m.what.name.startswith(f"{name}/"))]
         if mine:
             found = diagnose(_group(ref, name, offset, count), _group(dist, name, offset, count), mine, global_batch)
             out.extend(dataclasses.replace(d, model=name) for d in found)
@@ -646,8 +590,8 @@ def _per_model(ref, dist, mismatches: list, global_batch: int) -> list[Diagnosis
     # a metric of no model at one over the replica count, exactly, while every model's loss agrees: what a Mean
     # fed each replica's scaled loss shows, whatever else differs (the variables, where Keras < 3.5 applies each
     # replica's own gradients); a metric that differs otherwise is no cause's evidence
-    n, metrics = dist.replicas, [m for m in mismatches if m.quantity.startswith("metric ")]
-    if n > 1 and metrics and not any(m.quantity.startswith("loss") for m in mismatches):
+    n, metrics = dist.replicas, [m for m in mismatches if m.role == "metric"]
+    if n > 1 and metrics and not any(m.role == "loss" for m in mismatches):
         exact = next((m for m in metrics if m.ratio is not None and abs(m.ratio * n - 1) <= 1e-4), None)
         if exact is not None:
             out.append(Diagnosis("metric_fed_scaled_loss", [f"{exact.quantity} after step {exact.step} is "
@@ -681,7 +625,7 @@ def diagnose(ref, dist, mismatches: list, global_batch: int) -> list[Diagnosis]:
         shown = ", ".join(facts["outside_scope"][:4]) + (" ..." if len(facts["outside_scope"]) > 4 else "")
         add("created_outside_scope", f"not created in the strategy's scope: {shown}")
     before, after = facts.get("optimizer_variables_before_step"), facts.get("optimizer_variables_after")
-    lazy = before is not None and after is not None and after > before
+    lazy = optimizer_slots_made_in_the_step(facts)
     undistributed = facts.get("undistributed_inputs") or {}
     if n > 1 and undistributed and mismatches:  # a script's batch passed whole to every replica: the root cause
         where, shape = next(iter(undistributed.items()))
@@ -697,7 +641,7 @@ def diagnose(ref, dist, mismatches: list, global_batch: int) -> list[Diagnosis]:
         message = dist.raised.message
         if "Reduction" in message and ("SUM" in message or "NONE" in message) and "strategy" in message.lower():
             add("keras_loss_reduction", f"{dist.raised.where} raised {dist.raised.type}: {short_error(message)}")
-        if (facts.get("optimizer_built") is False or lazy) and any(m in message for m in _SLOT_ERRORS):
+        if optimizer_built_lazily(facts) and any(m in message for m in _SLOT_ERRORS):
             add("lazy_optimizer_build", f"the optimizer was not built when the first step began ({before} variables: "
                                         f"no slots yet), and {dist.raised.where} raised {dist.raised.type}: "
                                         f"{short_error(message)}")
@@ -722,17 +666,17 @@ def diagnose(ref, dist, mismatches: list, global_batch: int) -> list[Diagnosis]:
     # named where the lazily made slots did what such slots do: differ between the replicas; not for a slot
     # that differs from one device's, which rounding of a split batch (TensorFlow's custom-training tutorial
     # under multi_worker:2x1) or other data (its multi-worker tutorial's per-worker shuffles) also give
-    if lazy and any("against replica 0" in m.quantity for m in mismatches):
+    if lazy and any(m.role == "replicas" for m in mismatches):
         add("lazy_optimizer_build", f"the optimizer had {before} variables when the first step began and {after} "
                                     "after it: its slots were created inside strategy.run")
     loss_ratio = d.loss / r.loss if r.loss else None
     returned = sum(d.replica_losses)
     returned_ratio = returned / r.loss if r.loss else None
-    kinds = {m.quantity.split(" ")[0] for m in mismatches}
-    only_metrics = all(m.quantity.startswith("metric ") for m in mismatches)
+    roles = {m.role for m in mismatches}
+    only_metrics = roles == {"metric"}
     if only_metrics:
         for m in mismatches:
-            one = _one_replicas_value(dist, m.quantity.removeprefix("metric "), k)
+            one = _one_replicas_value(dist, m.what.name, k)
             if one is not None:
                 j, series = one
                 add("metric_from_one_replica", f"{m.quantity} after step {k} is {m.got}, the mean of replica {j}'s "
@@ -804,8 +748,8 @@ def diagnose(ref, dist, mismatches: list, global_batch: int) -> list[Diagnosis]:
                 "gradient of its own batch's mean, not of the loss it returned")
     if n > 1 and _is(data_ratio, 1.0) and grads is not None and grads_agree:
         moved = [m for m in mismatches if m.ratio is not None and math.isfinite(m.ratio)
-                 and not m.quantity.startswith(("optimizer ", "metric ", "loss")) and "against replica" not in m.quantity]
-        hyper = [m for m in mismatches if m.quantity.startswith("optimizer ") and k == 1 and _is(m.ratio, n)]
+                 and m.role == "variable"]
+        hyper = [m for m in mismatches if m.role == "optimizer variable" and k == 1 and _is(m.ratio, n)]
         if moved and all(_is(m.ratio, n) for m in moved):
             add("optimizer_scaled_by_replicas", *evidence,
                 f"yet every variable moved {moved[0].ratio:.4g} x one device's update ({n}, the replica count): the "
@@ -828,14 +772,15 @@ def diagnose(ref, dist, mismatches: list, global_batch: int) -> list[Diagnosis]:
         if abs(extra - (n - 1) * reg) <= RATIO_SLACK * (n - 1) * reg:
             add("regularization_not_scaled", f"the loss of step {k} exceeds one device's by {extra:.6g} = "
                                              f"({n} - 1) x the weight penalty {reg:.6g}: every replica added it whole")
-    if not out and loss_ratio is not None and "loss" in kinds and _is(loss_ratio, 1 / n):
+    if not out and loss_ratio is not None and "loss" in roles and _is(loss_ratio, 1 / n):
         if facts.get("loss_reduction") == "MEAN" or _is(returned_ratio, 1.0):
             add("reduce_mean_for_sum", f"the reported loss is {loss_ratio:.4g} x one device's (1/{n}) while the "
                      f"replicas' own losses sum to {returned_ratio:.4g} x it; the loop reduces with "
                      f"{facts.get('loss_reduction')}")
     unsynced = [name for name, synced in facts.get("batch_norm", []) if not synced]
     # named only where the divergence shows in those layers' statistics (not for the layer's presence)
-    statistics = [m for m in mismatches if any(f"{name}/moving_" in m.quantity for name in unsynced)]
+    statistics = [m for m in mismatches if m.what.of_variable and any(f"{name}/moving_" in m.what.name
+                                                                       for name in unsynced)]
     if unsynced and n > 1 and statistics and not out:
         add("per_replica_batch_norm", f"BatchNormalization layers {', '.join(unsynced)} are not synchronized: each "
                                       f"of the {n} replicas normalizes with its own batch's statistics, one device "
@@ -852,7 +797,7 @@ def diagnose(ref, dist, mismatches: list, global_batch: int) -> list[Diagnosis]:
         else:
             add("short_batch_weighted_differently", short, "on the full batches before it, split evenly, the "
                                                            "denominators agreed")
-    disagree = [m for m in mismatches if "against replica 0" in m.quantity]
+    disagree = [m for m in mismatches if m.role == "replicas"]
     if disagree and not out:
         add("replicas_disagree", f"after step {k}, {disagree[0].quantity}: relative difference "
                                  f"{disagree[0].relative:.3g} ({len(disagree)} such comparisons)")

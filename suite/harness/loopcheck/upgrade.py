@@ -158,7 +158,7 @@ class Row:
                 "loop_check": {"from": self.sides[0], "to": self.sides[1]},
                 "first_diverging_step": self.first_step, "seconds": round(self.seconds, 2),
                 "known_deviations": [{"id": i, "change": c} for i, c in self.deviations],
-                "mismatches": [dataclasses.asdict(m) for m in self.mismatches]}
+                "mismatches": [m.as_json() for m in self.mismatches]}
 
 
 def _named(v) -> list[str]:

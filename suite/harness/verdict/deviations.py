@@ -36,7 +36,7 @@ REQUIRED = ("id", "tests", "tensorflow", "keras", "summary", "evidence", "first_
 # ``remedy``: a change to the training the engine can make that removes the deviation's effect
 # (REMEDIES); the upgrade check tries ``dense_gradients`` where the entry applies to one version only, the
 # check of a script ``scaled_keras_losses`` on a FAIL nothing else explained (controls.by_remedy). ``workaround``:
-# the catalogued cause (suite/harness/loopcheck/differential.py: CAUSES) whose fix avoids the deviation
+# the catalogued cause (suite/harness/loopcheck/causes.py: CAUSES) whose fix avoids the deviation
 # in the user's code; where the loop check diagnoses that cause beside this entry's raise, the loop is
 # right but BLOCKED (the code is right elsewhere), and the cause's fix is shown as the way around it
 OPTIONAL = ("remedy", "workaround")

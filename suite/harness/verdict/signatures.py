@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from ... import layout
-from ...common.results import Raised
+from ...common.results import Raised, optimizer_built_lazily
 from .quantity import Pattern, glob
 
 ref_metrics = layout.reference("metrics")
@@ -578,9 +578,7 @@ def optimizer_not_built_before_the_step(seen: Seen) -> bool:
     """The optimizer had not made its variables when the first distributed step began (they are
     made in that step, inside strategy.run). ``given``: ``{"optimizer_built": False}`` (the probe
     made it so) or the engine's counts ``{"optimizer_variables_before_step": n, "optimizer_variables_after": m}``."""
-    given = seen.given if isinstance(seen.given, dict) else {}
-    before, after = given.get("optimizer_variables_before_step"), given.get("optimizer_variables_after")
-    return given.get("optimizer_built") is False or (before is not None and after is not None and after > before)
+    return optimizer_built_lazily(seen.given if isinstance(seen.given, dict) else {})
 
 
 def the_optimizer_clips(seen: Seen) -> bool:
