@@ -15,7 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 from ..common.catalog import OPTIMIZERS
-from . import compat, mutants
+from . import compat
 
 SUM = tf.distribute.ReduceOp.SUM
 
@@ -27,13 +27,12 @@ class TrainStep:
     pass (metric updates). With a LossScaleOptimizer the step scales the loss and unscales the
     gradients as the mixed-precision guide's custom loop does."""
 
-    def __init__(self, model, optimizer, per_example_loss, observe=None, clip_here=None, jit=False):
+    def __init__(self, model, optimizer, per_example_loss, observe=None, jit=False):
         self.model = model
         self.optimizer = optimizer
         self.loss_scaling = isinstance(optimizer, compat.keras.mixed_precision.LossScaleOptimizer)
         self.per_example_loss = per_example_loss
         self.observe = observe
-        self.clip_here = clip_here  # mutant clip_per_replica: {option: value} clipped in the step
         # jit: the forward and backward pass compiled with XLA (tf.function(jit_compile=True)),
         # apply_gradients (which sums over replicas) outside it, as Keras' own train step does
         self.losses_and_grads = tf.function(self._losses_and_grads, jit_compile=True) if jit else self._losses_and_grads
@@ -42,75 +41,39 @@ class TrainStep:
         per_example, loss, grads = self.losses_and_grads(x, y, global_batch_size)
         if self.observe is not None:
             self.observe(per_example, x)
-        return self._apply(loss, grads)
+        self.apply_gradients(grads)
+        return loss
 
     def _losses_and_grads(self, x, y, global_batch_size):
         """Per-example losses, the replica's scaled loss and its gradients."""
         model = self.model
         with tf.GradientTape() as tape:
             per_example = self.per_example_loss(y, model(x, training=True))
-            if mutants.on("step_local_batch_denominator"):
-                loss = tf.math.divide_no_nan(tf.reduce_sum(per_example), tf.cast(tf.size(per_example), per_example.dtype))
-            elif mutants.on("default_denominator_is_global") and global_batch_size is None:
-                # the default (replicas x local batch) replaced by the global batch, all-reduced
-                total = tf.distribute.get_replica_context().all_reduce(SUM, tf.shape(per_example)[0])
-                loss = tf.nn.compute_average_loss(per_example, global_batch_size=total)
-            else:
-                loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch_size)
-            if model.losses and mutants.on("step_regularization_not_scaled"):
-                loss += tf.add_n(model.losses)  # counted once per replica
-            elif model.losses and not mutants.on("step_regularization_left_out"):
-                loss += tf.nn.scale_regularization_loss(tf.add_n(model.losses))
+            loss = self.scaled_loss(per_example, global_batch_size)
+            if model.losses:
+                loss += self.regularization(model.losses)
             target = compat.scaled_loss(self.optimizer, loss) if self.loss_scaling else loss
         grads = tape.gradient(target, model.trainable_variables)
         return per_example, loss, compat.unscaled_gradients(self.optimizer, grads) if self.loss_scaling else grads
 
-    def _apply(self, loss, grads):
-        model = self.model
-        if mutants.on("double_gradient_aggregation"):
-            grads = tf.distribute.get_replica_context().all_reduce(SUM, grads)
-        if mutants.on("step_one_replica_dropped"):  # replica 1's gradients never reach the sum
-            keep = tf.not_equal(tf.distribute.get_replica_context().replica_id_in_sync_group, 1)
-            grads = [g * tf.cast(keep, g.dtype) for g in grads]
-        if mutants.on("clip_per_replica") and self.clip_here:
-            grads = clip_in_replica(grads, self.clip_here)
-        if mutants.on("ps_gradient_doubled"):
-            grads = [2 * g for g in grads]
-        if not mutants.on("step_applies_nothing"):
-            self.optimizer.apply_gradients(zip(grads, model.trainable_variables))
-        return loss
+    def scaled_loss(self, per_example, global_batch_size):
+        """The replica's share of the global mean: its per-example losses summed over the global batch
+        size (by default replicas x local batch)."""
+        return tf.nn.compute_average_loss(per_example, global_batch_size=global_batch_size)
+
+    def regularization(self, losses):
+        """The model's weight penalties, divided by the replica count (every replica adds them)."""
+        return tf.nn.scale_regularization_loss(tf.add_n(losses))
+
+    def apply_gradients(self, grads):
+        """The replica's gradients handed to the optimizer, which sums them over the replicas."""
+        self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
 
 
-CLIP_OPTIONS = ("clipnorm", "clipvalue", "global_clipnorm")
-
-
-def clip_in_replica(grads, clip: dict):
-    """Each replica's own gradients clipped as the optimizer option ``{option: value}`` would
-    clip them (the mutant clip_per_replica: clipping before apply_gradients sums the replicas)."""
-    (option, value), = clip.items()
-    if option == "clipnorm":
-        return [tf.clip_by_norm(g, value) for g in grads]
-    if option == "clipvalue":
-        return [tf.clip_by_value(g, -value, value) for g in grads]
-    return tf.clip_by_global_norm(grads, value)[0]
-
-
-def optimizer_options(strategy, options: dict | None) -> tuple[dict, dict]:
-    """The keyword arguments a block adds to the optimizer (``clipnorm``, ``weight_decay``, ...)
-    and the clip options the step applies itself: none, unless a clipping or weight-decay
-    mutant moves or changes them."""
-    options = dict(options or {})
-    moved = {}
-    if mutants.on("clipping_dropped") or mutants.on("clip_per_replica"):
-        moved = {k: options.pop(k) for k in CLIP_OPTIONS if k in options}
-    if mutants.on("weight_decay_per_replica") and options.get("weight_decay"):
-        # as if every replica applied the decay: first order in weight_decay x learning rate
-        options["weight_decay"] *= strategy.num_replicas_in_sync
-    if mutants.on("ema_momentum_inverted") and "ema_momentum" in options:
-        options["ema_momentum"] = 1 - options["ema_momentum"]
-    if mutants.on("accumulation_one_step_more") and options.get("gradient_accumulation_steps"):
-        options["gradient_accumulation_steps"] += 1
-    return options, moved if mutants.on("clip_per_replica") else {}
+def optimizer_options(strategy, options: dict | None) -> dict:
+    """The keyword arguments a block adds to the optimizer (``clipnorm``, ``weight_decay``, ...), as
+    the optimizer gets them under ``strategy``: unchanged (a copy)."""
+    return dict(options or {})
 
 
 def reported(strategy, per_replica_loss):

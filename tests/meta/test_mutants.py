@@ -1,5 +1,5 @@
 """Each property can fail: run it against an engine with a deliberately wrong probe
-(suite/engine/mutants.py) and require a failure that names the problem."""
+(suite/engine/mutants/) and require a failure that names the problem."""
 
 from __future__ import annotations
 

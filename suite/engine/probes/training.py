@@ -24,7 +24,7 @@ def _trainer(ctx, arch, optimizer, dtype, default_denominator, metrics=None, opt
     With ``metrics`` (a dict to fill), the step also updates, on each replica, a Mean of the
     per-example losses and an int64 Sum counting examples (sync-on-read state)."""
     strategy = ctx.strategy
-    options, clip_here = train_steps.optimizer_options(strategy, options)
+    options = train_steps.optimizer_options(strategy, options)
     model, opt = family_model_and_optimizer(strategy, arch, optimizer, dtype, options)
     observe = None
     if metrics is not None:
@@ -36,7 +36,7 @@ def _trainer(ctx, arch, optimizer, dtype, default_denominator, metrics=None, opt
             metrics["loss"].update_state(per_example)
             metrics["examples"].update_state(tf.shape(x, out_type=tf.int64)[:1])
 
-    train_step = TrainStep(model, opt, family_loss(arch), observe, clip_here, jit=jit == "replica")
+    train_step = TrainStep(model, opt, family_loss(arch), observe, jit=jit == "replica")
     y_dtype = tf.int32 if arch["head"] == "softmax" else tf.as_dtype(dtype)
     y_shape = [None] if arch["head"] == "softmax" else [None, arch["outputs"]]
 

@@ -604,7 +604,7 @@ class EnginePool:
 
     def set_mutant(self, name: str | None):
         """Every engine of the pool, running or started later, computes with mutant ``name``
-        (None: none) from the next call on (suite/engine/mutants.py). ``NAME@other``: only the
+        (None: none) from the next call on (suite/engine/mutants/). ``NAME@other``: only the
         engines of SPEC@ENV specs (another TensorFlow), so that the tests comparing two versions
         see one side wrong."""
         self.mutant = name
