@@ -6,10 +6,12 @@ requires them to fail (and to say why). The pool switches mutants per call (prob
 ``engine.mutant``; ``TFDS_MUTANT=<name>`` in an engine's environment sets the first). A switch
 drops the engine's cached models and traced functions. Off, nothing changes.
 
-Two ways in: the mutants of the canonical train step (suite/engine/steps.py) are patches applied
-from here (``of_the_step.PATCHES``: each replaces a part of ``TrainStep`` or the optimizer's
-options while it is on, and puts the original back when switched off), so the step reads as
-the guide's step; the others are still branches in their probes (``on(name)``).
+Two ways in. Most are patches applied from here, each replacing one function while it is on and
+putting the original back when switched off: the canonical train step's parts
+(``of_the_step.py``: ``TrainStep``'s and the optimizer's options, so suite/engine/steps.py reads
+as the guide's step), TensorFlow's and Keras' own functions (``of_tensorflow.py``) and the probe
+registry's results (``of_the_probes.py``). The others are still branches in their probes
+(``on(name)``).
 """
 
 from __future__ import annotations
@@ -40,11 +42,18 @@ def switch(name: str | None) -> bool:
         _undo()
         _undo = None
     ACTIVE = name
-    from . import of_the_step  # it imports the step, and TensorFlow
-
-    if name in of_the_step.PATCHES:
-        _undo = of_the_step.PATCHES[name]()
+    patches = _patches()
+    if name in patches:
+        _undo = patches[name]()
     return True
+
+
+def _patches() -> dict:
+    """Each patched mutant's ``apply()``, which returns its undo (imported when first asked: they
+    import TensorFlow)."""
+    from . import of_tensorflow, of_the_probes, of_the_step
+
+    return {**of_the_step.PATCHES, **of_tensorflow.PATCHES, **of_the_probes.PATCHES}
 
 
 def on(name: str) -> bool:

@@ -47,9 +47,6 @@ def compute_average_loss(ctx, losses, sizes, weight_kind="none", weights=None,
                     (w,) = replica_slice(sizes, weights)
                 scaled = tf.nn.compute_average_loss(
                     mine, sample_weight=w, global_batch_size=None if use_default else gbs)
-                if mutants.on("local_batch_denominator"):
-                    scaled = tf.math.divide_no_nan(tf.reduce_sum(mine * (1 if w is None else w)),
-                                                   tf.cast(tf.size(mine), mine.dtype))
                 tracker.update_state(scaled)
                 return scaled
 
@@ -80,10 +77,7 @@ def scale_regularization_loss(ctx, reg_losses):
         @tf.function(input_signature=[spec_of(reg_losses)])
         def fn(reg):
             counted(ctx, "losses.scale_regularization_loss")
-            if mutants.on("scale_reg_not_divided"):
-                per_replica = strategy.run(lambda: tf.reduce_sum(reg))
-            else:
-                per_replica = strategy.run(lambda: tf.nn.scale_regularization_loss(reg))
+            per_replica = strategy.run(lambda: tf.nn.scale_regularization_loss(reg))
             return per_replica, strategy.reduce(SUM, per_replica, axis=None)
         return fn
 
@@ -140,10 +134,7 @@ def keras_loss(ctx, kind, reduction, y_true, y_pred, sizes):
 
             def replica_fn():
                 y, p = replica_slice(sizes, y_true, y_pred)
-                value = loss_obj(y, p)
-                if mutants.on("keras_loss_times_replicas"):
-                    value = value * strategy.num_replicas_in_sync
-                return value
+                return loss_obj(y, p)
 
             return strategy.run(replica_fn)
         return fn

@@ -7,9 +7,6 @@ import importlib
 
 import numpy as np
 
-from ...common.results import Raised
-from .. import mutants
-
 _PROBES: dict = {}
 
 
@@ -45,30 +42,4 @@ def run(ctx, name: str, kwargs: dict):
             raise KeyError(f"no probe area {area!r} (probe {name!r})") from exc
     if name not in _PROBES:
         raise KeyError(f"unknown probe {name!r}; known: {sorted(_PROBES)}")
-    out = to_plain(_PROBES[name](ctx, **kwargs))
-    return _foreign(out) if mutants.on("foreign_result") else out
-
-
-def _foreign(x):
-    """The ``foreign_result`` mutant: every number of a result moved off its value (floats by
-    0.1% + 0.001, integers by 1), every list of names given one more, every caught exception
-    renamed: a wrong value that no known deviation's signature describes
-    (tests/meta/test_deviations.py)."""
-    if isinstance(x, Raised):
-        return dataclasses.replace(x, type="ForeignError")
-    if dataclasses.is_dataclass(x) and not isinstance(x, type):
-        return type(x)(**{f.name: _foreign(getattr(x, f.name)) for f in dataclasses.fields(x)})
-    if isinstance(x, dict):
-        return {k: _foreign(v) for k, v in x.items()}
-    if isinstance(x, list):
-        names = bool(x) and all(isinstance(v, str) for v in x)
-        return [_foreign(v) for v in x] + (["foreign"] if names else [])  # a list of names gains one
-    if isinstance(x, bool) or isinstance(x, str) or x is None:
-        return x
-    if isinstance(x, float):
-        return x * 1.001 + 0.001
-    if isinstance(x, np.ndarray) and x.dtype.kind == "f":
-        return (x * 1.001 + 0.001).astype(x.dtype)
-    if isinstance(x, int) or isinstance(x, np.ndarray) and x.dtype.kind in "iu":
-        return x + 1
-    return x
+    return to_plain(_PROBES[name](ctx, **kwargs))

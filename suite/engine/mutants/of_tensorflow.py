@@ -1,0 +1,40 @@
+"""Mutants that break a rule inside TensorFlow or Keras itself, applied from outside: each replaces
+a function or method of TensorFlow's or Keras' API in this engine (every probe and user's loop that
+calls it computes it wrongly) while it is on. ``PATCHES[name]()`` applies a mutant's patch and
+returns the function that puts the original back."""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from ..compat import keras
+from .of_the_step import _replace
+
+
+def _local_mean(original):
+    """compute_average_loss replaced by each replica's own mean: the per-example losses (weighted)
+    summed and divided by the replica's local batch, not the global one."""
+    def compute_average_loss(per_example_loss, sample_weight=None, global_batch_size=None):
+        loss = tf.convert_to_tensor(per_example_loss)
+        weighted = loss if sample_weight is None else loss * sample_weight
+        return tf.math.divide_no_nan(tf.reduce_sum(weighted), tf.cast(tf.size(loss), loss.dtype))
+    return compute_average_loss
+
+
+def _not_divided(original):
+    """scale_regularization_loss returning the sum of the losses, not the sum over the replica count."""
+    return lambda regularization_loss: tf.reduce_sum(regularization_loss)
+
+
+def _times_replicas(original):
+    """A Keras loss object's value multiplied by the replica count of the strategy it is called under."""
+    def __call__(self, *args, **kwargs):
+        return original(self, *args, **kwargs) * tf.distribute.get_strategy().num_replicas_in_sync
+    return __call__
+
+
+PATCHES = {
+    "local_batch_denominator": lambda: _replace(tf.nn, "compute_average_loss", _local_mean),
+    "scale_reg_not_divided": lambda: _replace(tf.nn, "scale_regularization_loss", _not_divided),
+    "keras_loss_times_replicas": lambda: _replace(keras.losses.Loss, "__call__", _times_replicas),
+}

@@ -1,0 +1,46 @@
+"""Mutants of how the engine hands results back, applied from outside: ``foreign_result`` wraps the
+probe registry's ``run`` so that every result comes back moved off its value. ``PATCHES[name]()``
+applies a mutant's patch and returns the function that puts the original back."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ...common.results import Raised
+from ..probes import registry
+from .of_the_step import _replace
+
+
+def foreign(x):
+    """Every number of a result moved off its value (floats by 0.1% + 0.001, integers by 1), every
+    list of names given one more, every caught exception renamed: a wrong value that no known
+    deviation's signature describes (tests/meta/test_deviations.py)."""
+    if isinstance(x, Raised):
+        return dataclasses.replace(x, type="ForeignError")
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return type(x)(**{f.name: foreign(getattr(x, f.name)) for f in dataclasses.fields(x)})
+    if isinstance(x, dict):
+        return {k: foreign(v) for k, v in x.items()}
+    if isinstance(x, list):
+        names = bool(x) and all(isinstance(v, str) for v in x)
+        return [foreign(v) for v in x] + (["foreign"] if names else [])  # a list of names gains one
+    if isinstance(x, bool) or isinstance(x, str) or x is None:
+        return x
+    if isinstance(x, float):
+        return x * 1.001 + 0.001
+    if isinstance(x, np.ndarray) and x.dtype.kind == "f":
+        return (x * 1.001 + 0.001).astype(x.dtype)
+    if isinstance(x, int) or isinstance(x, np.ndarray) and x.dtype.kind in "iu":
+        return x + 1
+    return x
+
+
+def _moved(original):
+    def run(ctx, name, kwargs):
+        return foreign(original(ctx, name, kwargs))
+    return run
+
+
+PATCHES = {"foreign_result": lambda: _replace(registry, "run", _moved)}
