@@ -208,7 +208,7 @@ def test_no_modules_of_the_suite_import_each_other():
 # mutants become patches too; none joins it.
 MUTANT_BRANCHES = ("suite/engine/forkserver.py", "suite/engine/probes/blocks.py", "suite/engine/probes/checkpoint.py",
                    "suite/engine/probes/engine.py", "suite/engine/probes/input.py", "suite/engine/probes/losses.py",
-                   "suite/engine/probes/metrics.py", "suite/engine/probes/ps.py", "suite/engine/probes/reduce.py",
+                   "suite/engine/probes/metrics.py", "suite/engine/probes/ps.py",
                    "suite/engine/probes/script.py",
                    "suite/engine/probes/training.py", "suite/engine/probes/tutorial.py",
                    "suite/engine/probes/workload.py")

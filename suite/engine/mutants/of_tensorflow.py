@@ -33,8 +33,28 @@ def _times_replicas(original):
     return __call__
 
 
+def _mirror_ids(original):
+    """Each replica's id in its sync group replaced by its mirror image's (R - 1 - id)."""
+    def replica_id_in_sync_group(self):
+        return self.num_replicas_in_sync - 1 - original.fget(self)
+    return property(replica_id_in_sync_group)
+
+
+def _mean_of_means(original):
+    """``reduce(MEAN, value, axis)`` over an axis taken as the mean of the replicas' own means."""
+    def reduce(self, reduce_op, value, axis):
+        if reduce_op == tf.distribute.ReduceOp.MEAN and axis is not None:
+            value = self.run(lambda m: tf.math.divide_no_nan(tf.reduce_sum(m, axis), tf.cast(tf.shape(m)[axis],
+                                                                                              m.dtype)), args=(value,))
+            axis = None
+        return original(self, reduce_op, value, axis)
+    return reduce
+
+
 PATCHES = {
     "local_batch_denominator": lambda: _replace(tf.nn, "compute_average_loss", _local_mean),
     "scale_reg_not_divided": lambda: _replace(tf.nn, "scale_regularization_loss", _not_divided),
     "keras_loss_times_replicas": lambda: _replace(keras.losses.Loss, "__call__", _times_replicas),
+    "reversed_local_results": lambda: _replace(tf.distribute.ReplicaContext, "replica_id_in_sync_group", _mirror_ids),
+    "reduce_mean_of_means": lambda: _replace(tf.distribute.Strategy, "reduce", _mean_of_means),
 }

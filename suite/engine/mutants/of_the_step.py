@@ -14,8 +14,14 @@ CLIP_OPTIONS = ("clipnorm", "clipvalue", "global_clipnorm")
 
 
 def _replace(owner, name: str, make):
-    """``owner.name`` replaced by ``make(original)``; returns the undo."""
-    original = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
+    """``owner.name`` replaced by ``make(original)`` (on a class: the attribute as its class or a base
+    defines it); returns the undo, which puts back exactly what ``owner`` had."""
+    if isinstance(owner, type):
+        original = next(c.__dict__[name] for c in owner.__mro__ if name in c.__dict__)
+        own = name in owner.__dict__
+        setattr(owner, name, make(original))
+        return (lambda: setattr(owner, name, original)) if own else (lambda: delattr(owner, name))
+    original = getattr(owner, name)
     setattr(owner, name, make(original))
     return lambda: setattr(owner, name, original)
 

@@ -6,7 +6,6 @@ import numpy as np
 import tensorflow as tf
 
 from ...common.results import Reductions
-from .. import mutants
 from .common import counted, local, replica_slice, spec_of
 from .registry import probe
 
@@ -29,18 +28,11 @@ def reduce(ctx, rows, sizes):
             def replica_fn():
                 (mine,) = replica_slice(sizes, rows)
                 rid = tf.distribute.get_replica_context().replica_id_in_sync_group
-                if mutants.on("reversed_local_results"):  # each replica reports the mirror image's id
-                    rid = strategy.num_replicas_in_sync - 1 - rid
                 return mine, tf.reduce_sum(mine, axis=0), tf.constant(1, tf.int32) * rid
 
             mine, row_sum, rid = strategy.run(replica_fn)
-            mean_axis0 = strategy.reduce(MEAN, mine, axis=0)
-            if mutants.on("reduce_mean_of_means"):
-                means = strategy.run(lambda m: tf.math.divide_no_nan(
-                    tf.reduce_sum(m, 0), tf.cast(tf.shape(m)[0], m.dtype)), args=(mine,))
-                mean_axis0 = strategy.reduce(MEAN, means, axis=None)
             return {"sum_axis0": strategy.reduce(SUM, mine, axis=0),
-                    "mean_axis0": mean_axis0,
+                    "mean_axis0": strategy.reduce(MEAN, mine, axis=0),
                     "sum_none": strategy.reduce(SUM, row_sum, axis=None),
                     "mean_none": strategy.reduce(MEAN, row_sum, axis=None),
                     "row_sum": row_sum, "rid": rid}
