@@ -5,6 +5,8 @@ returns the function that puts the original back."""
 
 from __future__ import annotations
 
+import functools
+
 import tensorflow as tf
 
 from ..compat import keras
@@ -51,10 +53,39 @@ def _mean_of_means(original):
     return reduce
 
 
+# a layer's __init__ patch takes keyword arguments only: Keras 3 reads the signature of a layer class's
+# __init__ for its config (keras/src/ops/operation.py, Operation.__new__) and fails on a *args it is not given
+
+
+def _momentum_inverted(original):
+    """A BatchNormalization layer built with momentum 1 - momentum."""
+    def __init__(self, **kwargs):
+        original(self, **{**kwargs, "momentum": 1 - kwargs.get("momentum", 0.99)})
+    return __init__
+
+
+def _not_synchronized(original):
+    """A BatchNormalization layer asked for synchronized=True built unsynchronized."""
+    def __init__(self, **kwargs):
+        original(self, **{k: v for k, v in kwargs.items() if k != "synchronized"})
+    return __init__
+
+
+def _remainder_dropped(original):
+    """``Dataset.batch`` dropping the short last batch whatever it is asked."""
+    @functools.wraps(original)
+    def batch(self, batch_size, drop_remainder=False, *args, **kwargs):
+        return original(self, batch_size, True, *args, **kwargs)
+    return batch
+
+
 PATCHES = {
     "local_batch_denominator": lambda: _replace(tf.nn, "compute_average_loss", _local_mean),
     "scale_reg_not_divided": lambda: _replace(tf.nn, "scale_regularization_loss", _not_divided),
     "keras_loss_times_replicas": lambda: _replace(keras.losses.Loss, "__call__", _times_replicas),
     "reversed_local_results": lambda: _replace(tf.distribute.ReplicaContext, "replica_id_in_sync_group", _mirror_ids),
     "reduce_mean_of_means": lambda: _replace(tf.distribute.Strategy, "reduce", _mean_of_means),
+    "bn_momentum_inverted": lambda: _replace(keras.layers.BatchNormalization, "__init__", _momentum_inverted),
+    "bn_not_synchronized": lambda: _replace(keras.layers.BatchNormalization, "__init__", _not_synchronized),
+    "short_batch_dropped": lambda: _replace(tf.data.Dataset, "batch", _remainder_dropped),
 }

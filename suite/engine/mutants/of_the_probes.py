@@ -1,5 +1,6 @@
-"""Mutants of how the engine hands results back, applied from outside: ``foreign_result`` wraps the
-probe registry's ``run`` so that every result comes back moved off its value. ``PATCHES[name]()``
+"""Mutants of what the engine reports, applied from outside: ``foreign_result`` wraps the probe
+registry's ``run`` so that every result comes back moved off its value; ``optimizer_names_extra``
+lists one built-in optimizer more. ``PATCHES[name]()``
 applies a mutant's patch and returns the function that puts the original back."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import dataclasses
 import numpy as np
 
 from ...common.results import Raised
+from .. import compat
 from ..probes import registry
 from .of_the_step import _replace
 
@@ -43,4 +45,10 @@ def _moved(original):
     return run
 
 
-PATCHES = {"foreign_result": lambda: _replace(registry, "run", _moved)}
+def _one_more_name(original):
+    """Keras' built-in optimizers as the engine lists them, with one the suite's catalogue lacks."""
+    return lambda: original() + ["Prodigy"]
+
+
+PATCHES = {"foreign_result": lambda: _replace(registry, "run", _moved),
+           "optimizer_names_extra": lambda: _replace(compat, "builtin_optimizer_names", _one_more_name)}

@@ -18,9 +18,8 @@ from .registry import probe
 def _batch_norm_layer(ctx, synchronized, dtype, features, momentum, epsilon):
     strategy = ctx.strategy
     with strategy.scope():
-        kwargs = {"axis": -1, "epsilon": epsilon, "dtype": dtype,
-                  "momentum": 1 - momentum if mutants.on("bn_momentum_inverted") else momentum}
-        if synchronized and not mutants.on("bn_not_synchronized"):
+        kwargs = {"axis": -1, "epsilon": epsilon, "dtype": dtype, "momentum": momentum}
+        if synchronized:
             kwargs["synchronized"] = True  # Keras 2.15 has it too (SyncBatchNormalization is deprecated)
         layer = compat.keras.layers.BatchNormalization(**kwargs)
         layer.build((None, features))

@@ -180,8 +180,7 @@ def lazy_optimizer(ctx, name, lazy_model=False):
 
 @probe
 def optimizer_names(ctx):
-    names = compat.builtin_optimizer_names()
-    return names + ["Prodigy"] if mutants.on("optimizer_names_extra") else names
+    return compat.builtin_optimizer_names()
 
 
 @probe
@@ -214,7 +213,7 @@ def train_dataset(ctx, arch, optimizer, dtype, params, x, y, global_batch, epoch
     model, opt, initial, step = ctx.cached(("train_dataset", arch_key(arch), optimizer, dtype, constant), build)
     load(model, params, dtype, opt, initial)
     dist = strategy.experimental_distribute_dataset(
-        tf.data.Dataset.from_tensor_slices((x, y)).batch(global_batch, drop_remainder=mutants.on("short_batch_dropped")))
+        tf.data.Dataset.from_tensor_slices((x, y)).batch(global_batch))
     g = np.int64(global_batch)
     epochs_out = []
     for _ in range(epochs):
