@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from suite.common.results import Raised, ReplicaValues
-from suite.harness.verdict.judgment import Check, PropertyFailure, diagnose, ratio
+from suite.harness.verdict.judgment import Check, PropertyFailure, factor_hint, ratio
 from suite.harness.verdict.tolerances import tolerance
 from tests.helpers import ROOT
 
@@ -32,15 +32,15 @@ def test_tolerance_scales_atol_with_terms():
 @pytest.mark.parametrize("factor, phrase", [(2.0, "= replicas"), (0.5, "= 1/replicas")])
 def test_replica_factor_is_diagnosed(factor, phrase):
     expected = np.array([0.3, -1.2, 2.0])
-    assert phrase in diagnose(expected * factor, expected, replicas=2)
+    assert phrase in factor_hint(expected * factor, expected, replicas=2)
     with pytest.raises(PropertyFailure, match="diagnosis"):
         Check("mirrored:2", "float32", replicas=2).close(expected * factor, expected, "gradient")
 
 
 def test_elements_factor_and_generic_ratio():
-    assert "elements per example" in diagnose(np.array([6.0]), np.array([2.0]), replicas=2, elements=3)
+    assert "elements per example" in factor_hint(np.array([6.0]), np.array([2.0]), replicas=2, elements=3)
     assert ratio([2.0, 4.0], [1.0, 2.0]) == pytest.approx(2.0)
-    assert "not a constant multiple" in diagnose(np.array([1.0, 5.0]), np.array([1.0, 2.0]), 2)
+    assert "not a constant multiple" in factor_hint(np.array([1.0, 5.0]), np.array([1.0, 2.0]), 2)
 
 
 def test_every_failure_has_the_same_parts():

@@ -50,12 +50,12 @@ def test_rounding_passes_and_a_tenth_of_a_percent_of_an_update_fails():
 def test_small_differences_across_the_update_are_said_not_judged():
     """A FAIL with no cause whose every difference is small and lies across the update (noise, as
     rounding gives) carries a note saying so; an update 0.5% too large (along it) gets none."""
-    check = Check("differential.verdict")
+    check = Check("differential.verdict_of")
     ref = run()
-    across = differential.verdict("mirrored:2", ref, [run(noise=1e-6, replicas=2)], 48, rtol=1e-6)
+    across = differential.verdict_of("mirrored:2", ref, [run(noise=1e-6, replicas=2)], 48, rtol=1e-6)
     check.equal(across.status, "FAIL", "noise beyond a tight tolerance", differential.details(across))
     check.contains(" ".join(across.notes), ["lies across the update, not along it"], "the note")
-    along = differential.verdict("mirrored:2", ref, [run(scale=1.005, replicas=2)], 48)
+    along = differential.verdict_of("mirrored:2", ref, [run(scale=1.005, replicas=2)], 48)
     check.equal(along.status, "FAIL", "an update 0.5% too large", differential.details(along))
     check.that(not any("across the update" in n for n in along.notes), "no such note", along.notes,
                "none for a difference along the update")
@@ -89,12 +89,12 @@ def test_central_storage_metrics_follow_the_documented_formula():
     1/3: DEVIATION on Keras 3, where the entry applies; FAIL on Keras 2 and for any other value."""
     ref = run(metric=[0.5, 0.25], rows=(4,))
     ref.facts.update(MEAN)
-    check = Check("differential.verdict")
+    check = Check("differential.verdict_of")
     for metric, versions, want in [([0.5, 1 / 3], KERAS3, ("DEVIATION", "keras3-central-storage-metric-accumulation")),
                                    ([0.5, 1 / 3], KERAS2, ("FAIL", None)), ([0.5, 0.3], KERAS3, ("FAIL", None))]:
         dist = run(replicas=2, metric=metric, rows=(2, 2))
         dist.facts.update(MEAN)
-        v = differential.verdict("central_storage:2", ref, [dist], 8, spec_obj=parse_spec("central_storage:2"),
+        v = differential.verdict_of("central_storage:2", ref, [dist], 8, spec_obj=parse_spec("central_storage:2"),
                                  versions=versions)
         check.equal((v.status, v.deviation[0] if v.deviation else None), want,
                     f"verdict for metrics {metric} on Keras {versions['keras']}", differential.details(v))
@@ -114,14 +114,14 @@ USERS_ASSIGN_ADD = ("keras/src/backend/common/variables.py:assign_add", "keras/s
 def _step_raised(spec: str, raised: Raised, versions=KERAS3, facts=None):
     dist = run(replicas=parse_spec(spec).replicas)
     dist = dataclasses.replace(dist, steps=[], raised=raised, facts=dict(facts or {}))
-    return differential.verdict(spec, run(), [dist], 48, spec_obj=parse_spec(spec), versions=versions)
+    return differential.verdict_of(spec, run(), [dist], 48, spec_obj=parse_spec(spec), versions=versions)
 
 
 def test_a_raised_step_is_blocked_only_from_the_deviations_origin():
     """The same ValueError under CentralStorage: from Keras' seed generator (Dropout: known deviation
     keras3-central-storage-replica-context-updates) the loop is right but BLOCKED; from the user's
     own assign_add on a variable created without an aggregation it is the loop's: FAIL."""
-    check = Check("differential.verdict")
+    check = Check("differential.verdict_of")
     v = _step_raised("central_storage:2", _raised(AGGREGATION, SEED_GENERATOR))
     check.equal((v.status, v.deviation[0] if v.deviation else None),
                 ("BLOCKED", "keras3-central-storage-replica-context-updates"), "Keras' Dropout raising",
@@ -139,7 +139,7 @@ def test_a_users_deadlock_is_the_loops_failure():
     timeout = _raised("Collective has timed out during execution. [Op:__inference_step_12]", (),
                       "DeadlineExceededError")
     v = _step_raised("multi_worker:2x1", timeout)
-    Check("differential.verdict").equal((v.status, v.deviations), ("FAIL", []), "a user's deadlock",
+    Check("differential.verdict_of").equal((v.status, v.deviations), ("FAIL", []), "a user's deadlock",
                                         differential.details(v))
 
 
@@ -152,7 +152,7 @@ def test_a_placeholder_error_is_blocked_only_where_the_optimizer_was_built_in_th
     placeholder = Raised("InvalidArgumentError", "Graph execution error: ... You must feed a value for placeholder "
                          "tensor 'cond/else/_1/cond/Placeholder' with dtype int32 [Op:__inference_fn_with_cond_1058]",
                          "step 1", ("op:__inference_fn_with_cond_1058",))
-    check = Check("differential.verdict")
+    check = Check("differential.verdict_of")
     lazy = {"optimizer_built": False, "optimizer_variables_before_step": 1, "optimizer_variables_after": 5}
     v = _step_raised("mirrored:2", placeholder, facts=lazy)
     check.equal(([d.cause for d in v.diagnoses], v.status, v.deviation[0] if v.deviation else None),
@@ -170,14 +170,14 @@ def test_shared_draws_of_keras_dropout_do_not_excuse_a_divergence():
     """Keras 3's Dropout drawing one mask for both replicas is its known deviation (DEVIATION when
     nothing else differs), but a loop that also diverges for a reason no cause names is FAIL; a
     user's own random layer drawing the same masks is the loop's (identical_dropout_masks)."""
-    check = Check("differential.verdict")
+    check = Check("differential.verdict_of")
     masks = [np.ones((1, 4)), np.ones((1, 4))]
     facts = {"random_layers": ["dropout"], "random_layers_keras": True}
     for scale, keras_own, want in [(1.0, True, ("DEVIATION", [])), (1.5, True, ("FAIL", [])),
                                    (1.0, False, ("FAIL", ["identical_dropout_masks"]))]:
         dist = dataclasses.replace(run(scale=scale, replicas=2), masks=masks,
                                    facts={**facts, "random_layers_keras": keras_own})
-        v = differential.verdict("mirrored:2", run(), [dist], 48, spec_obj=parse_spec("mirrored:2"), versions=KERAS3)
+        v = differential.verdict_of("mirrored:2", run(), [dist], 48, spec_obj=parse_spec("mirrored:2"), versions=KERAS3)
         check.equal((v.status, [d.cause for d in v.diagnoses]), want,
                     f"update x{scale}, Keras' own Dropout: {keras_own}", differential.details(v))
         if keras_own:
@@ -222,7 +222,7 @@ def _with_step1(run_, losses, grads, weights=None, rows=(24, 24)):
 
 def _causes(dist) -> list:
     ref = _with_step1(run(), [1.0], [G], rows=(48,))
-    v = differential.verdict("mirrored:2", ref, [dist], 48, spec_obj=parse_spec("mirrored:2"), versions=KERAS3)
+    v = differential.verdict_of("mirrored:2", ref, [dist], 48, spec_obj=parse_spec("mirrored:2"), versions=KERAS3)
     return [d.cause for d in v.diagnoses]
 
 
@@ -284,14 +284,14 @@ def test_the_control_tells_tensorflows_divergence_from_the_loops():
     whose model predicts the control's values under its condition (a clipping optimizer: Keras 3's
     per-replica clipping), else an unrecorded deviation; where the control trains right, or the
     model has classes of the user's own, it stays FAIL with what the control showed."""
-    check = Check("differential.verdict with a control")
+    check = Check("differential.verdict_of with a control")
     for keras_own, clips, control_scale, want in [
             (True, True, 2.0, ("DEVIATION", "keras3-clipping-per-replica-before-the-sum")),
             (True, False, 2.0, ("DEVIATION", "unrecorded")),
             (True, True, 1.0, ("FAIL", None)),
             (False, True, 2.0, ("FAIL", None))]:
         ref, dist, control = _control_case(keras_own, clips, control_scale)
-        v = differential.verdict("mirrored:2", ref, [dist], 48, spec_obj=parse_spec("mirrored:2"), versions=KERAS3,
+        v = differential.verdict_of("mirrored:2", ref, [dist], 48, spec_obj=parse_spec("mirrored:2"), versions=KERAS3,
                                  control=control)
         check.equal((v.status, v.deviation[0] if v.deviation else None), want,
                     f"Keras' own model {keras_own}, clipping {clips}, control x{control_scale}", differential.details(v))
@@ -301,14 +301,14 @@ def test_a_step_with_random_draws_of_its_own_is_random_where_it_differs_and_neve
     """Random ops in the traced step (facts["random_ops"]): where the runs differ, RANDOM (exit 5),
     not FAIL, even where a cause's evidence holds (a note says so); where they agree, PASS; the
     same difference without random ops stays FAIL with its cause."""
-    check = Check("differential.verdict with random draws")
+    check = Check("differential.verdict_of with random draws")
     ref = run()
     drawn = {"random_ops": ["RngReadAndSkip", "StatelessRandomNormalV2"]}
     two = dataclasses.replace(run(scale=2.0, replicas=2), facts=dict(drawn))
     averaged = _with_step1(two, [1.0, 1.0], [[g + d for g, d in zip(G, D)], [g - d for g, d in zip(G, D)]])
     ref = _with_step1(ref, [1.0], [G], rows=(48,))
     spec = parse_spec("mirrored:2")
-    v = differential.verdict("mirrored:2", ref, [averaged], 48, spec_obj=spec, versions=KERAS3)
+    v = differential.verdict_of("mirrored:2", ref, [averaged], 48, spec_obj=spec, versions=KERAS3)
     check.equal((v.status, v.diagnoses), ("RANDOM", []), "the verdict where the runs differ", differential.details(v))
     check.contains(v.error or "", ["RngReadAndSkip", "StatelessRandomNormalV2", "cannot be compared"], "what it says")
     check.that(any("loss averaged per replica" in n for n in v.notes), "the notes", v.notes,
@@ -316,10 +316,10 @@ def test_a_step_with_random_draws_of_its_own_is_random_where_it_differs_and_neve
     report = usercheck.Report("t", KERAS3, 48, 2, 1e-4, 1e-7, [], [v])
     check.equal((report.exit_code(), report.exit_code(accept_known=True)), (5, 5), "the exit status")
     same = dataclasses.replace(run(replicas=2), facts=dict(drawn))
-    check.equal(differential.verdict("mirrored:2", run(), [same], 48, spec_obj=spec, versions=KERAS3).status, "PASS",
+    check.equal(differential.verdict_of("mirrored:2", run(), [same], 48, spec_obj=spec, versions=KERAS3).status, "PASS",
                 "the verdict where the runs agree")
     plain = dataclasses.replace(averaged, facts={})
-    v = differential.verdict("mirrored:2", ref, [plain], 48, spec_obj=spec, versions=KERAS3)
+    v = differential.verdict_of("mirrored:2", ref, [plain], 48, spec_obj=spec, versions=KERAS3)
     check.equal((v.status, [d.cause for d in v.diagnoses]), ("FAIL", ["loss_averaged_per_replica"]),
                 "the verdict of the same difference without random ops")
 
@@ -336,10 +336,10 @@ def test_a_run_where_only_the_second_optimizers_state_differs_fails():
         return WorkloadRun(replicas, list(range(replicas)), ["generator/kernel", "discriminator/bias"], [True, True],
                            ["generator/adam/m", "discriminator/adam/m"], [v.copy() for v in INITIAL], steps, facts)
     spec = parse_spec("mirrored:2")
-    check = Check("differential.verdict of several optimizers")
-    check.equal(differential.verdict("mirrored:2", gan(0.25, 1), [gan(0.25, 2)], 48, spec_obj=spec,
+    check = Check("differential.verdict_of of several optimizers")
+    check.equal(differential.verdict_of("mirrored:2", gan(0.25, 1), [gan(0.25, 2)], 48, spec_obj=spec,
                                      versions=KERAS3).status, "PASS", "both optimizers agreeing")
-    v = differential.verdict("mirrored:2", gan(0.25, 1), [gan(0.5, 2)], 48, spec_obj=spec, versions=KERAS3)
+    v = differential.verdict_of("mirrored:2", gan(0.25, 1), [gan(0.5, 2)], 48, spec_obj=spec, versions=KERAS3)
     check.equal((v.status, [m.quantity for m in v.mismatches]),
                 ("FAIL", ["optimizer discriminator/adam/m (replica 0)", "optimizer discriminator/adam/m (replica 1)"]),
                 "the second optimizer's moments differing", differential.details(v))
@@ -372,19 +372,19 @@ def test_the_stand_in_speaks_for_tensorflow_where_the_users_classes_stop_the_con
     judge = differential.judge_for(spec, keras34)
     right = controls.stand_in_of(control, run(), [run(replicas=2)], judge=judge)
     check.equal(right.same_as_loop, False, "the control where the stand-in trains right")
-    v = differential.verdict("mirrored:2", ref, [dist], 48, spec_obj=spec, versions=keras34, control=right)
+    v = differential.verdict_of("mirrored:2", ref, [dist], 48, spec_obj=spec, versions=keras34, control=right)
     check.equal(v.status, "FAIL", "the verdict where the stand-in trains right", differential.details(v))
     apart = controls.stand_in_of(control, run(), [_copies_apart(run(scale=2.0, replicas=2))], judge=judge)
     check.equal((apart.same_as_loop, apart.entries), (True, ("keras3-gradients-not-summed-before-3.5",)),
                 "the control where the stand-in's copies are apart on Keras 3.4")
-    v = differential.verdict("mirrored:2", ref, [dist], 48, spec_obj=spec, versions=keras34, control=apart)
+    v = differential.verdict_of("mirrored:2", ref, [dist], 48, spec_obj=spec, versions=keras34, control=apart)
     check.equal((v.status, sorted({i for i, _ in v.deviations})), ("DEVIATION", ["keras3-gradients-not-summed-before-3.5"]),
                 "the loop's verdict", differential.details(v))
     check.that(any("classes of the user's own" in n for n in v.notes), "the notes", v.notes, "the classes unverified")
     alike = dataclasses.replace(run(scale=2.0, replicas=2), facts=dict(facts))  # copies together, 2 x the update
     moved = controls.stand_in_of(controls.control_of(ref, ref, [alike], [alike]), run(),
                                      [run(scale=2.0, replicas=2)], judge=judge)
-    v = differential.verdict("mirrored:2", ref, [alike], 48, spec_obj=spec, versions=keras34, control=moved)
+    v = differential.verdict_of("mirrored:2", ref, [alike], 48, spec_obj=spec, versions=keras34, control=moved)
     check.equal((moved.entries, v.status, [i for i, _ in v.deviations]), ((), "DEVIATION", ["unrecorded"]),
                 "a stand-in that diverges as no entry predicts", differential.details(v))
 
@@ -403,7 +403,7 @@ def test_the_stand_in_alone_turns_a_fail_into_its_deviation_only_where_it_diverg
     apart = _copies_apart(run(replicas=2))
 
     def judged(dist, stand, versions):
-        v = differential.verdict("mirrored:2", ref, [dist], 48, spec_obj=spec, versions=versions)
+        v = differential.verdict_of("mirrored:2", ref, [dist], 48, spec_obj=spec, versions=versions)
         return controls.by_stand_in(v, run(), [stand], 48, judge=differential.judge_for(spec, versions))
 
     v = judged(apart, run(replicas=2), keras34)
@@ -441,7 +441,7 @@ def test_a_remedy_that_makes_the_run_train_as_one_device_is_the_entrys_deviation
         return rerun
 
     def failed():
-        return differential.verdict("mirrored:2", ref, [run(scale=2.0, replicas=2)], 48, spec_obj=spec, versions=KERAS3)
+        return differential.verdict_of("mirrored:2", ref, [run(scale=2.0, replicas=2)], 48, spec_obj=spec, versions=KERAS3)
 
     v = controls.by_remedy(failed(), ref, [entry], rerun_with(run(replicas=2)), 48, spec=spec, versions=KERAS3)
     check.equal((v.status, [i for i, _ in v.deviations], v.diagnoses, asked),
@@ -478,14 +478,14 @@ def test_per_replica_metric_copies_are_predicted_only_where_they_hold_one_device
         return d
 
     held = dist([[[36.0, 24.0], [60.0, 24.0]], [[84.0, 48.0], [108.0, 48.0]]])  # sums (96, 48), (192, 96)
-    v = differential.verdict("mirrored:2", ref, [held], 48, spec_obj=spec, versions=keras36)
+    v = differential.verdict_of("mirrored:2", ref, [held], 48, spec_obj=spec, versions=keras36)
     check.equal((v.status, sorted({i for i, _ in v.deviations})),
                 ("DEVIATION", ["keras3-metric-state-per-replica-before-3.7"]), "copies holding one device's state",
                 differential.details(v))
     other = dist([[[36.0, 24.0], [70.0, 24.0]], [[84.0, 48.0], [118.0, 48.0]]])  # a total one device never had
-    v = differential.verdict("mirrored:2", ref, [other], 48, spec_obj=spec, versions=keras36)
+    v = differential.verdict_of("mirrored:2", ref, [other], 48, spec_obj=spec, versions=keras36)
     check.equal(v.status, "FAIL", "copies holding another state", differential.details(v))
-    v = differential.verdict("mirrored:2", ref, [held], 48, spec_obj=spec, versions=KERAS3)
+    v = differential.verdict_of("mirrored:2", ref, [held], 48, spec_obj=spec, versions=KERAS3)
     check.equal(v.status, "FAIL", "the same copies on Keras 3.15, outside the entry's range", differential.details(v))
 
 
@@ -500,7 +500,7 @@ def test_a_run_that_goes_non_finite_is_said_so_with_its_quantity_and_step():
     check.equal(differential.first_non_finite(blown), "variable bias is infinite after step 2", "an infinite bias")
     blown.steps[1].variables[0][0].flat[0] = np.nan
     check.equal(differential.first_non_finite(blown), "variable kernel is NaN after step 2", "a NaN kernel first")
-    v = differential.verdict("mirrored:2", ref, [blown], 48)
+    v = differential.verdict_of("mirrored:2", ref, [blown], 48)
     check.contains(" ".join(v.notes), ["under mirrored:2 the run goes non-finite: variable kernel is NaN after step 2"],
                    "the verdict's notes")
 

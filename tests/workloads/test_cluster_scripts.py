@@ -282,7 +282,7 @@ def test_both_optimizers_states_are_compared(pool):
     moved = [dataclasses.replace(st, optimizer=[[copy + (1e-3 if i == slot and k >= 1 else 0.0) for copy in copies]
                                                 for i, copies in enumerate(st.optimizer)])
              for k, st in enumerate(ref.steps)]
-    v = differential.verdict("default", ref, [dataclasses.replace(ref, steps=moved)], ref.facts["first_batch_rows"])
+    v = differential.verdict_of("default", ref, [dataclasses.replace(ref, steps=moved)], ref.facts["first_batch_rows"])
     check.equal(v.status, "FAIL", "a run whose discriminator optimizer's last slot moved", differential.details(v))
     check.contains(differential.details(v), ["step 2", f"optimizer {ref.optimizer_names[slot]} (replica 0)"],
                    "where it diverged")

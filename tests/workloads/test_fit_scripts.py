@@ -82,7 +82,7 @@ def test_evaluates_results_are_compared(pool):
     check = Check("the guide's reference")
     last = ref.steps[-1]
     halved = dataclasses.replace(last, metrics={**last.metrics, "evaluate loss": last.metrics["evaluate loss"] / 2})
-    v = differential.verdict("default", ref, [dataclasses.replace(ref, steps=[*ref.steps[:-1], halved])],
+    v = differential.verdict_of("default", ref, [dataclasses.replace(ref, steps=[*ref.steps[:-1], halved])],
                              ref.facts["first_batch_rows"])
     check.equal((v.status, v.first_step), ("FAIL", len(ref.steps)), "a run whose evaluate loss is halved",
                 differential.details(v))

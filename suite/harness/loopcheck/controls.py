@@ -10,7 +10,7 @@ names it.
   classes (``stand_in_of``), or alone where no control could run: a script, batches the canonical
   step cannot train (``by_stand_in``).
 
-The loop's verdict (differential.verdict) takes a ``Control``; ``by_stand_in`` judges a verdict
+The loop's verdict (differential.verdict_of) takes a ``Control``; ``by_stand_in`` judges a verdict
 already made.
 """
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..engines.pool import EngineError
-from .differential import ATOL, RTOL, Verdict, compare, diagnose, short_error, stitch, verdict
+from .differential import ATOL, RTOL, Verdict, compare, diagnose, short_error, stitch, verdict_of
 
 
 @dataclasses.dataclass
@@ -203,7 +203,7 @@ def by_remedy(v: Verdict, ref, entries, rerun, global_batch: int, rtol: float = 
             v.notes.append(f"no control: the run with {what} (the remedy of known deviation {entry.id}) could not be "
                            f"made ({str(exc).splitlines()[0]})")
             continue
-        r = verdict(v.spec, ref, runs, global_batch, rtol, atol, spec_obj=spec, versions=versions)
+        r = verdict_of(v.spec, ref, runs, global_batch, rtol, atol, spec_obj=spec, versions=versions)
         if r.status in ("PASS", "DEVIATION"):
             others = f", but for known deviation {', '.join(dict.fromkeys(i for i, _ in r.deviations))}" \
                 if r.deviations else ""

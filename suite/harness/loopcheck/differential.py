@@ -863,7 +863,7 @@ def _across_the_update(mismatches: list) -> bool:
         for m in mismatches)
 
 
-def verdict(spec: str, ref, runs: list, global_batch: int, rtol: float = RTOL, atol: float = ATOL,
+def verdict_of(spec: str, ref, runs: list, global_batch: int, rtol: float = RTOL, atol: float = ATOL,
             seconds: float = 0.0, spec_obj=None, versions: dict | None = None, control=None) -> Verdict:
     """Compare a spec's run with the reference and diagnose its first divergence. A difference,
     a step that raised or replicas' random draws are excused only where a known deviation in

@@ -335,7 +335,7 @@ class ScriptChecker:
             return differential.Verdict(spec.text, spec.replicas, "ERROR", seconds=time.monotonic() - started,
                                         error=f"the script created other variables here than on one device ({apart}): "
                                               "the runs cannot be compared variable by variable")
-        v = differential.verdict(spec.text, ref, runs, ref.facts.get("first_batch_rows") or 0, self.rtol, self.atol,
+        v = differential.verdict_of(spec.text, ref, runs, ref.facts.get("first_batch_rows") or 0, self.rtol, self.atol,
                                  seconds=time.monotonic() - started, spec_obj=spec, versions=self.versions)
         if self.fits and not ref.facts.get("fit_own_train_step"):
             _keras_step_is_not_the_scripts(v)

@@ -284,7 +284,7 @@ class Checker:
                 raise bad from None
             return differential.Verdict(spec.text, spec.replicas, "ERROR", seconds=time.monotonic() - began,
                                         error=str(exc).splitlines()[0])
-        v = differential.verdict(spec.text, ref, runs, self.global_batch, self.rtol, self.atol,
+        v = differential.verdict_of(spec.text, ref, runs, self.global_batch, self.rtol, self.atol,
                                  seconds=time.monotonic() - started, spec_obj=spec, versions=self.versions)
         if v.status == "FAIL" and v.mismatches and v.error is None and self.control_fits(ref) is not None:
             v.notes.append(self.control_fits(ref))
@@ -292,7 +292,7 @@ class Checker:
             # the control tells TensorFlow's/Keras' divergence from the loop's, named cause or not
             control = self.control(spec, runs)
             if control is not None:
-                v = differential.verdict(spec.text, ref, runs, self.global_batch, self.rtol, self.atol,
+                v = differential.verdict_of(spec.text, ref, runs, self.global_batch, self.rtol, self.atol,
                                          seconds=time.monotonic() - started, spec_obj=spec, versions=self.versions,
                                          control=control)
             if control is None or not control.comparable:  # no control spoke: the stand-in alone may

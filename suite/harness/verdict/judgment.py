@@ -74,7 +74,7 @@ def ratio(actual, expected) -> float | None:
     return float(a @ e) / denom
 
 
-def diagnose(actual, expected, replicas: int | None, elements: int | None = None) -> str:
+def factor_hint(actual, expected, replicas: int | None, elements: int | None = None) -> str:
     """A hint when actual/expected is a telltale factor (replicas, its inverse, elements)."""
     k = ratio(actual, expected)
     if k is None or not np.isfinite(k):
@@ -197,7 +197,7 @@ class Check:
             err = float(np.max(np.abs(a - e)[bad])) if np.isfinite(a[bad]).all() else float("nan")
             me.fail(what, f"got {_fmt(a)}, but should be {_fmt(e)} (max |diff| {err:.3g} > atol {tol.atol:.1g} + "
                           f"rtol {tol.rtol:.1g}*|expected|, {int(bad.sum())} of {bad.size} elements)",
-                    "; ".join(h for h in (diagnose(a, e, self.replicas, elements), hint) if h))
+                    "; ".join(h for h in (factor_hint(a, e, self.replicas, elements), hint) if h))
 
     def exact(self, actual, expected, what: str, hint: str = "", given=None, rule=None):
         """Arrays equal bit for bit, with the same dtype and shape (when ``expected`` has a dtype)."""
