@@ -233,3 +233,60 @@ def test_the_train_step_names_no_mutant_and_no_new_module_does():
     changed = dict(sources, **{path: sources[path] + "\nfrom . import mutants  # noqa\n"})
     check.equal([p for p in mentioning_mutants(changed) if p not in MUTANT_BRANCHES], [path],
                 "a mutant's branch added to the step found (the check's own test)")
+
+
+def facts_written(sources: dict[str, str]) -> set[str]:
+    """The keys of a workload run's ``facts`` that ``sources`` write: ``facts["k"] = ...``, a ``facts = {...}``
+    literal, ``facts.update({...})``, ``facts.setdefault("k", ...)`` and ``facts={**..., "k": ...}``."""
+    out = set()
+
+    def literal_keys(node):
+        return {k.value for k in node.keys if isinstance(k, ast.Constant)} if isinstance(node, ast.Dict) else set()
+
+    for source in sources.values():
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.Assign, ast.AnnAssign)):
+                for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                    if isinstance(target, ast.Name) and target.id == "facts":
+                        out |= literal_keys(node.value)
+                    if (isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name)
+                            and target.value.id == "facts" and isinstance(target.slice, ast.Constant)):
+                        out.add(target.slice.value)
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args and (
+                    isinstance(node.func.value, ast.Name) and node.func.value.id == "facts"):
+                if node.func.attr == "update":
+                    out |= literal_keys(node.args[0])
+                elif node.func.attr == "setdefault" and isinstance(node.args[0], ast.Constant):
+                    out.add(node.args[0].value)
+            elif isinstance(node, ast.keyword) and node.arg == "facts":
+                out |= literal_keys(node.value)
+    return out
+
+
+FACT_READ = re.compile(r'facts\)?\.get\(\s*"(\w+)"|facts\["(\w+)"\]')
+
+
+def facts_read(sources: dict[str, str]) -> dict[str, set[str]]:
+    """Each key of ``facts`` that ``sources`` read (``facts.get("k")``, ``facts["k"]``) -> the modules reading it."""
+    out: dict[str, set[str]] = {}
+    for path, source in sources.items():
+        for match in FACT_READ.finditer(source):
+            out.setdefault(match.group(1) or match.group(2), set()).add(path)
+    return out
+
+
+def test_every_fact_the_checks_read_is_one_an_engine_writes():
+    """A workload run's ``facts`` cross the process line as a dict: a key misspelt where the loop check
+    reads it is silently None. Every key the pytest side reads (and every name of the deviations'
+    ``CONDITION_FACTS``) is one the engine's probes or the stitching of a cluster's runs write."""
+    from suite.harness.loopcheck.differential import CONDITION_FACTS
+
+    written = facts_written(modules(("suite/engine", "suite/harness/loopcheck")))
+    read = facts_read(modules(("suite/harness",)))
+    check = Check("facts")
+    check.that(len(written) > 30, "keys the engines write", len(written), "the facts of the workload and script probes")
+    check.equal(sorted(k for k in read if k not in written), [], "keys read that no engine writes")
+    check.equal(sorted(k for k in CONDITION_FACTS if k not in written), [], "condition facts that no engine writes")
+    misspelt = facts_read({"x.py": 'facts.get("optimizer_bulit")'})
+    check.equal(sorted(k for k in misspelt if k not in written), ["optimizer_bulit"],
+                "a misspelt read found (the check's own test)")
