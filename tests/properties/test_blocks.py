@@ -23,6 +23,7 @@ from suite.harness.drawing import cases
 from suite.harness.drawing.cases import ARCHS, arch_dict, training_cases
 from suite.harness.verdict import repro, tolerances
 from suite.harness.verdict.judgment import Check
+from suite.harness.verdict.quantity import Quantity
 from tests.helpers import CHEAP, RETRACES, skip_if_xla_unsupported
 from tests.properties.test_training import check_history
 
@@ -432,11 +433,15 @@ def _check_scaled_training(check, engines, spec, policy, scale, params, steps, p
         if not check.returned(r, f"{loop}{who}", given={"poison": poison[:len(steps)], "workers": spec.workers}):
             continue  # a known deviation raised, as its signature predicts
         local = spec.replicas // len(results)
+        on = {"worker": w} if len(results) > 1 else {}  # the quantities' fields (the deviations' signatures name them)
         for s, (got, exp, alt, mine) in enumerate(zip(r.steps, want, replica0, own)):
-            check.equal(got.scale, exp["scale"], f"loss scale after step {s + 1}{who}",
+            check.equal(got.scale, exp["scale"],
+                        Quantity.of("loss scale", f"loss scale after step {s + 1}{who}", step=s + 1, **on),
                         given={"alternative": alt["scale"], "unsummed": mine["scale"][w]})
             finite = all(bool(np.isfinite(np.asarray(c)).all()) for copies in got.params for c in copies)
-            check.equal(finite, exp["finite"], f"every replica's variables finite after step {s + 1}{who}",
+            check.equal(finite, exp["finite"],
+                        Quantity.of("variables finite", f"every replica's variables finite after step {s + 1}{who}",
+                                    step=s + 1, **on),
                         given={"alternative": alt["finite"], "unsummed": mine["finite"]})
             if not finite:
                 break  # what follows a step that made the variables non-finite is not comparable
