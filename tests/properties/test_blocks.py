@@ -515,8 +515,10 @@ def test_embedding_sparse_updates_equal_the_dense_reference(engines, spec, optim
         local = spec.replicas // len(results)
         for s, (copies, expected, alt) in enumerate(zip(r.tables, want, per_occurrence)):
             for c, copy in enumerate(copies):
-                check.close(copy, expected, f"the table on local replica {c} after step {s + 1}{who}", kind="trained",
-                            n_terms=4, given={"alternative": alt, "unsummed": own[w * local + c][s]})
+                table = Quantity.of("embedding table", f"the table on local replica {c} after step {s + 1}{who}",
+                                    replica=c, step=s + 1, **({"worker": w} if who else {}))
+                check.close(copy, expected, table, kind="trained", n_terms=4,
+                            given={"alternative": alt, "unsummed": own[w * local + c][s]})
 
 
 @RETRACES

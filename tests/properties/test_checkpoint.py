@@ -23,6 +23,7 @@ from suite.common.specs import parse_spec
 from suite.harness.drawing import cases
 from suite.harness.drawing.cases import ARCHS, arch_dict, training_cases, training_steps
 from suite.harness.verdict.judgment import Check
+from suite.harness.verdict.quantity import Quantity
 from tests.helpers import COSTLY
 
 OPTIMIZERS = ["sgd", "sgd_momentum", "adam", "rmsprop", "adagrad"]
@@ -173,7 +174,8 @@ def test_integer_metric_state_survives_restore(engines, spec):
         shutil.rmtree(directory, ignore_errors=True)
     check = Check(spec, case={"saved with no strategy": values}, rule=ref_metrics.cross_replica_result)
     for w, r in enumerate(out):
-        check.equal(r.values, values, f"int64 Sum metrics after a restore (worker {w})")
+        check.equal(r.values, values, Quantity.of("int64 Sum metrics after a restore",
+                                                  f"int64 Sum metrics after a restore (worker {w})", worker=w))
 
 
 @COSTLY

@@ -107,7 +107,8 @@ def test_optimizer_iterations_count_every_scheduled_step(engines, ps_spec, steps
     hint = f"the step counter reads {r.count}, the weights moved {float(-r.w[0]) / 0.25:g} steps"
     if r.steps is not None:
         hint += f"; [worker, value written] per step: {r.steps}"
-    check.equal(r.iterations, steps, "optimizer.iterations after the scheduled steps", hint, given={"steps": r.steps})
+    check.equal(r.iterations, steps, Quantity.of("optimizer iterations", "optimizer.iterations after the scheduled steps"),
+                hint, given={"steps": r.steps})
     check.equal(r.count, steps, "the step counter after the scheduled steps", hint, rule=ONCE)
     check.exact(r.w, (w0 - 0.25 * steps).astype("float32"), "the weights after the scheduled steps (loss c.w, lr 0.25)",
                 hint, rule=ONCE)

@@ -17,6 +17,7 @@ from suite.harness.drawing import cases
 from suite.harness.drawing.cases import ARCHS, arch_dict, training_cases
 from suite.harness.verdict import repro
 from suite.harness.verdict.judgment import Check
+from suite.harness.verdict.quantity import Quantity
 from suite.harness.verdict.tolerances import tolerance
 from tests.helpers import COSTLY
 
@@ -186,8 +187,8 @@ def _check_lazy(engines, spec, name: str, check: Check, lazy_model: bool = False
         # the probe never builds the optimizer before its first step (the condition of a deviation that raises)
         if not check.returned(r, f"{who}: two distributed steps", given={"optimizer_built": False}):
             continue  # a known deviation raised, as its signature predicts
-        check.equal(r.disagreeing, [], f"{who}: variables whose replica copies differ",
-                    given={"variables": r.names})
+        check.equal(r.disagreeing, [], Quantity.of("replica copies differ", f"{who}: variables whose replica copies differ",
+                                                   name=name, worker=w), given={"variables": r.names})
         check.equal(r.iterations, 2, f"{who}: optimizer.iterations after two steps")
         check.that(r.n_variables >= 1, f"{who}: optimizer variables created", r.n_variables, "at least 1")
         if spec.kind not in ("default", "one_device"):
