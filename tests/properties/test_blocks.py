@@ -227,21 +227,27 @@ def _check_batch_norm(check, results, want, bounds, spec, deviant=None):
         if not check.returned(r, f"BatchNormalization steps{who}"):
             continue  # a known deviation raised, as its signature predicts
         mine = ref.local_results(list(range(spec.replicas)), w, len(results))
+        on = {"worker": w} if who else {}  # the quantities' fields (the deviations' signatures name them)
         for s, (got, exp, bound) in enumerate(zip(r.steps, want, bounds)):
             for name in ("moving_mean", "moving_variance"):
                 copies = getattr(got, name)
                 if spec.kind == "central_storage":  # one copy of the variable, on the parameter device
                     check.close(copies[0] if copies else None, ref_bn.one_copy(exp[name]),
-                                f"{name} (its one copy) after step {s + 1}{who}",
+                                Quantity.of("batch norm statistic", f"{name} (its one copy) after step {s + 1}{who}",
+                                            name=name, one_copy=True, step=s + 1, **on),
                                 override={check.dtype: (max(bound[name]), 1e-15)},
                                 given=_one_copy_given(deviant[s][name]) if deviant else None, rule=ref_bn.one_copy)
                     continue
                 for i, rid in enumerate(mine):
-                    check.close(copies[i], exp[name][rid], f"{name} on replica {rid} after step {s + 1}{who}",
+                    check.close(copies[i], exp[name][rid],
+                                Quantity.of("batch norm statistic", f"{name} on replica {rid} after step {s + 1}{who}",
+                                            name=name, one_copy=False, replica=rid, step=s + 1, **on),
                                 override={check.dtype: (bound[name][rid], 1e-15)},
                                 given=deviant[s][name][rid] if deviant else None)
             for i, rid in enumerate(mine):
-                check.close(got.outputs[i], exp["outputs"][rid], f"output of replica {rid} at step {s + 1}{who}",
+                check.close(got.outputs[i], exp["outputs"][rid],
+                            Quantity.of("batch norm output", f"output of replica {rid} at step {s + 1}{who}", replica=rid,
+                                        step=s + 1, **on),
                             override={check.dtype: (bound["output"][rid], 1e-15)},
                             given=deviant[s]["outputs"][rid] if deviant else None)
 
