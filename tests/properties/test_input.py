@@ -15,6 +15,7 @@ from reference.rules import Rule
 from suite.common.results import Raised
 from suite.harness.engines.pool import ProbeError
 from suite.harness.verdict.judgment import Check
+from suite.harness.verdict.quantity import Quantity
 from tests.helpers import COSTLY
 
 STYLES = ("for", "iter_next", "get_next_as_optional", "tf_function_for")
@@ -128,7 +129,9 @@ def test_replica_batches_follow_the_split_rule(engines, spec, style, data):
         who = f" (worker {w})" if len(results) > 1 else ""
         check.returned(result, f"distributing and iterating{who}")
         check.equal([[_ids(p) for p in step] for step in result.steps], expected,
-                    f"element ids of every step's local replica batches{who}", given={"partial": _partial(spec, case)})
+                    Quantity.of("element ids of the replica batches", f"element ids of every step's local replica "
+                                f"batches{who}", **({"worker": w} if who else {})),
+                    given={"partial": _partial(spec, case)})
         for s, (got, mine) in enumerate(zip(result.steps, expected)):
             for r, (part, ids) in enumerate(zip(got, mine)):
                 check.exact(part, _rows(ids, case["feature_shape"], case["dtype"]),
@@ -185,7 +188,7 @@ def test_every_element_is_delivered_exactly_once(engines, spec, data):
     # deviation models may read the elements of a last step that needs dummy batches
     last = sorted(i for steps in _expected(spec, case) if _partial(spec, case) and steps
                   for part in steps[-1] for i in part)
-    check.equal(sorted(set(kept) - set(delivered)), [], "elements missing", given={"dropped": last})
+    check.equal(sorted(set(kept) - set(delivered)), [], Quantity.of("elements missing"), given={"dropped": last})
     check.equal(sorted(i for i in set(delivered) if delivered.count(i) != copies or i not in kept), [],
                 f"elements delivered other than {copies}x, or not in the dataset", rule=ref_input.shard_policy)
 
@@ -224,7 +227,8 @@ def test_distribute_datasets_from_function_follows_input_context(engines, spec, 
             check.raises(r.raised or r, "ValueError", f"get_per_replica_batch_size on worker {w}", message,
                          rule=ref_input.per_replica_batch_size)
             continue
-        check.equal([[_ids(p) for p in step] for step in r.steps], expected, f"element ids of every step on worker {w}",
+        check.equal([[_ids(p) for p in step] for step in r.steps], expected,
+                    Quantity.of("element ids of every step", f"element ids of every step on worker {w}", worker=w),
                     given={"partial": bool(expected) and any(len(part) == 0 for part in expected[-1])})
 
 
@@ -251,7 +255,8 @@ def test_partial_last_step_is_delivered(engines, spec, style):
                "the reference's last step", per_worker[0][-1], "a step that needs empty batches")
     for w, result in enumerate(engines.call(spec, "input.distribute", style=style, **case)):
         check.equal([[_ids(p) for p in step] for step in result.steps], per_worker[w],
-                    f"element ids of every step on worker {w}", given={"partial": True})
+                    Quantity.of("element ids of every step", f"element ids of every step on worker {w}", worker=w),
+                    given={"partial": True})
 
 
 @pytest.mark.specs(lambda spec: spec.workers > 1)
