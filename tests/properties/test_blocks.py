@@ -227,27 +227,27 @@ def _check_batch_norm(check, results, want, bounds, spec, deviant=None):
         if not check.returned(r, f"BatchNormalization steps{who}"):
             continue  # a known deviation raised, as its signature predicts
         mine = ref.local_results(list(range(spec.replicas)), w, len(results))
-        on = {"worker": w} if who else {}  # the quantities' fields (the deviations' signatures name them)
+        on = {"worker": w} if who else {}  # Quantity.at: the field, and " (worker W)" in the text
         for s, (got, exp, bound) in enumerate(zip(r.steps, want, bounds)):
             for name in ("moving_mean", "moving_variance"):
                 copies = getattr(got, name)
                 if spec.kind == "central_storage":  # one copy of the variable, on the parameter device
                     check.close(copies[0] if copies else None, ref_bn.one_copy(exp[name]),
-                                Quantity.of("batch norm statistic", f"{name} (its one copy) after step {s + 1}{who}",
-                                            name=name, one_copy=True, step=s + 1, **on),
+                                Quantity.of("batch norm statistic", f"{name} (its one copy) after step {s + 1}",
+                                            name=name, one_copy=True, step=s + 1).at(**on),
                                 override={check.dtype: (max(bound[name]), 1e-15)},
                                 given=_one_copy_given(deviant[s][name]) if deviant else None, rule=ref_bn.one_copy)
                     continue
                 for i, rid in enumerate(mine):
                     check.close(copies[i], exp[name][rid],
-                                Quantity.of("batch norm statistic", f"{name} on replica {rid} after step {s + 1}{who}",
-                                            name=name, one_copy=False, replica=rid, step=s + 1, **on),
+                                Quantity.of("batch norm statistic", f"{name} on replica {rid} after step {s + 1}",
+                                            name=name, one_copy=False, replica=rid, step=s + 1).at(**on),
                                 override={check.dtype: (bound[name][rid], 1e-15)},
                                 given=deviant[s][name][rid] if deviant else None)
             for i, rid in enumerate(mine):
                 check.close(got.outputs[i], exp["outputs"][rid],
-                            Quantity.of("batch norm output", f"output of replica {rid} at step {s + 1}{who}", replica=rid,
-                                        step=s + 1, **on),
+                            Quantity.of("batch norm output", f"output of replica {rid} at step {s + 1}", replica=rid,
+                                        step=s + 1).at(**on),
                             override={check.dtype: (bound["output"][rid], 1e-15)},
                             given=deviant[s]["outputs"][rid] if deviant else None)
 
@@ -439,15 +439,15 @@ def _check_scaled_training(check, engines, spec, policy, scale, params, steps, p
         if not check.returned(r, f"{loop}{who}", given={"poison": poison[:len(steps)], "workers": spec.workers}):
             continue  # a known deviation raised, as its signature predicts
         local = spec.replicas // len(results)
-        on = {"worker": w} if len(results) > 1 else {}  # the quantities' fields (the deviations' signatures name them)
+        on = {"worker": w} if len(results) > 1 else {}  # Quantity.at: the field, and " (worker W)" in the text
         for s, (got, exp, alt, mine) in enumerate(zip(r.steps, want, replica0, own)):
             check.equal(got.scale, exp["scale"],
-                        Quantity.of("loss scale", f"loss scale after step {s + 1}{who}", step=s + 1, **on),
+                        Quantity.of("loss scale", f"loss scale after step {s + 1}", step=s + 1).at(**on),
                         given={"alternative": alt["scale"], "unsummed": mine["scale"][w]})
             finite = all(bool(np.isfinite(np.asarray(c)).all()) for copies in got.params for c in copies)
             check.equal(finite, exp["finite"],
-                        Quantity.of("variables finite", f"every replica's variables finite after step {s + 1}{who}",
-                                    step=s + 1, **on),
+                        Quantity.of("variables finite", f"every replica's variables finite after step {s + 1}",
+                                    step=s + 1).at(**on),
                         given={"alternative": alt["finite"], "unsummed": mine["finite"]})
             if not finite:
                 break  # what follows a step that made the variables non-finite is not comparable
@@ -521,8 +521,8 @@ def test_embedding_sparse_updates_equal_the_dense_reference(engines, spec, optim
         local = spec.replicas // len(results)
         for s, (copies, expected, alt) in enumerate(zip(r.tables, want, per_occurrence)):
             for c, copy in enumerate(copies):
-                table = Quantity.of("embedding table", f"the table on local replica {c} after step {s + 1}{who}",
-                                    replica=c, step=s + 1, **({"worker": w} if who else {}))
+                table = Quantity.of("embedding table", f"the table on local replica {c} after step {s + 1}",
+                                    replica=c, step=s + 1).at(**({"worker": w} if who else {}))
                 check.close(copy, expected, table, kind="trained", n_terms=4,
                             given={"alternative": alt, "unsummed": own[w * local + c][s]})
 

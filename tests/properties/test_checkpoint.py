@@ -174,8 +174,7 @@ def test_integer_metric_state_survives_restore(engines, spec):
         shutil.rmtree(directory, ignore_errors=True)
     check = Check(spec, case={"saved with no strategy": values}, rule=ref_metrics.cross_replica_result)
     for w, r in enumerate(out):
-        check.equal(r.values, values, Quantity.of("int64 Sum metrics after a restore",
-                                                  f"int64 Sum metrics after a restore (worker {w})", worker=w))
+        check.equal(r.values, values, Quantity.of("int64 Sum metrics after a restore").at(worker=w))
 
 
 @COSTLY

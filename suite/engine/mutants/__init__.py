@@ -56,6 +56,19 @@ def _patches() -> dict:
     return {**of_the_step.PATCHES, **of_tensorflow.PATCHES, **of_the_probes.PATCHES}
 
 
+def replace(owner, name: str, make):
+    """``owner.name`` replaced by ``make(original)`` (on a class: the attribute as its class or a base
+    defines it); returns the undo, which puts back exactly what ``owner`` had."""
+    if isinstance(owner, type):
+        original = next(c.__dict__[name] for c in owner.__mro__ if name in c.__dict__)
+        own = name in owner.__dict__
+        setattr(owner, name, make(original))
+        return (lambda: setattr(owner, name, original)) if own else (lambda: delattr(owner, name))
+    original = getattr(owner, name)
+    setattr(owner, name, make(original))
+    return lambda: setattr(owner, name, original)
+
+
 def on(name: str) -> bool:
     return ACTIVE == name
 

@@ -10,16 +10,14 @@ import functools
 import tensorflow as tf
 
 from ..compat import keras
-from .of_the_step import _replace
+from . import replace
+from .of_the_step import local_mean
 
 
 def _local_mean(original):
-    """compute_average_loss replaced by each replica's own mean: the per-example losses (weighted)
-    summed and divided by the replica's local batch, not the global one."""
+    """compute_average_loss replaced by each replica's own mean (of_the_step.local_mean)."""
     def compute_average_loss(per_example_loss, sample_weight=None, global_batch_size=None):
-        loss = tf.convert_to_tensor(per_example_loss)
-        weighted = loss if sample_weight is None else loss * sample_weight
-        return tf.math.divide_no_nan(tf.reduce_sum(weighted), tf.cast(tf.size(loss), loss.dtype))
+        return local_mean(per_example_loss, sample_weight)
     return compute_average_loss
 
 
@@ -80,12 +78,12 @@ def _remainder_dropped(original):
 
 
 PATCHES = {
-    "local_batch_denominator": lambda: _replace(tf.nn, "compute_average_loss", _local_mean),
-    "scale_reg_not_divided": lambda: _replace(tf.nn, "scale_regularization_loss", _not_divided),
-    "keras_loss_times_replicas": lambda: _replace(keras.losses.Loss, "__call__", _times_replicas),
-    "reversed_local_results": lambda: _replace(tf.distribute.ReplicaContext, "replica_id_in_sync_group", _mirror_ids),
-    "reduce_mean_of_means": lambda: _replace(tf.distribute.Strategy, "reduce", _mean_of_means),
-    "bn_momentum_inverted": lambda: _replace(keras.layers.BatchNormalization, "__init__", _momentum_inverted),
-    "bn_not_synchronized": lambda: _replace(keras.layers.BatchNormalization, "__init__", _not_synchronized),
-    "short_batch_dropped": lambda: _replace(tf.data.Dataset, "batch", _remainder_dropped),
+    "local_batch_denominator": lambda: replace(tf.nn, "compute_average_loss", _local_mean),
+    "scale_reg_not_divided": lambda: replace(tf.nn, "scale_regularization_loss", _not_divided),
+    "keras_loss_times_replicas": lambda: replace(keras.losses.Loss, "__call__", _times_replicas),
+    "reversed_local_results": lambda: replace(tf.distribute.ReplicaContext, "replica_id_in_sync_group", _mirror_ids),
+    "reduce_mean_of_means": lambda: replace(tf.distribute.Strategy, "reduce", _mean_of_means),
+    "bn_momentum_inverted": lambda: replace(keras.layers.BatchNormalization, "__init__", _momentum_inverted),
+    "bn_not_synchronized": lambda: replace(keras.layers.BatchNormalization, "__init__", _not_synchronized),
+    "short_batch_dropped": lambda: replace(tf.data.Dataset, "batch", _remainder_dropped),
 }

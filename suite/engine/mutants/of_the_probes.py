@@ -12,7 +12,7 @@ import numpy as np
 from ...common.results import Raised
 from .. import compat
 from ..probes import registry
-from .of_the_step import _replace
+from . import replace
 
 
 def foreign(x):
@@ -50,5 +50,5 @@ def _one_more_name(original):
     return lambda: original() + ["Prodigy"]
 
 
-PATCHES = {"foreign_result": lambda: _replace(registry, "run", _moved),
-           "optimizer_names_extra": lambda: _replace(compat, "builtin_optimizer_names", _one_more_name)}
+PATCHES = {"foreign_result": lambda: replace(registry, "run", _moved),
+           "optimizer_names_extra": lambda: replace(compat, "builtin_optimizer_names", _one_more_name)}

@@ -8,22 +8,10 @@ from __future__ import annotations
 import tensorflow as tf
 
 from .. import steps
+from . import replace
 
 SUM = tf.distribute.ReduceOp.SUM
 CLIP_OPTIONS = ("clipnorm", "clipvalue", "global_clipnorm")
-
-
-def _replace(owner, name: str, make):
-    """``owner.name`` replaced by ``make(original)`` (on a class: the attribute as its class or a base
-    defines it); returns the undo, which puts back exactly what ``owner`` had."""
-    if isinstance(owner, type):
-        original = next(c.__dict__[name] for c in owner.__mro__ if name in c.__dict__)
-        own = name in owner.__dict__
-        setattr(owner, name, make(original))
-        return (lambda: setattr(owner, name, original)) if own else (lambda: delattr(owner, name))
-    original = getattr(owner, name)
-    setattr(owner, name, make(original))
-    return lambda: setattr(owner, name, original)
 
 
 def _gradients(change):
@@ -32,7 +20,7 @@ def _gradients(change):
         def apply_gradients(self, grads):
             return original(self, change(self, grads))
         return apply_gradients
-    return lambda: _replace(steps.TrainStep, "apply_gradients", make)
+    return lambda: replace(steps.TrainStep, "apply_gradients", make)
 
 
 def _options(change):
@@ -43,13 +31,19 @@ def _options(change):
             change(strategy, options)
             return options
         return optimizer_options
-    return lambda: _replace(steps, "optimizer_options", make)
+    return lambda: replace(steps, "optimizer_options", make)
+
+
+def local_mean(per_example_loss, sample_weight=None):
+    """A replica's own mean: its per-example losses (weighted) summed and divided by its local batch,
+    not the global one (the step's mutant and compute_average_loss's alike)."""
+    loss = tf.convert_to_tensor(per_example_loss)
+    weighted = loss if sample_weight is None else loss * sample_weight
+    return tf.math.divide_no_nan(tf.reduce_sum(weighted), tf.cast(tf.size(loss), loss.dtype))
 
 
 def _local_batch_denominator(original):
-    def scaled_loss(self, per_example, global_batch_size):  # each replica's own mean
-        return tf.math.divide_no_nan(tf.reduce_sum(per_example), tf.cast(tf.size(per_example), per_example.dtype))
-    return scaled_loss
+    return lambda self, per_example, global_batch_size: local_mean(per_example)
 
 
 def _default_denominator_is_global(original):
@@ -100,7 +94,7 @@ def _clip_per_replica():
             moved.clear()
         return __init__
 
-    undo = [_options(options)(), _replace(steps.TrainStep, "__init__", make_init),
+    undo = [_options(options)(), replace(steps.TrainStep, "__init__", make_init),
             _gradients(lambda step, grads: clip_in_replica(grads, step.clip_here)
                        if getattr(step, "clip_here", None) else grads)()]
     return lambda: [u() for u in reversed(undo)]
@@ -127,15 +121,15 @@ def _one_micro_step_more(strategy, options):
 
 
 PATCHES = {
-    "step_local_batch_denominator": lambda: _replace(steps.TrainStep, "scaled_loss", _local_batch_denominator),
-    "default_denominator_is_global": lambda: _replace(steps.TrainStep, "scaled_loss", _default_denominator_is_global),
-    "step_regularization_not_scaled": lambda: _replace(steps.TrainStep, "regularization", _not_scaled),
-    "step_regularization_left_out": lambda: _replace(steps.TrainStep, "regularization", _left_out),
+    "step_local_batch_denominator": lambda: replace(steps.TrainStep, "scaled_loss", _local_batch_denominator),
+    "default_denominator_is_global": lambda: replace(steps.TrainStep, "scaled_loss", _default_denominator_is_global),
+    "step_regularization_not_scaled": lambda: replace(steps.TrainStep, "regularization", _not_scaled),
+    "step_regularization_left_out": lambda: replace(steps.TrainStep, "regularization", _left_out),
     "double_gradient_aggregation": _gradients(
         lambda step, grads: tf.distribute.get_replica_context().all_reduce(SUM, grads)),
     "step_one_replica_dropped": _gradients(_one_replica_dropped),
     "ps_gradient_doubled": _gradients(lambda step, grads: [2 * g for g in grads]),
-    "step_applies_nothing": lambda: _replace(steps.TrainStep, "apply_gradients", lambda original: lambda self, grads: None),
+    "step_applies_nothing": lambda: replace(steps.TrainStep, "apply_gradients", lambda original: lambda self, grads: None),
     "clip_per_replica": _clip_per_replica,
     "clipping_dropped": _options(_drop_clipping),
     "weight_decay_per_replica": _options(_decay_per_replica),

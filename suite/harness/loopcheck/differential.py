@@ -87,9 +87,12 @@ class Compared:
         NAME (replica R)``, ``optimizer variable NAME (replica R)``, ``metric NAME``, ``variable NAME:
         replica R against replica 0``, then `` after step K``; its fields are the role, the name,
         the replica and the step."""
-        text = str(self) if self.role in ("loss", "metric") else (
-            f"variable {self}" if self.role != "optimizer variable" else f"optimizer variable {self.name} "
-                                                                         f"(replica {self.replica})")
+        if self.role in ("loss", "metric"):
+            text = str(self)
+        elif self.role == "optimizer variable":
+            text = f"optimizer variable {self.name} (replica {self.replica})"
+        else:  # a variable, or its copies against replica 0's
+            text = f"variable {self}"
         fields = {"name": self.name, "step": step, **({} if self.replica is None else {"replica": self.replica})}
         return Quantity.of(self.role, f"{text} after step {step}", **fields)
 
