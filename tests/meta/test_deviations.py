@@ -18,7 +18,7 @@ from suite.common.specs import DEFAULT_SPECS, parse_spec
 from suite.harness.engines import versions
 from suite.harness.verdict import deviations
 from suite.harness.verdict.judgment import Check, PropertyFailure
-from suite.harness.verdict.quantity import Quantity, glob
+from suite.harness.verdict.quantity import Pattern, Quantity, glob
 from suite.harness.verdict.signatures import MODELS, NOTHING, Seen, Signature
 from tests.helpers import run_pytest
 
@@ -97,27 +97,25 @@ def test_every_tests_pattern_matches_a_collected_test():
     check.equal(unmatched(stale, ids, NAMED_SPECS), stale[:3], "stale patterns found (the check's own test)")
 
 
-# the signatures that still name their quantity by a glob over the failure's text; each converted to fields
-# (``quantity = { kind = ..., ... }``, its test passing a Quantity) lowers it, and no new one adds to it
-TEXT_QUANTITIES_LEFT = 113
-
-
-def text_quantities(entries) -> list[tuple[str, str]]:
-    return [(d.id, s.quantity) for d in entries for s in d.signatures if isinstance(s.quantity, str)]
-
-
-def test_signatures_name_their_quantities_by_field_and_the_text_ones_only_go():
+def test_signatures_name_their_quantities_by_field(tmp_path):
     """A signature matched against the text of a failure joins by English (a label reworded, a variable
     named like a loss, and it excuses the wrong thing or nothing); by field it names the kind, name,
-    replica, worker and step the test's Check passes. The text ones left are counted down."""
+    replica, worker and step the test's Check passes. A text quantity is a one-line error of the loader,
+    and a Quantity's text never matches a signature."""
     check = Check("known_deviations.toml")
-    left = text_quantities(ENTRIES)
-    check.equal(len(left), TEXT_QUANTITIES_LEFT, "signatures whose quantity is a glob over text (lower the count "
-                "when you convert one; a new signature names its quantity by field)")
-    added = deviations.Deviation("new", ("t.py::f[*]",), ">=2.16", ">=3", "s", (), "now",
-                                 signatures=(dataclasses.replace(ENTRIES[0].signatures[0], quantity="loss after step *"),))
-    check.equal(len(text_quantities([*ENTRIES, added])), TEXT_QUANTITIES_LEFT + 1,
-                "a new text signature counted (the check's own test)")
+    check.equal(sorted({type(s.quantity).__name__ for d in ENTRIES for s in d.signatures}), ["Pattern"],
+                "what the signatures' quantities are")
+    path = tmp_path / "d.toml"
+    path.write_text('[[deviation]]\nid = "x"\ntests = ["t.py::f"]\ntensorflow = ">=2"\nkeras = ">=2"\nsummary = "s"\n'
+                    'evidence = []\nfirst_seen = "now"\n[[deviation.signature]]\nkind = "band"\nrtol = 1e-6\n'
+                    'quantity = "loss after step *"\n')
+    with pytest.raises(ValueError) as info:
+        deviations.load(path)
+    check.contains(str(info.value), ["deviation #0 (x)", "quantity 'loss after step *' is text", "by field"],
+                   "the loader's error for a text quantity")
+    sig = Signature.parse({"quantity": {"kind": "loss"}, "kind": "band", "rtol": 1e-6}, "test")
+    check.equal((sig.covers(Quantity.of("loss", "loss after step 1", name="", step=1)), sig.covers("loss after step 1")),
+                (True, False), "a signature by field covers the loss, and not its text")
 
 
 def test_patterns_match_only_what_they_say():
@@ -401,13 +399,13 @@ def test_the_float32_one_pass_model_excuses_the_one_pass_value_and_nothing_else(
 
 def test_a_mismatch_outside_every_signature_fails_and_names_the_entry():
     entry = deviations.Deviation("d", ("*",), ">=2", ">=2", "s", (), "now", (
-        Signature("q", "band", rtol=1e-6),))
+        Signature(Pattern("q"), "band", rtol=1e-6),))
     check = Check("mirrored:2", "float64")
     with deviations.in_force(deviations.Ledger((entry,))) as ledger:
-        check.close(1.0 + 1e-7, 1.0, "q")  # within the band: tolerated and counted
+        check.close(1.0 + 1e-7, 1.0, Quantity.of("q"))  # within the band: tolerated and counted
         with pytest.raises(PropertyFailure) as info:
-            check.close(1.1, 1.0, "q")
-        check.close(1.1, 1.1, "other")  # another quantity: not covered
+            check.close(1.1, 1.0, Quantity.of("q"))
+        check.close(1.1, 1.1, Quantity.of("other"))  # another quantity: not covered
     Check("ledger").equal(dict(ledger.explained), {"d": 1}, "mismatches the band explained")
     Check("ledger").contains(str(info.value), ["got 1.1", "known deviation d in scope does not explain it"],
                              "the failure of a foreign error")
@@ -420,7 +418,7 @@ def test_a_probe_that_raised_is_excused_only_by_a_raises_signature_of_its_probe(
     from suite.harness.engines.pool import ProbeError
 
     entry = deviations.Deviation("d", ("*",), ">=2", ">=2", "s", (), "now", (
-        Signature("probe losses.compute_average_loss", "raises", type="InvalidArgumentError",
+        Signature(Pattern("probe", (("probe", "losses.compute_average_loss"),)), "raises", type="InvalidArgumentError",
                   message="global_batch_size must be positive"),))
 
     def error(type_, message, probe="losses.compute_average_loss"):
@@ -442,10 +440,10 @@ def test_a_probe_that_raised_is_excused_only_by_a_raises_signature_of_its_probe(
 
 def test_a_result_equal_to_the_reference_where_a_model_predicts_otherwise_fails():
     entry = deviations.Deviation("d", ("*",), ">=2", ">=2", "s", (), "now", (
-        Signature("int64*", "model", model="integer_sum_restored_by_division"),))
+        Signature(Pattern("int64 Sum metrics after a restore"), "model", model="integer_sum_restored_by_division"),))
     with deviations.in_force(deviations.Ledger((entry,))):
         with pytest.raises(PropertyFailure) as info:
-            Check(parse_spec("mirrored:2")).equal([1, 2, 3], [1, 2, 3], "int64 Sum metrics after a restore")
+            Check(parse_spec("mirrored:2")).equal([1, 2, 3], [1, 2, 3], Quantity.of("int64 Sum metrics after a restore"))
     Check("ledger").contains(str(info.value), ["known deviation d predicts [0, 2, 2]", "update or retire the entry"],
                              "the failure of a fixed deviation")
 
@@ -724,11 +722,13 @@ def test_a_bounds_signature_goes_stale_like_a_band():
     over the session: bounds that never had to explain a value in BAND_JUDGED_AFTER comparisons
     (TensorFlow computes the reference's value every time) make the entry stale."""
     entry = deviations.Deviation("one-pass", ("*",), ">=2", ">=2", "s", (), "now", (
-        Signature("moving_variance *", "bounds", model="one_pass_variance_bounds"),))
+        Signature(Pattern("batch norm statistic", (("name", "moving_variance"),)), "bounds",
+                  model="one_pass_variance_bounds"),))
     totals: dict = {}
     with deviations.in_force(deviations.Ledger((entry,))) as ledger:
         for _ in range(deviations.BAND_JUDGED_AFTER):
-            Check(parse_spec("mirrored:2"), "float32").close(0.5, 0.5, "moving_variance after step 1",
+            Check(parse_spec("mirrored:2"), "float32").close(0.5, 0.5, Quantity.of(
+                "batch norm statistic", "moving_variance after step 1", name="moving_variance", step=1),
                                                              given={"one_pass": (0.49, 0.51)})
     deviations.merge_bands(totals, ledger.band_counts())
     stale = deviations.stale_bands(totals)
@@ -742,25 +742,32 @@ def test_a_raises_entry_goes_stale_where_its_condition_held_and_the_probe_return
     and for a signature with a condition only where the test confirmed the condition held: with
     Check.returned at once, for a probe that raises as a whole after the test (Ledger.stale_raises)."""
     entry = deviations.Deviation("deadlock", ("*",), ">=2", ">=2", "s", (), "now", (
-        Signature("the loop*", "raises", type="DeadlineExceededError", message="Collective has timed out",
+        Signature(Pattern("mixed-precision loop"), "raises", type="DeadlineExceededError",
+                  message="Collective has timed out",
                   origin=("keras/src/optimizers/loss_scale_optimizer.py:apply_fn",),
                   condition="non_finite_off_replica_0_on_another_worker"),))
     held, not_held = CONDITION_CASES["non_finite_off_replica_0_on_another_worker"]
     check = Check("stale raises")
+    loop = Quantity.of("mixed-precision loop", "the loop")
+    whole = Quantity.of("mixed-precision loop", "the loop, as a whole")
     with deviations.in_force(deviations.Ledger((entry,))) as ledger:
-        Check(parse_spec("multi_worker:2x1")).returned(1.0, "the loop", given=not_held)  # condition not held: fine
+        Check(parse_spec("multi_worker:2x1")).returned(1.0, loop, given=not_held)  # condition not held: fine
         try:
-            Check(parse_spec("multi_worker:2x1")).returned(1.0, "the loop", given=held)
+            Check(parse_spec("multi_worker:2x1")).returned(1.0, loop, given=held)
             failed = ""
         except PropertyFailure as exc:
             failed = str(exc)
         check.contains(failed, ["returned a value, but known deviation deadlock predicts", "update or retire"],
                        "a value returned where the condition held")
-        Check(parse_spec("multi_worker:2x1")).given_for("the loop, as a whole", held)
+        Check(parse_spec("multi_worker:2x1")).given_for(whole, held)
     check.contains(" ".join(ledger.stale_raises()), ["the loop, as a whole", "deadlock", "update or retire"],
                    "a probe that returned after the test confirmed the condition")
-    check.equal(deviations.Ledger((entry,), given={"the loop": not_held}).stale_raises(), [],
+    check.equal(deviations.Ledger((entry,), given={loop: not_held}).stale_raises(), [],
                 "stale raises where the condition did not hold")
+
+
+VARIABLES = Pattern("variable", (("step", "*"),))  # a variable after any step
+VARIABLE = Quantity.of("variable", "variable 0 after step 1", name="0", step=1)
 
 
 def test_a_model_with_a_condition_predicts_nothing_where_the_condition_does_not_hold():
@@ -769,11 +776,10 @@ def test_a_model_with_a_condition_predicts_nothing_where_the_condition_does_not_
     property hands its own per-replica alternative, which the not-summed entry's loop-check
     signature would otherwise have predicted, and a reference value was called stale."""
     entry = deviations.Deviation("conditioned", ("*",), ">=2", ">=2", "s", (), "now", (
-        Signature("variable * after step *", "model", model="alternative_rule",
-                  condition="replica_copies_differ_in_the_control"),))
+        Signature(VARIABLES, "model", model="alternative_rule", condition="replica_copies_differ_in_the_control"),))
     held, not_held = CONDITION_CASES["replica_copies_differ_in_the_control"]
     ledger = deviations.Ledger((entry,))
-    seen = lambda given: Seen("variable 0 after step 1", 1.0, 1.0, _close, parse_spec("mirrored:2"),  # noqa: E731
+    seen = lambda given: Seen(VARIABLE, 1.0, 1.0, _close, parse_spec("mirrored:2"),  # noqa: E731
                               {"alternative": 2.0, **given})
     check = Check("conditioned model")
     check.equal([d.id for d, _ in ledger.stale(seen(not_held))], [], "stale where the condition did not hold")
@@ -786,10 +792,10 @@ def test_an_entry_whose_model_lands_on_the_reference_speaks_for_it():
     symmetric data): the entry whose model composes them predicts the reference there, so the
     other entry, which alone predicts another value, is not called stale; without it, it is."""
     alone = deviations.Deviation("alone", ("*",), ">=2", ">=2", "s", (), "now", (
-        Signature("variable * after step *", "model", model="alternative_rule"),))
+        Signature(VARIABLES, "model", model="alternative_rule"),))
     composed = deviations.Deviation("composed", ("*",), ">=2", ">=2", "s", (), "now", (
-        Signature("variable * after step *", "model", model="replicas_apply_their_own_gradients"),))
-    seen = Seen("variable 0 after step 1", 1.0, 1.0, _close, parse_spec("mirrored:2"),
+        Signature(VARIABLES, "model", model="replicas_apply_their_own_gradients"),))
+    seen = Seen(VARIABLE, 1.0, 1.0, _close, parse_spec("mirrored:2"),
                 {"alternative": 2.0, "unsummed": 1.0})
     check = Check("stale")
     check.equal([d.id for d, _ in deviations.Ledger((alone,)).stale(seen)], ["alone"], "the entry alone")
@@ -824,6 +830,43 @@ def test_a_signature_by_field_covers_the_quantities_whose_fields_it_names():
         Signature.parse({"quantity": {"sample_weight": True}, "kind": "band", "rtol": 1e-7}, "test")
     with pytest.raises(ValueError, match="a string, boolean or integer"):
         Signature.parse({"quantity": {"kind": "x", "replica": [1]}, "kind": "band", "rtol": 1e-7}, "test")
+
+
+def test_a_field_given_as_a_star_asks_only_that_the_field_is_there():
+    """``replica = "*"`` covers a quantity on any replica (an int field) and none that has no replica:
+    a property's variable on a local replica, not the loop check's variable of one step."""
+    from suite.harness.verdict.quantity import Quantity
+
+    sig = Signature.parse({"quantity": {"kind": "variable", "local_replica": "*", "step": "*"}, "kind": "model",
+                           "model": "alternative_rule"}, "test")
+    check = Check("quantity by field")
+    for what, want in [(Quantity.of("variable", "variable 0 on local replica 1 after step 2", name=0, local_replica=1,
+                                    step=2), True),
+                       (Quantity.of("variable", "variable 0 on local replica 1 after step 2", name=0, local_replica=1,
+                                    step=2).at(worker=1), True),
+                       (Quantity.of("variable", "variable dense/kernel (replica 1) after step 2", name="dense/kernel",
+                                    replica=1, step=2), False),
+                       (Quantity.of("variable", "variable 0 on replica 1 after epoch 2", name=0, local_replica=1,
+                                    epoch=2), False)]:
+        check.equal(sig.covers(what), want, f"covers {what!r}")
+
+
+def test_a_signature_by_field_speaks_for_the_loop_check_only_by_its_kinds():
+    """The loop check consults the signatures whose every kind is one of its quantities' kinds: a
+    property's ``{variable,fit logged loss}`` (fit's logs are no quantity of the loop check) stays out
+    of it; ``{variable,replicas}``, ``step`` and ``random layers`` are in."""
+    from suite.harness.loopcheck import differential
+
+    check = Check("speaks_for_the_loop_check")
+    for kind, want in [("variable", True), ("{variable,replicas}", True), ("step", True), ("random layers", True),
+                       ("{variable,fit logged loss}", False), ("*", False), ("embedding table", False)]:
+        sig = Signature.parse({"quantity": {"kind": kind}, "kind": "model", "model": "alternative_rule"}, "test")
+        check.equal(differential.speaks_for_the_loop_check(sig), want, f"a signature of kind {kind!r}")
+    led = differential.ledger(parse_spec("mirrored:2"), {"tensorflow": "2.16.1", "keras": "3.3.3"})
+    kinds = {s.quantity.kind for d in led.entries for s in d.signatures}
+    check.that(kinds and all(differential.speaks_for_the_loop_check(s) for d in led.entries for s in d.signatures),
+               "the kinds of the loop check's ledger under mirrored:2 on Keras 3.3", sorted(kinds),
+               "kinds of the loop check's quantities only")
 
 
 def test_the_sample_weight_entry_names_its_quantities_by_field():

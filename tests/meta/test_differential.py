@@ -15,6 +15,7 @@ from suite.harness.engines.pool import EngineError
 from suite.harness.loopcheck import controls, differential, usercheck
 from suite.harness.verdict import deviations
 from suite.harness.verdict.judgment import Check, PropertyFailure
+from suite.harness.verdict.quantity import Quantity
 
 INITIAL = [np.linspace(-1.0, 1.0, 64).reshape(8, 8), np.zeros(8)]
 UPDATE = [np.full((8, 8), 0.01), np.full(8, -0.02)]
@@ -197,7 +198,8 @@ def test_the_loop_check_and_a_property_name_the_same_entry_for_the_same_observat
         raised = _raised(AGGREGATION, frames)
         with deviations.in_force(deviations.Ledger(entries)) as ledger:
             try:
-                Check(parse_spec("central_storage:2")).returned(raised, "the random draws of dropout")
+                Check(parse_spec("central_storage:2")).returned(raised, Quantity.of(
+                    "random draws", "the random draws of dropout (worker 0)", layer="dropout", worker=0))
                 by_property = sorted(ledger.explained)[0]
             except PropertyFailure:
                 by_property = None

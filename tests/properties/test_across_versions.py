@@ -25,6 +25,7 @@ from suite.harness.drawing import cases
 from suite.harness.drawing.cases import ARCHS, arch_dict, training_cases
 from suite.harness.plugin import state
 from suite.harness.verdict.judgment import Check
+from suite.harness.verdict.quantity import Quantity
 from suite.harness.verdict.tolerances import between_engines
 
 
@@ -36,15 +37,22 @@ def _versions(request, spec) -> dict:
             "there": f"TF {there['tensorflow']} / Keras {there['keras']}"}
 
 
-def _agree(check: Check, there: list, here: list, attrs: list[str], what: str, **tol):
+def _agree(check: Check, there: list, here: list, attrs: list[str], what: str, kind: str | None = None, **tol):
     """Every worker's fields ``attrs`` (and per-replica ``local`` values) under the other version
-    equal the session's within both engines' rounding."""
+    equal the session's within both engines' rounding (``kind``: the quantities' kind, where a
+    known deviation names them by field)."""
     __tracebackhide__ = True
-    check.equal(len(there), len(here), f"{what}: workers answering")
+
+    def named(text: str, **fields):
+        return Quantity.of(kind, text, against="other version", **fields) if kind else text
+
+    check.equal(len(there), len(here), named(f"{what}: workers answering", workers=True))
     for w, (b, a) in enumerate(zip(there, here)):
         who = f" (worker {w})" if len(here) > 1 else ""
+        on = {"worker": w} if len(here) > 1 else {}
         for attr in attrs:
-            check.close(getattr(b, attr), getattr(a, attr), f"{what}: {attr}{who}, other version vs this one", **tol)
+            check.close(getattr(b, attr), getattr(a, attr),
+                        named(f"{what}: {attr}{who}, other version vs this one", attr=attr, **on), **tol)
 
 
 @pytest.mark.parametrize("dtype", cases.DTYPES)
@@ -65,9 +73,11 @@ def test_compute_average_loss_agrees_across_versions(engines, versioned_spec, dt
     for w, (b, a) in enumerate(zip(there, here)):
         check.equal(len(b.local), len(a.local), f"local results (worker {w})")
         for r, (x, y) in enumerate(zip(b.local, a.local)):
-            check.close(x, y, f"compute_average_loss replica {r} (worker {w}), other version vs this one",
+            check.close(x, y, Quantity.of("compute_average_loss", f"compute_average_loss replica {r} (worker {w}), other "
+                                          "version vs this one", replica=r, worker=w, against="other version"),
                         n_terms=n, override=between_engines())
-    _agree(check, there, here, ["total"], "SUM of compute_average_loss", n_terms=sum(sizes) + spec.replicas,
+    _agree(check, there, here, ["total"], "SUM of compute_average_loss", "compute_average_loss",
+           n_terms=sum(sizes) + spec.replicas,
            override=between_engines())
 
 
@@ -109,11 +119,15 @@ def test_training_steps_agree_across_versions(engines, versioned_spec, optimizer
     check.equal(len(there), len(here), "workers answering")
     for w, (b, a) in enumerate(zip(there, here)):
         who = f" (worker {w})" if len(here) > 1 else ""
+        on = {"worker": w} if len(here) > 1 else {}
         check.equal(len(b.history), len(a.history), f"steps trained{who}")
         for s, (got, want) in enumerate(zip(b.history, a.history)):
-            check.close(got.loss, want.loss, f"summed loss at step {s + 1}{who}, other version vs this one",
+            check.close(got.loss, want.loss, Quantity.of("summed loss", f"summed loss at step {s + 1}{who}, other version "
+                                                         "vs this one", step=s + 1, against="other version", **on),
                         kind="trained", override=between_engines("trained"))
             for v, (copies, expected) in enumerate(zip(got.params, want.params)):
                 for r, (x, y) in enumerate(zip(copies, expected)):
-                    check.close(x, y, f"variable {v} on local replica {r} after step {s + 1}{who}, other version "
-                                      "vs this one", kind="trained", n_terms=4, override=between_engines("trained"))
+                    check.close(x, y, Quantity.of("variable", f"variable {v} on local replica {r} after step {s + 1}{who}, "
+                                                  "other version vs this one", name=v, local_replica=r, step=s + 1,
+                                                  against="other version", **on),
+                                kind="trained", n_terms=4, override=between_engines("trained"))

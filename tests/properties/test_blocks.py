@@ -23,7 +23,7 @@ from suite.harness.drawing import cases
 from suite.harness.drawing.cases import ARCHS, arch_dict, training_cases
 from suite.harness.verdict import repro, tolerances
 from suite.harness.verdict.judgment import Check
-from suite.harness.verdict.quantity import Quantity
+from suite.harness.verdict.quantity import Quantity, at
 from tests.helpers import CHEAP, RETRACES, skip_if_xla_unsupported
 from tests.properties.test_training import check_history
 
@@ -223,11 +223,10 @@ def _check_batch_norm(check, results, want, bounds, spec, deviant=None):
     the derived rounding bounds (``bounds``); ``deviant``: per step, per quantity and replica,
     the inputs of the deviation models (``given``)."""
     for w, r in enumerate(results):
-        who = f" (worker {w})" if len(results) > 1 else ""
-        if not check.returned(r, f"BatchNormalization steps{who}"):
+        on = {"worker": w} if len(results) > 1 else {}  # Quantity.at: the field, and " (worker W)" in the text
+        if not check.returned(r, Quantity.of("batch norm steps", "BatchNormalization steps").at(**on)):
             continue  # a known deviation raised, as its signature predicts
         mine = ref.local_results(list(range(spec.replicas)), w, len(results))
-        on = {"worker": w} if who else {}  # Quantity.at: the field, and " (worker W)" in the text
         for s, (got, exp, bound) in enumerate(zip(r.steps, want, bounds)):
             for name in ("moving_mean", "moving_variance"):
                 copies = getattr(got, name)
@@ -420,11 +419,12 @@ def test_loss_scaling_skips_a_non_finite_step_on_every_replica(engines, spec, po
     _check_scaled_training(check, engines, spec, policy, scale, params, steps, poison)
 
 
-def _check_scaled_training(check, engines, spec, policy, scale, params, steps, poison, loop="the mixed-precision loop",
+def _check_scaled_training(check, engines, spec, policy, scale, params, steps, poison, non_finite_on_the_last_worker=False,
                            **probe_args):
     """Run the mixed-precision loop and check, per worker and step: the variables' and compute
     dtypes, the loss scale, that every variable stayed finite, and every replica's copies
-    within the derived bound (a step that made them non-finite ends the comparison)."""
+    within the derived bound (a step that made them non-finite ends the comparison).
+    ``non_finite_on_the_last_worker``: the case where only the last worker's gradients are poisoned."""
     want = ref_mp.scaled_training(MP_ARCH, params, steps, poison, MP_LR, scale, MP_INITIAL_SCALE, MP_GROWTH)
     replica0 = ref_mp.scaled_training(MP_ARCH, params, steps, poison, MP_LR, scale, MP_INITIAL_SCALE, MP_GROWTH,
                                       decided_by=[0])
@@ -434,12 +434,14 @@ def _check_scaled_training(check, engines, spec, policy, scale, params, steps, p
     results = engines.call(spec, "blocks.mixed_precision", policy=policy, scale=scale, arch=arch_dict(MP_ARCH),
                            params=params, steps=steps, poison=poison, initial_scale=MP_INITIAL_SCALE,
                            growth_steps=MP_GROWTH, **probe_args)
+    last_worker = {"non_finite_on_the_last_worker": True} if non_finite_on_the_last_worker else {}
+    loop = Quantity.of("mixed-precision loop", "the mixed-precision loop" + ", non-finite on the last worker" * bool(
+        last_worker), **last_worker)
     for w, r in enumerate(results):
-        who = f" (worker {w})" if len(results) > 1 else ""
-        if not check.returned(r, f"{loop}{who}", given={"poison": poison[:len(steps)], "workers": spec.workers}):
+        on = {"worker": w} if len(results) > 1 else {}  # Quantity.at: the field, and " (worker W)" in the text
+        if not check.returned(r, loop.at(**on), given={"poison": poison[:len(steps)], "workers": spec.workers}):
             continue  # a known deviation raised, as its signature predicts
         local = spec.replicas // len(results)
-        on = {"worker": w} if len(results) > 1 else {}  # Quantity.at: the field, and " (worker W)" in the text
         for s, (got, exp, alt, mine) in enumerate(zip(r.steps, want, replica0, own)):
             check.equal(got.scale, exp["scale"],
                         Quantity.of("loss scale", f"loss scale after step {s + 1}", step=s + 1).at(**on),
@@ -453,11 +455,13 @@ def _check_scaled_training(check, engines, spec, policy, scale, params, steps, p
                 break  # what follows a step that made the variables non-finite is not comparable
             for v, (copies, expected) in enumerate(zip(got.params, exp["params"])):
                 for c, copy in enumerate(copies):
-                    check.close(copy, expected, f"variable {v} on local replica {c} after step {s + 1}{who}",
+                    check.close(copy, expected, Quantity.of("variable", f"variable {v} on local replica {c} after step "
+                                                            f"{s + 1}", name=v, local_replica=c, step=s + 1).at(**on),
                                 override={"float32": (bounds[s], 2.0 ** -22)},
                                 given={"unsummed": mine["params"][w * local + c][v]})
-        check.equal(r.variable_dtypes, ["float32", "float32"], f"the variables' dtypes{who}", rule=MP_POLICY)
-        check.equal(r.output_dtype, policy.split("_")[1], f"the layer's compute dtype{who}", rule=MP_POLICY)
+        check.equal(r.variable_dtypes, ["float32", "float32"], str(at("the variables' dtypes", **on)), rule=MP_POLICY)
+        check.equal(r.output_dtype, policy.split("_")[1], str(at("the layer's compute dtype", **on)),
+                    rule=MP_POLICY)
 
 
 @pytest.mark.specs(lambda spec: spec.workers > 1)
@@ -477,7 +481,7 @@ def test_loss_scaling_skips_a_step_non_finite_on_another_worker(engines, spec, p
                                       for r in range(spec.replicas)], [1.0] * spec.replicas]
     check = Check(spec, "float32", {"policy": policy, "poison": poison}, rule=ref_mp.scaled_training)
     _check_scaled_training(check, engines, spec, policy, "dynamic", params, steps, poison,
-                           loop="the mixed-precision loop, non-finite on the last worker", collective_timeout=10.0)
+                           non_finite_on_the_last_worker=True, collective_timeout=10.0)
 
 
 VOCAB, DIM = 4, 2
@@ -541,7 +545,8 @@ def test_seeded_random_draws_repeat_and_replicas_draw_their_own(engines, spec, k
     results = engines.call(spec, "blocks.random_draws", kind=kind, seed=seed, shape=shape, steps=steps)
     differ, source = ref_random.replicas_draw_their_own(kind)
     check = Check(spec, case={"kind": kind, "seed": seed, "shape": shape}, rule=ref_random.replicas_draw_their_own)
-    if not all(check.returned(r, f"the random draws of {kind} (worker {w})") for w, r in enumerate(results)):
+    if not all(check.returned(r, Quantity.of("random draws", f"the random draws of {kind} (worker {w})", layer=kind,
+                                                       worker=w)) for w, r in enumerate(results)):
         return  # a known deviation raised, as its signature predicts
     runs = [[[d for r in results for d in r.runs[run][s]] for s in range(steps)] for run in range(2)]  # global replica order
     if kind == "dropout":  # the probe reports Dropout's output != 0 of a tensor of ones: its keep mask
@@ -557,7 +562,7 @@ def test_seeded_random_draws_repeat_and_replicas_draw_their_own(engines, spec, k
         shared = [bool(np.array_equal(draws[0], d)) for d in draws[1:]]
         per_worker = spec.replicas // spec.workers
         check.equal(shared, [not differ] * (spec.replicas - 1),
-                    "whether each replica's first draw equals replica 0's", hint=source,
+                    Quantity.of("shared draws", "whether each replica's first draw equals replica 0's"), hint=source,
                     given={"alternative": [True] * (spec.replicas - 1),  # every replica the same
                            # each worker's replicas as the first worker's: replica r as replica r % per_worker
                            "per_worker": [r % per_worker == 0 for r in range(1, spec.replicas)]})
@@ -585,7 +590,8 @@ def test_training_compiled_with_xla_matches_the_reference(engines, spec, jit, da
     snippet = repro.training(spec, arch_dict(arch), OPTIMIZERS[optimizer], DTYPE, params, steps)
     case = {"arch": arch_name, "optimizer": optimizer, "jit": jit, "sizes": [s[2] for s in steps]}
     check = Check(spec, DTYPE, case, snippet, rule=ref_model.train)
-    if all(check.returned(r, f"the step compiled with XLA ({jit}, worker {w})") for w, r in enumerate(results)):
+    if all(check.returned(r, Quantity.of("step", f"the step compiled with XLA ({jit}, worker {w})", compiled=str(jit),
+                                                       worker=w)) for w, r in enumerate(results)):
         check_history(results, history, check, initial=params, unsummed=(arch, params, optimizer, steps, {}))
 
 
@@ -610,15 +616,17 @@ def test_ema_of_the_weights_is_the_reference_average_on_every_replica(engines, s
     own_averages = [ref_model.ema(params, [{"params": st["params"][g]} for st in own], EMA_MOMENTUM, start)
                     for g in range(spec.replicas)]
     for w, r in enumerate(results):
-        who = f" (worker {w})" if len(results) > 1 else ""
-        if not check.returned(r, f"training with use_ema{who}"):
+        on = {"worker": w} if len(results) > 1 else {}
+        if not check.returned(r, Quantity.of("use_ema training", "training with use_ema").at(**on)):
             continue
         local = spec.replicas // len(results)
         check_history([r], history, check, unsummed=(arch, params, optimizer, steps, {}), first=w * local)
         for s, (got, want) in enumerate(zip(r.history, averages)):
             for v, (copies, expected) in enumerate(zip(got.averages, want)):
                 for c, copy in enumerate(copies):
-                    check.close(copy, expected, f"the average of variable {v} on local replica {c} after step {s + 1}{who}",
+                    check.close(copy, expected, Quantity.of("variable average", f"the average of variable {v} on local "
+                                                            f"replica {c} after step {s + 1}", name=v, local_replica=c,
+                                                            step=s + 1).at(**on),
                                 kind="trained", n_terms=4, given={"unsummed": own_averages[w * local + c][s][v]},
                                 rule=ref_model.ema)
 
@@ -638,6 +646,8 @@ def test_gradient_accumulation_applies_the_mean_every_n_steps(engines, spec, eng
     results = engines.call(spec, "training.train", arch=arch_dict(arch), optimizer="sgd", dtype=DTYPE,
                            params=params, steps=steps, options={"gradient_accumulation_steps": 2})
     check = Check(spec, DTYPE, {"arch": arch_name, "sizes": [s[2] for s in steps]}, rule=ref_model.train)
-    if all(check.returned(r, f"training with gradient_accumulation_steps (worker {w})") for w, r in enumerate(results)):
+    accumulating = [Quantity.of("gradient accumulation training", f"training with gradient_accumulation_steps (worker {w})",
+                                worker=w) for w in range(len(results))]
+    if all(check.returned(r, what) for r, what in zip(results, accumulating)):
         # Keras 3's iterations counts applied steps (its micro-steps // gradient_accumulation_steps)
         check_history(results, history, check, iterations=len(steps) // 2, calls=len(steps))

@@ -69,22 +69,27 @@ def _by_value(arrays: list) -> np.ndarray:
     return np.stack(sorted((np.asarray(a, np.float64) for a in arrays), key=lambda a: tuple(a.ravel())))
 
 
-def _check_state(got, history, under, check, what, counted=False, steps=(), restored_after=None, replica=0,
-                 unsummed=None):
+def _check_state(got, history, under, check, what, state, worker, counted=False, steps=(), restored_after=None,
+                 replica=0, unsummed=None):
     """``got`` against the reference state after ``history``, whose steps ran under the specs
     ``under`` (one per step: deviation models read where each metric update happened). The
     int64 Sum is compared where ``counted`` (the saved state; its restore is the property of
     test_integer_metric_state_survives_restore). Deviation models also read each replica's
     increments (``steps``: the ``(x, y, sizes)`` of every step), the steps before a restore
     (``restored_after``), the replica whose copy the worker reads (``replica``) and the state
-    under the not-summed model (``unsummed``: _unsummed's)."""
+    under the not-summed model (``unsummed``: _unsummed's). ``what`` heads each quantity's text; its
+    fields say which ``state`` it is (saved, restored, after restore) and on which ``worker``."""
     __tracebackhide__ = True
     last = history[-1]
+
+    def of(kind: str, text: str, **fields) -> Quantity:
+        return Quantity.of(kind, f"{what}: {text}", state=state, worker=worker, **fields)
     for v, (copies, expected) in enumerate(zip(got.params, last["params"])):
         for r, copy in enumerate(copies):
-            check.close(copy, expected, f"{what}: variable {v} on replica {r}", kind="trained", n_terms=4,
+            check.close(copy, expected, of("variable", f"variable {v} on replica {r}", name=v, replica=r), kind="trained",
+                        n_terms=4,
                         given={"unsummed": unsummed["params"][replica + r][v]} if unsummed else None)
-    check.equal(got.iterations, last["iterations"], f"{what}: optimizer iterations")
+    check.equal(got.iterations, last["iterations"], of("optimizer iterations", "optimizer iterations"))
     # slots matched by shape and value (optimizer variable names and order differ across Keras
     # versions): the optimizer's variables of each slot shape, in order of their values, against
     # the reference's slots of that shape in the same order
@@ -92,9 +97,10 @@ def _check_state(got, history, under, check, what, counted=False, steps=(), rest
     for shape in dict.fromkeys(slot.shape for slot in last["slots"]):
         mine = [p for p in pool if p.shape == shape]
         theirs = [slot for slot in last["slots"] if slot.shape == shape]
-        check.equal(len(mine), len(theirs), f"{what}: optimizer variables of shape {shape}")
+        check.equal(len(mine), len(theirs), of("optimizer variables", f"optimizer variables of shape {shape}",
+                                               shape=str(shape)))
         check.close(_by_value(mine), _by_value(theirs),
-                    f"{what}: optimizer slots of shape {shape}, in order of their values",
+                    of("optimizer slots", f"optimizer slots of shape {shape}, in order of their values", shape=str(shape)),
                     kind="trained", n_terms=4,
                     given={"unsummed": _by_value([s for s in unsummed["slots"] if s.shape == shape])}
                     if unsummed else None)
@@ -105,12 +111,13 @@ def _check_state(got, history, under, check, what, counted=False, steps=(), rest
     own = {"unsummed_replica_increments": [[[t, n] for t, n in step] for step in unsummed["replica_losses"]]} \
         if unsummed else {}
     # the metric states read in cross-replica context: each replica's SUM-aggregated (sync-on-read)
-    check.close(got.metrics["loss"], [total, count], f"{what}: loss Mean state (total, count)", kind="trained",
+    check.close(got.metrics["loss"], [total, count], of("loss Mean state", "loss Mean state (total, count)"), kind="trained",
                 n_terms=16, given={"start": [0.0, 0.0], "increments": [[t, n] for t, n in increments], "under": under,
                                    "replica_increments": [[[t, n] for t, n in step] for step in per_replica],
                                    **copies, **own}, rule=ref_metrics.cross_replica_result)
     if counted:
-        check.equal([int(v) for v in got.metrics["examples"]], [count], f"{what}: int64 Sum of the examples seen",
+        check.equal([int(v) for v in got.metrics["examples"]], [count],
+                    of("examples seen", "int64 Sum of the examples seen"),
                     given={"start": [0], "increments": [[n] for _, n in increments], "under": under,
                            "replica_increments": [[[n] for _, n in step] for step in per_replica], **copies},
                     rule=ref_metrics.cross_replica_result)
@@ -141,7 +148,7 @@ def test_checkpoint_restores_under_another_strategy(engines, spec, restore_specs
         for w, state in enumerate(saved):
             first = w * spec.replicas // len(saved)
             _check_state(state, before, [spec] * len(steps), Check(spec, dtype, case, rule=ref_model.train),
-                         f"saved state (worker {w})",
+                         f"saved state (worker {w})", "saved", w,
                          counted=True, steps=steps, replica=first,
                          unsummed=_unsummed(own[-1]["params"], own[-1]["slots"][first], losses))
         out = engines.call(target, "checkpoint.restore", arch=arch_dict(arch), optimizer=optimizer, dtype=dtype,
@@ -152,11 +159,11 @@ def test_checkpoint_restores_under_another_strategy(engines, spec, restore_specs
     check = Check(target, dtype, case, rule=ref_model.train)
     for w, r in enumerate(out):
         first = w * target.replicas // len(out)  # the worker's first replica
-        _check_state(r.restored, before, [spec] * len(steps), check, f"{where}: restored (worker {w})",
+        _check_state(r.restored, before, [spec] * len(steps), check, f"{where}: restored (worker {w})", "restored", w,
                      steps=steps, restored_after=len(steps), replica=first,
                      unsummed=_unsummed([own[-1]["params"][0]] * target.replicas, own[-1]["slots"][0], losses))
         _check_state(r.after, uninterrupted, [spec] * len(steps) + [target] * len(more), check,
-                     f"{where}: one step after restore vs uninterrupted run (worker {w})",
+                     f"{where}: one step after restore vs uninterrupted run (worker {w})", "one step after restore", w,
                      steps=steps + more, restored_after=len(steps), replica=first,
                      unsummed=_unsummed(own_more[-1]["params"], own_more[-1]["slots"][first],
                                         losses + [e["replica_losses"] for e in own_more]))

@@ -17,6 +17,7 @@ from reference.rules import Rule
 from suite.harness.drawing import cases
 from suite.harness.drawing.cases import ARCHS, arch_dict, floats, magnitudes
 from suite.harness.verdict.judgment import Check
+from suite.harness.verdict.quantity import Quantity
 from tests.helpers import RETRACES
 from tests.properties.test_training import check_history
 
@@ -146,7 +147,9 @@ def test_fit_trains_as_the_reference_on_the_global_batches(engines, spec, steps_
     # what the conditions of the entries whose fit raises read (suite/harness/verdict/signatures.py)
     seen = {"fit_first_split": steps[0][2], "steps_per_execution": steps_per_execution}
     whose = [f" (worker {w})" if len(results) > 1 else "" for w in range(len(results))]
-    returned = [check.returned(result, f"the step{who}", given=seen) for result, who in zip(results, whose)]
+    steps_run = [Quantity.of("step", "the step").at(**({"worker": w} if len(results) > 1 else {}))
+                 for w in range(len(results))]
+    returned = [check.returned(result, step, given=seen) for result, step in zip(results, steps_run)]
     if not all(returned):
         return  # fit raised as a known deviation predicts: nothing trained to compare
     for result, who in zip(results, whose):

@@ -82,7 +82,8 @@ def _check_compute_average_loss(engines, spec, dtype, weight_kind, data, jit="no
     case = {"sizes": sizes, "losses": losses, "weights": weights, "global_batch_size": gbs}
     check = Check(spec, dtype, case if jit == "none" else dict(case, jit=jit),
                   _avg_loss_repro(spec, losses, sizes, weights, weight_kind, gbs), rule=ref.compute_average_loss)
-    if not all(check.returned(r, f"compute_average_loss compiled with XLA ({jit}, worker {w})")
+    if not all(check.returned(r, Quantity.of("compute_average_loss", f"compute_average_loss compiled with XLA ({jit}, "
+                                                                       f"worker {w})", compiled=str(jit), worker=w))
                for w, r in enumerate(results)):
         return
     # whether the case has sample weights is a field of the quantity: known deviation
@@ -113,11 +114,15 @@ def test_summed_scaled_loss_equals_the_global_mean_on_even_splits(engines, spec,
     global_mean = float(np.mean(losses.astype(np.float64)))
     check = Check(spec, dtype, {"sizes": sizes, "losses": losses}, rule=ref.compute_average_loss)
     if len(set(sizes)) == 1:
-        check.on_workers(results, "total", global_mean, "SUM of compute_average_loss vs single-device mean", n_terms=n)
+        check.on_workers(results, "total", global_mean,
+                         Quantity.of("compute_average_loss", "SUM of compute_average_loss vs single-device mean",
+                                     reduced="SUM", against="single-device mean"), n_terms=n)
         return
     documented = sum(ref.compute_average_loss(part, None, None, spec.replicas)
                      for part in ref.split(losses, sizes))
-    check.on_workers(results, "total", documented, "SUM of compute_average_loss on an uneven split", n_terms=n)
+    check.on_workers(results, "total", documented,
+                     Quantity.of("compute_average_loss", "SUM of compute_average_loss on an uneven split", reduced="SUM",
+                                 split="uneven"), n_terms=n)
     if global_mean:
         factor = documented / global_mean
         note(f"uneven split {sizes}: summed scaled loss = {factor:.4f} x global mean")
@@ -136,7 +141,9 @@ def test_mean_metric_of_scaled_losses_reports_loss_over_replicas(engines, spec, 
     loss = float(np.mean(losses))
     check = Check(spec, dtype, {"sizes": sizes, "losses": losses}, rule=ref.compute_average_loss)
     check.on_workers(results, "total", loss, "summed scaled loss", n_terms=gbs)
-    check.on_workers(results, "tracked_mean", loss / spec.replicas, "Mean metric of the scaled losses (loss / replicas)",
+    check.on_workers(results, "tracked_mean", loss / spec.replicas,
+                     Quantity.of("Mean of scaled losses", "Mean metric of the scaled losses (loss / replicas)",
+                                 example="drawn"),
                      n_terms=gbs, given_per_worker=_tracker_inputs(losses, sizes, gbs, len(results)), rule=TRACKING)
 
 
@@ -149,7 +156,7 @@ def test_documented_loss_tracking_pitfall_example(engines, spec):
     check = Check(spec, "float64", {"sizes": [2, 2], "losses": [2.0, 3, 4, 5], "global_batch_size": 4},
                   rule=TRACKING)
     check.on_workers(results, "total", 3.5, "summed scaled loss")
-    check.on_workers(results, "tracked_mean", 1.75, "Mean of scaled losses",
+    check.on_workers(results, "tracked_mean", 1.75, Quantity.of("Mean of scaled losses", example="documented"),
                      given_per_worker=_tracker_inputs(np.array([2.0, 3, 4, 5]), [2, 2], 4, len(results)))
 
 
@@ -248,7 +255,7 @@ def test_keras_loss_reduction_inside_strategy_run(engines, spec, engine_versions
                                 f"loss = tf.keras.losses.{cls}(reduction={reduction!r}, **{kwargs!r})\n"
                                 "return loss(*my_slice(y_true, y_pred))")
     check = Check(spec, dtype, case, snippet, rule=ref_losses.keras_loss_in_replica)
-    what = f"{kind} loss, reduction {reduction!r}"
+    what = Quantity.of("keras loss", f"{kind} loss, reduction {reduction!r}", loss=kind, reduction=reduction)
     if isinstance(expected[0], ref_losses.Raises):
         for r in results:
             check.raises(r, expected[0], what)

@@ -16,6 +16,7 @@ from suite.common.catalog import METRIC_CLASSES
 from suite.harness.drawing import cases
 from suite.harness.verdict import repro
 from suite.harness.verdict.judgment import Check
+from suite.harness.verdict.quantity import Quantity
 from tests.helpers import RETRACES, skip_if_xla_unsupported
 
 
@@ -96,23 +97,28 @@ def _check_metric(engines, spec, engine_versions, kind, data, jit="none"):
                             "print('cross-replica result():', metric.result().numpy())\n")
     check = Check(spec, dtype, {"kind": kind, "sizes": [b[2] for b in batches], **({"jit": jit} if jit != "none" else {})},
                   snippet, rule=ref_metrics.cross_replica_result)
-    if not all(check.returned(r, f"the metric compiled with XLA ({jit}, worker {w})") for w, r in enumerate(results)):
+    if not all(check.returned(r, Quantity.of("metric update", f"the metric compiled with XLA ({jit}, worker {w})",
+                                                       compiled=str(jit), worker=w)) for w, r in enumerate(results)):
         return
     # deviation models may read each batch's increments of (total, count), summed over replicas,
     # each replica's own state, each batch's state of each replica, and the replica read
     check.on_workers(results, "result", ref_metrics.cross_replica_result(kind, states),
-                     f"{kind}.result() in cross-replica context", n_terms=n + 1,
+                     Quantity.of("metric result", f"{kind}.result() in cross-replica context", metric=kind,
+                                 context="cross-replica"), n_terms=n + 1,
                      given_per_worker=[{"kind": kind, "increments": increments, "replica_states": states,
                                         "batch_states": batch_states, "replica": w * spec.replicas // len(results)}
                                        for w in range(len(results))])
     for w, r in enumerate(results):
         if spec.kind in ("default", "one_device", "central_storage"):
             break  # plain variables, or CentralStorage's single aggregating copy
-        check.equal(sorted(set(r.variables)), ["SyncOnReadVariable"], f"{kind} state variables on worker {w}",
+        check.equal(sorted(set(r.variables)), ["SyncOnReadVariable"], Quantity.of("metric state variables",
+                                                                          f"{kind} state variables on worker {w}",
+                                                                          metric=kind, worker=w),
                     "metric state must be sync-on-read (SUM): each replica accumulates its own copy")
     check = dataclasses.replace(check, rule=ref_metrics.replica_context_result)
     for step, expected in enumerate(in_replica_expected):
         check.per_replica([r.in_replica[step] for r in results], expected,
-                          f"{kind}.result() inside strategy.run after batch {step + 1}", attr=None, n_terms=n + 1,
+                          Quantity.of("metric result", f"{kind}.result() inside strategy.run after batch {step + 1}",
+                                      metric=kind, context="replica", batch=step + 1), attr=None, n_terms=n + 1,
                           given=[{"kind": kind, "increments": increments[:step + 1],
                                   "batch_states": batch_states[:step + 1], "replica": r} for r in range(spec.replicas)])

@@ -17,7 +17,7 @@ from suite.harness.drawing import cases
 from suite.harness.drawing.cases import ARCHS, arch_dict, training_cases
 from suite.harness.verdict import repro
 from suite.harness.verdict.judgment import Check
-from suite.harness.verdict.quantity import Quantity
+from suite.harness.verdict.quantity import Quantity, probe_raised
 from suite.harness.verdict.tolerances import tolerance
 from tests.helpers import COSTLY
 
@@ -50,7 +50,9 @@ def check_history(results, history, check, initial=None, alternative=None, itera
         own = ref_model.train_unsummed(*unsummed[:4], **unsummed[4])
     for w, result in enumerate(results):
         who = f" (worker {w})" if len(results) > 1 else ""
-        if not check.returned(result, f"the step{who}"):  # a probe with options returns its step's exception
+        on = {"worker": w} if len(results) > 1 else {}  # the fields of ``who``
+        # a probe with options returns its step's exception
+        if not check.returned(result, Quantity.of("step", "the step").at(**on)):
             continue
         local = len(result.history[0].params[0]) if result.history else 1
         if initial is not None and history:
@@ -70,8 +72,10 @@ def check_history(results, history, check, initial=None, alternative=None, itera
                         # elements it kept are ones its own steps do not visibly move; else no prediction
                         given = {"unsummed": True if visible[moved].all() else None if changed
                                  else not (~visible[kept]).all()}
-                    check.equal(changed, True, f"variable {v} on local replica {r} after {len(history)} steps{who}: "
-                                "changed", f"every element should have changed from the initial parameters where the "
+                    check.equal(changed, True, Quantity.of("variable changed", f"variable {v} on local replica {r} after "
+                                                           f"{len(history)} steps{who}: changed", name=v, local_replica=r,
+                                                           steps=len(history), **on),
+                                "every element should have changed from the initial parameters where the "
                                 f"reference's steps change it by more than the tolerance ({int(moved.sum())} of "
                                 f"{moved.size} elements)",
                                 given=given if own is not None else None)
@@ -82,22 +86,26 @@ def check_history(results, history, check, initial=None, alternative=None, itera
             empty = {"empty": True} if s + 1 in nan_losses else {}
             mine = own[s] if own is not None else None
             if logged is not None:
-                check.close(got.loss, logged[s], f"fit's logged loss after step {s + 1}{who}", kind="trained",
+                check.close(got.loss, logged[s], Quantity.of("fit logged loss", f"fit's logged loss after step {s + 1}",
+                                                             step=s + 1).at(**on), kind="trained",
                             given=logged_given[s] if logged_given else None)
             else:
                 given = dict(empty, **({"alternative": other["loss"]} if other else {}),
                              **({"unsummed": mine["loss"]} if mine else {}))
-                check.close(got.loss, want["loss"], f"summed loss at step {s + 1}{who}", kind="trained",
+                check.close(got.loss, want["loss"], Quantity.of("summed loss", f"summed loss at step {s + 1}",
+                                                                step=s + 1).at(**on), kind="trained",
                             given=given or None)
             for v, (copies, expected) in enumerate(zip(got.params, want["params"])):
                 for r, copy in enumerate(copies):
                     given = dict(**({"alternative": other["params"][v]} if other else {}),
                                  **({"unsummed": mine["params"][first + w * local + r][v]} if mine else {}),
                                  **({"unscaled": unscaled[s]["params"][v]} if unscaled is not None else {}))
-                    check.close(copy, expected, f"variable {v} on local replica {r} after step {s + 1}{who}",
+                    check.close(copy, expected, Quantity.of("variable", f"variable {v} on local replica {r} after step "
+                                                            f"{s + 1}", name=v, local_replica=r, step=s + 1).at(**on),
                                 kind="trained", n_terms=4, given=given or None)
         check.equal(result.iterations, len(history) if iterations is None else iterations,
-                    f"optimizer.iterations{who} (one increment per applied step)",
+                    Quantity.of("optimizer iterations", f"optimizer.iterations{who} (one increment per applied step)",
+                                per="applied step", **on),
                     given={"alternative": calls} if calls is not None else None)
 
 
@@ -185,7 +193,8 @@ def _check_lazy(engines, spec, name: str, check: Check, lazy_model: bool = False
     for w, r in enumerate(engines.call(spec, "training.lazy_optimizer", name=name, lazy_model=lazy_model)):
         who = f"{name} (worker {w})"
         # the probe never builds the optimizer before its first step (the condition of a deviation that raises)
-        if not check.returned(r, f"{who}: two distributed steps", given={"optimizer_built": False}):
+        if not check.returned(r, Quantity.of("two distributed steps", f"{who}: two distributed steps", name=name, worker=w),
+                              given={"optimizer_built": False}):
             continue  # a known deviation raised, as its signature predicts
         check.equal(r.disagreeing, [], Quantity.of("replica copies differ", f"{who}: variables whose replica copies differ",
                                                    name=name, worker=w), given={"variables": r.names})
@@ -232,7 +241,7 @@ def test_short_last_batch_training_matches_the_reference_split(engines, spec, de
                            params=params, x=x, y=y, global_batch=g, epochs=epochs, denominator=denominator)
     per_epoch = len(split)
     check = Check(spec, dtype, {"G": g, "length": length, "denominator": denominator}, rule=ref_model.train)
-    check.given_for("probe training.train_dataset", check_given)
+    check.given_for(probe_raised("training.train_dataset"), check_given)
     for w, r in enumerate(results):
         for e, epoch in enumerate(r.epochs):
             want_sizes = [ref.local_results([len(p) for p in s], w, len(results)) for s in split]
@@ -243,6 +252,7 @@ def test_short_last_batch_training_matches_the_reference_split(engines, spec, de
             local = spec.replicas // len(results)
             for v, (copies, want) in enumerate(zip(epoch.params, expected)):
                 for c, copy in enumerate(copies):
-                    check.close(copy, want, f"variable {v} on replica {c} after epoch {e + 1} (worker {w})",
+                    check.close(copy, want, Quantity.of("variable", f"variable {v} on replica {c} after epoch {e + 1} "
+                                                        f"(worker {w})", name=v, local_replica=c, epoch=e + 1, worker=w),
                                 kind="trained", n_terms=4, given={"unsummed": mine[w * local + c][v]})
 

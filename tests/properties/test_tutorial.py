@@ -13,6 +13,7 @@ from reference import input as ref_input
 from reference.rules import Rule
 from suite.common.specs import parse_spec
 from suite.harness.verdict.judgment import Check
+from suite.harness.verdict.quantity import Quantity
 
 # what the stand-in data must look like: the keras.datasets.fashion_mnist.load_data docstring
 LOAD_DATA = Rule("documented", "keras.datasets.fashion_mnist.load_data docstring: x_train and x_test 'uint8 NumPy "
@@ -64,5 +65,6 @@ def test_tutorial_flow_trains_checkpoints_and_restores_without_a_strategy(engine
     given = {"kind": "accuracy", "replica_states": per_replica, "replica": 0,
              "increments": [(float(sum(correct[p].sum() for p in s)), float(sum(len(p) for p in s))) for s in split]}
     Check(spec, "float32", check.case, rule=RESTORES).close(
-        under, plain, "test accuracy under the strategy vs test accuracy restored without a strategy", given=given)
+        under, plain, Quantity.of("test accuracy restored", "test accuracy under the strategy vs test accuracy restored "
+                                  "without a strategy"), given=given)
     check.that(under >= 0.5, "test accuracy after 4 epochs", under, "well above chance (0.1): at least 0.5")

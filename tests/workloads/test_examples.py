@@ -170,8 +170,8 @@ def test_keras_dropout_sharing_masks_is_reported_as_its_deviation(spec, pool, su
     each replica draws its own and it passes."""
     v = checker(pool, "examples.mistakes:right_with_dropout").check(spec)
     led = differential.ledger(spec, suite_state.versions)
-    raises = [d.id for d, s in led.covering(differential.RANDOM_LAYERS_RAISED) if s.kind == "raises"]
-    draws = [d.id for d, s in led.covering(differential.SHARED_DRAWS)]
+    raises = [d.id for d, s in led.covering(differential.RAISED_IN[differential.RANDOM_LAYERS_RAISED]) if s.kind == "raises"]
+    draws = [d.id for d, s in led.covering(differential.DRAWS_SHARED)]
     want = ("BLOCKED", raises[0]) if raises else ("DEVIATION", draws[0]) if draws else ("PASS", None)
     check = Check(spec)
     check.equal([d.cause for d in v.diagnoses], [], "causes diagnosed for a right loop with Keras' Dropout",

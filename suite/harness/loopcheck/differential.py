@@ -814,10 +814,19 @@ RANDOM_LAYERS_RAISED = "the model's random layers in training mode"  # they rais
 SHARED_DRAWS = "whether each replica's first draw equals replica 0's"  # as the random-draws property names it
 
 
-# the quantities the loop check names (docs/check.md); a signature speaks for it only when its
-# quantity starts with one of them (a property's "* after step *" does not)
-QUANTITIES = ("loss after step ", "variable ", "optimizer variable ", "metric ", STEP, FACTORY, RANDOM_LAYERS_RAISED,
-              SHARED_DRAWS)
+# what the ledger is asked of where something raised (by its ``where``) and of the replicas' draws
+RAISED_IN = {STEP: Quantity.of("step", STEP), FACTORY: Quantity.of("factory", FACTORY),
+             RANDOM_LAYERS_RAISED: Quantity.of("random layers", RANDOM_LAYERS_RAISED)}
+DRAWS_SHARED = Quantity.of("shared draws", SHARED_DRAWS)
+LOOP_CHECK_KINDS = (*ROLES, "step", "factory", "random layers", "shared draws")
+
+def speaks_for_the_loop_check(signature) -> bool:
+    """Whether a signature may explain what the loop check observes: where every kind it names
+    (``variable``, ``{variable,replicas}``) is a kind of the loop check's quantities (a property's
+    ``{variable,fit logged loss}`` or ``*`` is not)."""
+    kind = signature.quantity.kind
+    return all(k in LOOP_CHECK_KINDS for k in (kind[1:-1].split(",") if kind.startswith("{") and kind.endswith("}")
+                                               else [kind]))
 
 
 def ledger(spec, versions: dict) -> deviations.Ledger:
@@ -826,10 +835,9 @@ def ledger(spec, versions: dict) -> deviations.Ledger:
     for the loop check's quantities."""
     scope = SCOPE.format(spec=spec.base.text)  # ``mirrored:2@tf215`` is in the scope of ``mirrored:2``
     return deviations.Ledger(tuple(
-        dataclasses.replace(d, signatures=tuple(s for s in d.signatures
-                                                if isinstance(s.quantity, str) and s.quantity.startswith(QUANTITIES)))
+        dataclasses.replace(d, signatures=tuple(s for s in d.signatures if speaks_for_the_loop_check(s)))
         for d in deviations.load()
-        if d.matches(scope) and d.applies_to(versions.get("tensorflow"), versions.get("keras"))))
+        if d.matches(scope) and d.applies_to(versions.get("tensorflow"), versions.get("keras"))), scope=scope)
 
 
 def judge_for(spec, versions: dict):
@@ -899,7 +907,7 @@ def verdict_of(spec: str, ref, runs: list, global_batch: int, rtol: float = RTOL
     if shared is not None and any(shared):
         keras_own = bool(dist.facts.get("random_layers_keras"))
         per = dist.replicas // max(1, len(runs))
-        seen = Seen(SHARED_DRAWS, shared, [False] * len(shared), lambda a, b: list(a) == list(b), spec_obj,
+        seen = Seen(DRAWS_SHARED, shared, [False] * len(shared), lambda a, b: list(a) == list(b), spec_obj,
                     {"alternative": [True] * len(shared), "per_worker": [r % per == 0 for r in range(1, dist.replicas)]}
                     if keras_own else None)  # only Keras' own random layers are what an entry describes
         entry = led.judge(seen)
@@ -929,7 +937,7 @@ def verdict_of(spec: str, ref, runs: list, global_batch: int, rtol: float = RTOL
         what = FACTORY if raised.where == SCRIPT_RAISED else raised.where if raised.where in (RANDOM_LAYERS_RAISED,
                                                                                               FACTORY) else STEP
         # a deviation's condition reads what the engine saw of the workload (an optimizer built in the step)
-        entry = led.judge(Seen(what, raised, None, lambda a, b: a == b, spec_obj, dist.facts), raised=True)
+        entry = led.judge(Seen(RAISED_IN[what], raised, None, lambda a, b: a == b, spec_obj, dist.facts), raised=True)
         if entry is not None:
             # the cause whose fix avoids the deviation is the way around it, not the loop's mistake
             around = [d for d in v.diagnoses if d.cause == entry.workaround]

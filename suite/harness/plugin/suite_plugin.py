@@ -229,7 +229,7 @@ def running(test, nodeid: str, in_scope: tuple, counted: tally.Tally):
         # derandomized draws would otherwise be seeded by the function alone: every spec with the
         # same replica count would see the same cases. The test id (spec included) seeds them.
         hypothesis.seed(zlib.crc32(nodeid.encode()))(test)
-    with deviations.in_force(deviations.Ledger(in_scope)) as ledger, tally.counting(test, counted):
+    with deviations.in_force(deviations.Ledger(in_scope, scope=nodeid)) as ledger, tally.counting(test, counted):
         yield ledger
 
 

@@ -21,6 +21,8 @@ import collections
 import contextlib
 import contextvars
 import dataclasses
+import json
+import os
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from ... import layout
+from .quantity import probe_raised
 from .signatures import CONDITIONS, NOTHING, Seen, Signature, glob
 
 PATH = layout.DEVIATIONS_FILE
@@ -107,8 +110,11 @@ class Ledger:
     compared: collections.Counter = dataclasses.field(default_factory=collections.Counter)
 
     given: dict = dataclasses.field(default_factory=dict)  # quantity -> what a condition reads (Check.given_for)
+    scope: str = ""  # the test id (or ``loop-check[SPEC]``) the entries were chosen for
 
-    def covering(self, what: str) -> list[tuple[Deviation, Signature]]:
+    def covering(self, what) -> list[tuple[Deviation, Signature]]:
+        if QUANTITY_LOG in os.environ:
+            log_quantity(os.environ[QUANTITY_LOG], self.scope, what)
         return [(d, s) for d in self.entries for s in d.signatures if s.covers(what)]
 
     def judge(self, seen: Seen, raised: bool = False) -> Deviation | None:
@@ -144,14 +150,15 @@ class Ledger:
     def explains_error(self, exc: BaseException) -> bool:
         """Whether a test's failure is a probe that raised (pool.ProbeError) what a ``raises``
         signature in scope says TensorFlow raises instead, for quantity ``probe <name>``: every
-        member, for a group (a hypothesis FlakyFailure). Counted like any explained mismatch."""
+        member, for a group (a hypothesis FlakyFailure). Counted like any explained mismatch.
+        (``quantity.probe_raised``: the quantity is ``{kind = "probe", probe = NAME}``.)"""
         members = list(exc.exceptions) if isinstance(exc, BaseExceptionGroup) else [exc]
         found = []
         for member in members:
             raised, probe = getattr(member, "raised", None), getattr(member, "probe", None)
             if raised is None or probe is None:
                 return False
-            what = f"probe {probe}"
+            what = probe_raised(probe)
             entry = self.judge(Seen(what, raised, None, lambda x, y: x == y, None, self.given.get(what)), raised=True)
             if entry is None:
                 return False
@@ -184,6 +191,20 @@ class Ledger:
                     out.append(f"{what}: returned a value where its condition {sig.condition} held, but known "
                                f"deviation {entry.id} predicts {sig.describe()}: update or retire the entry")
         return out
+
+
+# Where a run records every quantity a ledger is asked of (suite/harness/tools/quantity_log.py:
+# which signatures cover each, under two versions of the file: a signature rewritten by field
+# must cover what its text covered)
+QUANTITY_LOG = "TFDS_QUANTITY_LOG"
+
+
+def log_quantity(path: str, scope: str, what) -> None:
+    """Append one line ``{scope, text, kind, fields}`` (one write: lines of parallel workers stay whole)."""
+    record = {"scope": scope or os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0], "text": str(what),
+              "kind": getattr(what, "kind", None), "fields": [list(f) for f in getattr(what, "qualifiers", ())]}
+    with open(path, "a") as out:
+        out.write(json.dumps(record, default=repr) + "\n")
 
 
 # A rounding band shows only where a value is not representable in the rounded format, so one

@@ -33,7 +33,7 @@ import numpy as np
 from ... import layout
 from ...common.results import Raised
 from . import deviations
-from .quantity import at
+from .quantity import at, part
 from .signatures import CONDITIONS, Seen
 from .tolerances import tolerance
 
@@ -292,7 +292,7 @@ class Check:
             inputs = local_results(given, w, workers) if given is not None else [None] * len(mine)
             got = result if attr is None else getattr(result, attr)
             where = at(what, worker=w) if workers > 1 else what
-            self.equal(len(got), len(mine), f"{where}: local results", rule=rule)
+            self.equal(len(got), len(mine), part(where, "local results", ": local results"), rule=rule)
             for r, (a, e, g) in enumerate(zip(got, mine, inputs)):
                 self.close(a, e, at(where, replica=w * len(mine) + r), given=g, rule=rule, **tol)
 

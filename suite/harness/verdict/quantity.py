@@ -1,9 +1,9 @@
 """What a comparison is of, as a value: a ``Quantity`` has a kind (``compute_average_loss``),
 qualifiers (``sample_weight=True``, ``reduced="SUM"``, and the ``worker`` and ``replica`` that
 ``Check.per_replica`` adds) and the text a failure message shows. A known deviation's signature
-may name the quantities it covers by field (``quantity = {kind = "...", sample_weight = true}``
-in known_deviations.toml), so an entry's scope is a statement about the comparison, not a glob
-over its wording; the older signatures still match the text. No TensorFlow here."""
+names the quantities it covers by field (``quantity = {kind = "...", sample_weight = true}`` in
+known_deviations.toml), so an entry's scope is a statement about the comparison, never a glob over
+its wording: the text is for display only. No TensorFlow here."""
 
 from __future__ import annotations
 
@@ -39,6 +39,21 @@ class Quantity:
         return self.text
 
 
+def probe_raised(name: str) -> Quantity:
+    """A probe that raised as a whole (a test's ProbeError), as a raises signature names it: ``{kind = "probe",
+    probe = "training.train"}``."""
+    return Quantity.of("probe", f"probe {name}", probe=name)
+
+
+def part(what, kind: str, text: str):
+    """A part of ``what`` (a Quantity or plain text) that its comparison checks first, such as how
+    many local results it has: a quantity of its own ``kind`` (no signature of ``what``'s kind
+    covers it), ``of`` what, with what's fields and ``text`` appended (``: local results``)."""
+    if isinstance(what, Quantity):
+        return Quantity(what.text + text, kind, (("of", what.kind), *what.qualifiers))
+    return what + text
+
+
 def at(what, **where):
     """``what`` (a Quantity or plain text) on a worker and/or replica, as ``Quantity.at`` says."""
     if isinstance(what, Quantity):
@@ -50,7 +65,8 @@ def at(what, **where):
 @dataclasses.dataclass(frozen=True)
 class Pattern:
     """The quantities a signature covers, by field: the kind (a glob) and qualifiers that must
-    equal (a string value is a glob). Plain text never matches a Pattern."""
+    equal (a string value is a glob; ``"*"`` asks only that the field is there, whatever its
+    type: ``replica = "*"``). Plain text never matches a Pattern."""
 
     kind: str
     qualifiers: tuple[tuple[str, Any], ...] = ()
@@ -70,7 +86,10 @@ class Pattern:
         mine = dict(what.qualifiers)
         for key, want in self.qualifiers:
             got = mine.get(key)
-            if isinstance(want, str):
+            if want == "*":  # the field is there, whatever its value (a replica, a step)
+                if key not in mine:
+                    return False
+            elif isinstance(want, str):
                 if not isinstance(got, str) or not glob(want).fullmatch(got):
                     return False
             elif type(got) is not type(want) or got != want:

@@ -2,8 +2,9 @@
 
 An entry of ``known_deviations.toml`` excuses a failure only when what the test observed is
 what the entry says TensorFlow does instead. Each entry has one or more ``[[deviation.signature]]``
-tables; a signature covers the checks whose quantity (the ``what`` of a Check comparison)
-matches its ``quantity`` glob, and states the deviant behaviour as one of:
+tables; a signature covers the checks whose quantity (the ``what`` of a Check comparison, a
+``Quantity``) has the fields its ``quantity`` table names (quantity.py: ``Pattern``), and states
+the deviant behaviour as one of:
 
 ``model``
     ``model = "<name>"``, a function of MODELS below: the value TensorFlow computes instead,
@@ -646,7 +647,7 @@ NOTHING = object()  # a signature that predicts no particular value for this com
 
 @dataclasses.dataclass(frozen=True)
 class Signature:
-    quantity: str | Pattern  # a glob over the comparison's text, or its fields (quantity.py)
+    quantity: Pattern  # the fields of the comparisons it covers (quantity.py), never their text
     kind: str
     model: str | None = None
     rtol: float = 0.0
@@ -662,8 +663,8 @@ class Signature:
         if kind not in KINDS:
             raise ValueError(f"{where}: signature kind {kind!r} is not one of {KINDS}")
         if "quantity" not in table:
-            raise ValueError(f"{where}: a signature needs a quantity (a glob over check quantities, or a table of "
-                             f"their fields)")
+            raise ValueError(f"{where}: a signature needs a quantity (a table of the fields of the quantities it "
+                             f"covers: quantity = {{ kind = ... }})")
         unknown = set(table) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
             raise ValueError(f"{where}: unknown signature keys {sorted(unknown)}")
@@ -679,14 +680,15 @@ class Signature:
                              f"(one of {sorted(CONDITIONS)})")
         if "condition" in table and table["condition"] not in CONDITIONS:
             raise ValueError(f"{where}: condition {table['condition']!r} is not one of {sorted(CONDITIONS)}")
-        quantity = Pattern.parse(table["quantity"], where) if isinstance(table["quantity"], dict) else table["quantity"]
-        return cls(**{**table, "quantity": quantity, "origin": tuple(table.get("origin", ()))})
+        if not isinstance(table["quantity"], dict):
+            raise ValueError(f"{where}: quantity {table['quantity']!r} is text; name the quantities it covers by "
+                             f"field (quantity = {{ kind = ..., step = \"*\" }}): text is for display only")
+        return cls(**{**table, "quantity": Pattern.parse(table["quantity"], where),
+                      "origin": tuple(table.get("origin", ()))})
 
     def covers(self, what) -> bool:
-        """Whether this signature speaks of the comparison ``what`` (a Quantity, or text)."""
-        if isinstance(self.quantity, Pattern):
-            return self.quantity.matches(what)
-        return glob(self.quantity).fullmatch(str(what)) is not None
+        """Whether this signature speaks of the comparison ``what`` (a Quantity; plain text never)."""
+        return self.quantity.matches(what)
 
     def predicts(self, seen: Seen):
         """The deviant value this signature predicts for a value comparison, or NOTHING (a band
