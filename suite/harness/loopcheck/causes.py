@@ -1,7 +1,7 @@
 """The catalogue of causes the loop check diagnoses: per cause, its title (what the report names),
 its fix (what the report tells the user to do), the evidence that names it and its remedy in short
 (the two columns of docs/check.md's table, generated from here: ``python -m tests.docs_pages``).
-The evidence is found in differential.diagnose; ``evidence`` says in words what it checks.
+The evidence is found in diagnosis.diagnose; ``evidence`` says in words what it checks.
 Order: the table's, the loss's causes first, the scripts' last."""
 
 from __future__ import annotations
