@@ -6,14 +6,16 @@ and the CentralStorage metric deviation is predicted from its documented formula
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 
 from suite.common.results import Raised, WorkloadRun, WorkloadStep
 from suite.common.specs import parse_spec
 from suite.harness.engines.pool import EngineError
-from suite.harness.loopcheck import controls, differential, render, usercheck
+from suite.harness.loopcheck import causes, controls, diagnosis, differential, evidence, render, usercheck
 from suite.harness.loopcheck.causes import CAUSES
+from suite.harness.loopcheck.evidence import Observed
 from suite.harness.loopcheck.runs import first_difference, first_non_finite
 from suite.harness.verdict import deviations
 from suite.harness.verdict.judgment import Check, PropertyFailure
@@ -270,6 +272,110 @@ def test_a_cause_is_not_named_when_one_of_its_observations_contradicts_it():
     Check("diagnosis.diagnose").equal(_causes(_with_step1(two, [1.0, 1.0], half)), [],
                                          "causes for losses 2 x and gradients 1 x one device's")
 
+
+
+def _flat(shown) -> list:
+    return [p for place in shown for p in (place if isinstance(place, tuple) else (place,))]
+
+
+def test_the_catalogue_declares_every_predicate_s_place():
+    """Every predicate a cause is found by (causes.CAUSES, ``found_by``) has one place in the order
+    the report lists them (causes.SHOWN), and the precedence names only listed predicates: a root
+    cause (ENDS), a fallback (FALLBACKS), a predicate that subsumes others, listed before them
+    (SUBSUMES), a place of several with its order among them (TOGETHER)."""
+    check = Check("causes.SHOWN")
+    listed = _flat(causes.SHOWN)
+    found_by = [p for c in causes.CAUSES.values() for p in c.found_by]
+    check.equal(sorted(p.__name__ for p in listed), sorted(p.__name__ for p in found_by),
+                "the predicates listed against those of the catalogue, each once")
+    for p in (*causes.ENDS, *causes.FALLBACKS, *causes.SUBSUMES, *(q for v in causes.SUBSUMES.values() for q in v)):
+        check.that(p in listed, "a predicate of the precedence", p.__name__, "listed in SHOWN")
+    for holder, theirs in causes.SUBSUMES.items():
+        for p in theirs:
+            check.that(listed.index(holder) < listed.index(p), "subsumes", f"{holder.__name__} -> {p.__name__}",
+                       "the subsuming predicate listed first")
+    check.equal(sorted(map(len, causes.TOGETHER)), sorted(len(p) for p in causes.SHOWN if isinstance(p, tuple)),
+                "the places of several predicates, each with its order")
+
+
+def test_each_cause_s_evidence_is_evaluated_on_its_own(monkeypatch):
+    """Every predicate of the catalogue is evaluated, once, whatever the others find: here a script's
+    batch passed whole to every replica, a root cause after which the report names nothing, and the
+    losses' evidence of 'loss averaged per replica' holds too, found by its own predicate; no
+    predicate is tried only because another found nothing."""
+    check = Check("diagnosis.evaluate")
+    called = []
+
+    def spy(p):
+        @functools.wraps(p)
+        def wrapped(o):
+            called.append(p.__name__)
+            return p(o)
+        return wrapped
+
+    own = [[g + d for g, d in zip(G, D)], [g - d for g, d in zip(G, D)]]
+    ref = _with_step1(run(), [1.0], [G], rows=(48,))
+    dist = _with_step1(run(scale=2.0, replicas=2), [1.0, 1.0], own)
+    dist = dataclasses.replace(dist, facts={"undistributed_inputs": {"train.py:12": [48, 8]}})
+    _, _, mismatches = differential.compare(ref, dist)
+    check.equal([d.cause for d in diagnosis.diagnose(ref, dist, mismatches, 48)], ["batch_not_distributed"],
+                "the causes named")
+    for name, cause in causes.CAUSES.items():
+        monkeypatch.setitem(causes.CAUSES, name, dataclasses.replace(cause, found_by=tuple(map(spy, cause.found_by))))
+    found = diagnosis.evaluate(Observed(ref, dist, mismatches, 48))
+    check.equal(sorted(called), sorted(p.__name__ for p in _flat(causes.SHOWN)), "the predicates evaluated, each once")
+    check.equal(sorted(p.__name__ for p in found), ["batch_not_distributed", "loss_averaged_per_replica"],
+                "the predicates that hold")
+
+
+def test_both_causes_evidence_holds_and_the_declared_precedence_names_one():
+    """Each replica's example weights equal to its examples: the evidence of 'weighted loss normalised
+    by each replica's own weights' and of 'loss averaged per replica' both hold, each found by its own
+    predicate; the report names the first, which the catalogue says subsumes the second."""
+    check = Check("diagnosis.diagnose")
+    own = [[g + d for g, d in zip(G, D)], [g - d for g, d in zip(G, D)]]
+    ref = _with_step1(run(), [1.0], [G], rows=(48,))
+    dist = _with_step1(run(scale=2.0, replicas=2), [1.0, 1.0], own, weights=[24.0, 24.0])
+    _, _, mismatches = differential.compare(ref, dist)
+    found = diagnosis.evaluate(Observed(ref, dist, mismatches, 48))
+    check.equal(sorted(p.__name__ for p in found), ["loss_averaged_per_replica", "weighted_loss_normalized_per_replica"],
+                "the predicates that hold")
+    check.that(evidence.loss_averaged_per_replica in causes.SUBSUMES[evidence.weighted_loss_normalized_per_replica],
+               "SUBSUMES", "weighted_loss_normalized_per_replica", "subsumes loss_averaged_per_replica")
+    check.equal([d.cause for d in diagnosis.diagnose(ref, dist, mismatches, 48)],
+                ["weighted_loss_normalized_per_replica"], "the causes named")
+
+
+def test_precedence_is_applied_as_declared():
+    """With every predicate holding, the report lists the causes in the declared order up to the first
+    root cause; without the root causes, a subsumed predicate and the fallbacks are left out, and a
+    cause found two ways is named once, at its first place; a fallback is named alone."""
+    check = Check("diagnosis.named")
+    o = Observed(run(), run(), [], 48)
+    every = {p: [p.__name__] for p in _flat(causes.SHOWN)}
+
+    def names(found):
+        return [c for c, _ in diagnosis.named(found, o)]
+
+    check.equal(names(every), ["created_outside_scope", "batch_not_distributed"], "every predicate holding")
+    without = {p: v for p, v in every.items() if p is not evidence.batch_not_distributed}
+    check.equal(names(without), ["created_outside_scope", "keras_loss_reduction", "lazy_optimizer_build",
+                                 "identical_dropout_masks", "per_replica_batch_size"], "all but the script's root cause")
+    check.equal(diagnosis.named(without, o)[1][1], ["keras_loss_reduction_raised"],
+                "the evidence of a cause found two ways: its first place's")
+    no_ends = {p: v for p, v in every.items() if p not in causes.ENDS}
+    check.equal(names(no_ends), ["created_outside_scope", "keras_loss_reduction", "lazy_optimizer_build",
+                                 "identical_dropout_masks", "metric_from_one_replica", "metric_fed_scaled_loss",
+                                 "weighted_loss_normalized_per_replica", "gradients_aggregated_by_hand",
+                                 "optimizer_scaled_by_replicas", "shuffled_per_worker_before_sharding",
+                                 "input_not_sharded_per_worker", "regularization_not_scaled"], "no root cause holding")
+    fallbacks = {p: every[p] for p in causes.FALLBACKS}
+    check.equal(names(fallbacks), ["reduce_mean_for_sum"], "only the fallbacks holding")
+    check.equal(names({p: every[p] for p in causes.FALLBACKS[-2:]}), ["short_batch_weighted_differently"],
+                "the last two fallbacks holding")
+    custom = diagnosis.named(every, o, shown=(evidence.replicas_disagree, evidence.created_outside_scope), ends=(),
+                             subsumes={evidence.replicas_disagree: (evidence.created_outside_scope,)}, fallbacks=())
+    check.equal([c for c, _ in custom], ["replicas_disagree"], "a precedence given as data")
 
 def _control_case(keras_own: bool, clips: bool, control_scale: float = 2.0):
     """The loop's run and the control's, both moving twice one device's update on 2 replicas."""
