@@ -38,12 +38,12 @@ def test_file_parses_and_every_entry_has_existing_evidence():
 
 def test_each_workaround_names_a_catalogued_cause():
     """An entry's ``workaround`` is the cause whose fix avoids it in the user's code: it must be one
-    the loop check diagnoses (differential.CAUSES), or the BLOCKED verdict would show no way around."""
-    from suite.harness.loopcheck import differential
+    the loop check diagnoses (causes.CAUSES), or the BLOCKED verdict would show no way around."""
+    from suite.harness.loopcheck.causes import CAUSES
 
     for d in ENTRIES:
         if d.workaround is not None:
-            Check(d.id).that(d.workaround in differential.CAUSES, "workaround", d.workaround, "a catalogued cause")
+            Check(d.id).that(d.workaround in CAUSES, "workaround", d.workaround, "a catalogued cause")
 
 
 def test_patterns_name_existing_test_functions():

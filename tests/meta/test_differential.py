@@ -6,13 +6,17 @@ and the CentralStorage metric deviation is predicted from its documented formula
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 
 from suite.common.results import Raised, WorkloadRun, WorkloadStep
 from suite.common.specs import parse_spec
 from suite.harness.engines.pool import EngineError
-from suite.harness.loopcheck import controls, differential, usercheck
+from suite.harness.loopcheck import causes, controls, diagnosis, differential, evidence, render, usercheck
+from suite.harness.loopcheck.causes import CAUSES
+from suite.harness.loopcheck.evidence import Observed
+from suite.harness.loopcheck.runs import first_difference, first_non_finite
 from suite.harness.verdict import deviations
 from suite.harness.verdict.judgment import Check, PropertyFailure
 from suite.harness.verdict.quantity import Quantity
@@ -54,10 +58,10 @@ def test_small_differences_across_the_update_are_said_not_judged():
     check = Check("differential.verdict_of")
     ref = run()
     across = differential.verdict_of("mirrored:2", ref, [run(noise=1e-6, replicas=2)], 48, rtol=1e-6)
-    check.equal(across.status, "FAIL", "noise beyond a tight tolerance", differential.details(across))
+    check.equal(across.status, "FAIL", "noise beyond a tight tolerance", render.details(across))
     check.contains(" ".join(across.notes), ["lies across the update, not along it"], "the note")
     along = differential.verdict_of("mirrored:2", ref, [run(scale=1.005, replicas=2)], 48)
-    check.equal(along.status, "FAIL", "an update 0.5% too large", differential.details(along))
+    check.equal(along.status, "FAIL", "an update 0.5% too large", render.details(along))
     check.that(not any("across the update" in n for n in along.notes), "no such note", along.notes,
                "none for a difference along the update")
 
@@ -73,8 +77,8 @@ def test_a_replica_that_disagrees_is_a_difference():
 
 def test_the_reference_that_does_not_repeat_itself_names_the_variable():
     moved = run(noise=1e-3)
-    Check("differential.first_difference").equal(
-        (differential.first_difference(run(), run()), differential.first_difference(run(), moved).split(" (")[0]),
+    Check("runs.first_difference").equal(
+        (first_difference(run(), run()), first_difference(run(), moved).split(" (")[0]),
         (None, "variable kernel after step 1"), "what moved between two runs")
 
 
@@ -98,7 +102,7 @@ def test_central_storage_metrics_follow_the_documented_formula():
         v = differential.verdict_of("central_storage:2", ref, [dist], 8, spec_obj=parse_spec("central_storage:2"),
                                  versions=versions)
         check.equal((v.status, v.deviation[0] if v.deviation else None), want,
-                    f"verdict for metrics {metric} on Keras {versions['keras']}", differential.details(v))
+                    f"verdict for metrics {metric} on Keras {versions['keras']}", render.details(v))
 
 
 def _raised(message: str, frames: tuple, kind: str = "ValueError") -> Raised:
@@ -126,11 +130,11 @@ def test_a_raised_step_is_blocked_only_from_the_deviations_origin():
     v = _step_raised("central_storage:2", _raised(AGGREGATION, SEED_GENERATOR))
     check.equal((v.status, v.deviation[0] if v.deviation else None),
                 ("BLOCKED", "keras3-central-storage-replica-context-updates"), "Keras' Dropout raising",
-                differential.details(v))
+                render.details(v))
     v = _step_raised("central_storage:2", _raised(AGGREGATION, USERS_ASSIGN_ADD))
-    check.equal((v.status, v.deviations), ("FAIL", []), "the user's assign_add raising", differential.details(v))
+    check.equal((v.status, v.deviations), ("FAIL", []), "the user's assign_add raising", render.details(v))
     v = _step_raised("central_storage:2", _raised(AGGREGATION, SEED_GENERATOR), versions=KERAS2)
-    check.equal(v.status, "FAIL", "the same error on Keras 2, where no entry applies", differential.details(v))
+    check.equal(v.status, "FAIL", "the same error on Keras 2, where no entry applies", render.details(v))
 
 
 def test_a_users_deadlock_is_the_loops_failure():
@@ -141,7 +145,7 @@ def test_a_users_deadlock_is_the_loops_failure():
                       "DeadlineExceededError")
     v = _step_raised("multi_worker:2x1", timeout)
     Check("differential.verdict_of").equal((v.status, v.deviations), ("FAIL", []), "a user's deadlock",
-                                        differential.details(v))
+                                        render.details(v))
 
 
 def test_a_placeholder_error_is_blocked_only_where_the_optimizer_was_built_in_the_step():
@@ -158,13 +162,13 @@ def test_a_placeholder_error_is_blocked_only_where_the_optimizer_was_built_in_th
     v = _step_raised("mirrored:2", placeholder, facts=lazy)
     check.equal(([d.cause for d in v.diagnoses], v.status, v.deviation[0] if v.deviation else None),
                 ([], "BLOCKED", "keras3-lazy-optimizer-slots-mirrored"),
-                "an optimizer built in the first step", differential.details(v))
-    check.that(differential.CAUSES["lazy_optimizer_build"].fix in v.deviation[1], "the way around it shown",
+                "an optimizer built in the first step", render.details(v))
+    check.that(CAUSES["lazy_optimizer_build"].fix in v.deviation[1], "the way around it shown",
                v.deviation[1], "the fix of lazy_optimizer_build")
     built = {"optimizer_built": True, "optimizer_variables_before_step": 5, "optimizer_variables_after": 5}
     v = _step_raised("mirrored:2", placeholder, facts=built)
     check.equal(([d.cause for d in v.diagnoses], v.status, v.deviations), ([], "FAIL", []),
-                "the same error with the optimizer built before the step", differential.details(v))
+                "the same error with the optimizer built before the step", render.details(v))
 
 
 def test_shared_draws_of_keras_dropout_do_not_excuse_a_divergence():
@@ -180,10 +184,10 @@ def test_shared_draws_of_keras_dropout_do_not_excuse_a_divergence():
                                    facts={**facts, "random_layers_keras": keras_own})
         v = differential.verdict_of("mirrored:2", run(), [dist], 48, spec_obj=parse_spec("mirrored:2"), versions=KERAS3)
         check.equal((v.status, [d.cause for d in v.diagnoses]), want,
-                    f"update x{scale}, Keras' own Dropout: {keras_own}", differential.details(v))
+                    f"update x{scale}, Keras' own Dropout: {keras_own}", render.details(v))
         if keras_own:
             check.equal(v.deviation[0] if v.deviation else None, "keras3-dropout-mask-shared-by-replicas",
-                        "the deviation named", differential.details(v))
+                        "the deviation named", render.details(v))
 
 
 def test_the_loop_check_and_a_property_name_the_same_entry_for_the_same_observation():
@@ -207,7 +211,7 @@ def test_the_loop_check_and_a_property_name_the_same_entry_for_the_same_observat
                                                                              list(raised.frames)]})
         check.equal((by_property, v.deviation[0] if v.deviation else None), (want, want),
                     f"the entry named by the property and by the loop check, raised through {frames[1]}",
-                    differential.details(v))
+                    render.details(v))
 
 
 # -- causes named only when every observation they predict holds ----------------------------------
@@ -237,7 +241,7 @@ def test_each_gradient_cause_is_named_only_with_all_of_its_evidence():
     (the optimizer scaled by the replica count); the losses right only when weighted by each
     replica's example weights (normalised by its own weights); the losses right and each replica's
     own gradients summing to 2 x (the gradient of a per-replica mean)."""
-    check = Check("differential.diagnose")
+    check = Check("diagnosis.diagnose")
     two = run(scale=2.0, replicas=2)
     own = [[g + d for g, d in zip(G, D)], [g - d for g, d in zip(G, D)]]  # each replica's own gradients, summing to 2G
     half = [[x / 2 for x in rep] for rep in own]  # the same, summing to one device's G
@@ -267,9 +271,113 @@ def test_a_cause_is_not_named_when_one_of_its_observations_contradicts_it():
     cause fits (the old rule named it from one ratio)."""
     two = run(scale=2.0, replicas=2)
     half = [[(g + d) / 2 for g, d in zip(G, D)], [(g - d) / 2 for g, d in zip(G, D)]]
-    Check("differential.diagnose").equal(_causes(_with_step1(two, [1.0, 1.0], half)), [],
+    Check("diagnosis.diagnose").equal(_causes(_with_step1(two, [1.0, 1.0], half)), [],
                                          "causes for losses 2 x and gradients 1 x one device's")
 
+
+
+def _flat(shown) -> list:
+    return [p for place in shown for p in (place if isinstance(place, tuple) else (place,))]
+
+
+def test_the_catalogue_declares_every_predicate_s_place():
+    """Every predicate a cause is found by (causes.CAUSES, ``found_by``) has one place in the order
+    the report lists them (causes.SHOWN), and the precedence names only listed predicates: a root
+    cause (ENDS), a fallback (FALLBACKS), a predicate that subsumes others, listed before them
+    (SUBSUMES), a place of several with its order among them (TOGETHER)."""
+    check = Check("causes.SHOWN")
+    listed = _flat(causes.SHOWN)
+    found_by = [p for c in causes.CAUSES.values() for p in c.found_by]
+    check.equal(sorted(p.__name__ for p in listed), sorted(p.__name__ for p in found_by),
+                "the predicates listed against those of the catalogue, each once")
+    for p in (*causes.ENDS, *causes.FALLBACKS, *causes.SUBSUMES, *(q for v in causes.SUBSUMES.values() for q in v)):
+        check.that(p in listed, "a predicate of the precedence", p.__name__, "listed in SHOWN")
+    for holder, theirs in causes.SUBSUMES.items():
+        for p in theirs:
+            check.that(listed.index(holder) < listed.index(p), "subsumes", f"{holder.__name__} -> {p.__name__}",
+                       "the subsuming predicate listed first")
+    check.equal(sorted(map(len, causes.TOGETHER)), sorted(len(p) for p in causes.SHOWN if isinstance(p, tuple)),
+                "the places of several predicates, each with its order")
+
+
+def test_each_cause_s_evidence_is_evaluated_on_its_own(monkeypatch):
+    """Every predicate of the catalogue is evaluated, once, whatever the others find: here a script's
+    batch passed whole to every replica, a root cause after which the report names nothing, and the
+    losses' evidence of 'loss averaged per replica' holds too, found by its own predicate; no
+    predicate is tried only because another found nothing."""
+    check = Check("diagnosis.evaluate")
+    called = []
+
+    def spy(p):
+        @functools.wraps(p)
+        def wrapped(o):
+            called.append(p.__name__)
+            return p(o)
+        return wrapped
+
+    own = [[g + d for g, d in zip(G, D)], [g - d for g, d in zip(G, D)]]
+    ref = _with_step1(run(), [1.0], [G], rows=(48,))
+    dist = _with_step1(run(scale=2.0, replicas=2), [1.0, 1.0], own)
+    dist = dataclasses.replace(dist, facts={"undistributed_inputs": {"train.py:12": [48, 8]}})
+    _, _, mismatches = differential.compare(ref, dist)
+    check.equal([d.cause for d in diagnosis.diagnose(ref, dist, mismatches, 48)], ["batch_not_distributed"],
+                "the causes named")
+    for name, cause in causes.CAUSES.items():
+        monkeypatch.setitem(causes.CAUSES, name, dataclasses.replace(cause, found_by=tuple(map(spy, cause.found_by))))
+    found = diagnosis.evaluate(Observed(ref, dist, mismatches, 48))
+    check.equal(sorted(called), sorted(p.__name__ for p in _flat(causes.SHOWN)), "the predicates evaluated, each once")
+    check.equal(sorted(p.__name__ for p in found), ["batch_not_distributed", "loss_averaged_per_replica"],
+                "the predicates that hold")
+
+
+def test_both_causes_evidence_holds_and_the_declared_precedence_names_one():
+    """Each replica's example weights equal to its examples: the evidence of 'weighted loss normalised
+    by each replica's own weights' and of 'loss averaged per replica' both hold, each found by its own
+    predicate; the report names the first, which the catalogue says subsumes the second."""
+    check = Check("diagnosis.diagnose")
+    own = [[g + d for g, d in zip(G, D)], [g - d for g, d in zip(G, D)]]
+    ref = _with_step1(run(), [1.0], [G], rows=(48,))
+    dist = _with_step1(run(scale=2.0, replicas=2), [1.0, 1.0], own, weights=[24.0, 24.0])
+    _, _, mismatches = differential.compare(ref, dist)
+    found = diagnosis.evaluate(Observed(ref, dist, mismatches, 48))
+    check.equal(sorted(p.__name__ for p in found), ["loss_averaged_per_replica", "weighted_loss_normalized_per_replica"],
+                "the predicates that hold")
+    check.that(evidence.loss_averaged_per_replica in causes.SUBSUMES[evidence.weighted_loss_normalized_per_replica],
+               "SUBSUMES", "weighted_loss_normalized_per_replica", "subsumes loss_averaged_per_replica")
+    check.equal([d.cause for d in diagnosis.diagnose(ref, dist, mismatches, 48)],
+                ["weighted_loss_normalized_per_replica"], "the causes named")
+
+
+def test_precedence_is_applied_as_declared():
+    """With every predicate holding, the report lists the causes in the declared order up to the first
+    root cause; without the root causes, a subsumed predicate and the fallbacks are left out, and a
+    cause found two ways is named once, at its first place; a fallback is named alone."""
+    check = Check("diagnosis.named")
+    o = Observed(run(), run(), [], 48)
+    every = {p: [p.__name__] for p in _flat(causes.SHOWN)}
+
+    def names(found):
+        return [c for c, _ in diagnosis.named(found, o)]
+
+    check.equal(names(every), ["created_outside_scope", "batch_not_distributed"], "every predicate holding")
+    without = {p: v for p, v in every.items() if p is not evidence.batch_not_distributed}
+    check.equal(names(without), ["created_outside_scope", "keras_loss_reduction", "lazy_optimizer_build",
+                                 "identical_dropout_masks", "per_replica_batch_size"], "all but the script's root cause")
+    check.equal(diagnosis.named(without, o)[1][1], ["keras_loss_reduction_raised"],
+                "the evidence of a cause found two ways: its first place's")
+    no_ends = {p: v for p, v in every.items() if p not in causes.ENDS}
+    check.equal(names(no_ends), ["created_outside_scope", "keras_loss_reduction", "lazy_optimizer_build",
+                                 "identical_dropout_masks", "metric_from_one_replica", "metric_fed_scaled_loss",
+                                 "weighted_loss_normalized_per_replica", "gradients_aggregated_by_hand",
+                                 "optimizer_scaled_by_replicas", "shuffled_per_worker_before_sharding",
+                                 "input_not_sharded_per_worker", "regularization_not_scaled"], "no root cause holding")
+    fallbacks = {p: every[p] for p in causes.FALLBACKS}
+    check.equal(names(fallbacks), ["reduce_mean_for_sum"], "only the fallbacks holding")
+    check.equal(names({p: every[p] for p in causes.FALLBACKS[-2:]}), ["short_batch_weighted_differently"],
+                "the last two fallbacks holding")
+    custom = diagnosis.named(every, o, shown=(evidence.replicas_disagree, evidence.created_outside_scope), ends=(),
+                             subsumes={evidence.replicas_disagree: (evidence.created_outside_scope,)}, fallbacks=())
+    check.equal([c for c, _ in custom], ["replicas_disagree"], "a precedence given as data")
 
 def _control_case(keras_own: bool, clips: bool, control_scale: float = 2.0):
     """The loop's run and the control's, both moving twice one device's update on 2 replicas."""
@@ -296,7 +404,7 @@ def test_the_control_tells_tensorflows_divergence_from_the_loops():
         v = differential.verdict_of("mirrored:2", ref, [dist], 48, spec_obj=parse_spec("mirrored:2"), versions=KERAS3,
                                  control=control)
         check.equal((v.status, v.deviation[0] if v.deviation else None), want,
-                    f"Keras' own model {keras_own}, clipping {clips}, control x{control_scale}", differential.details(v))
+                    f"Keras' own model {keras_own}, clipping {clips}, control x{control_scale}", render.details(v))
 
 
 def test_a_step_with_random_draws_of_its_own_is_random_where_it_differs_and_never_fail():
@@ -311,7 +419,7 @@ def test_a_step_with_random_draws_of_its_own_is_random_where_it_differs_and_neve
     ref = _with_step1(ref, [1.0], [G], rows=(48,))
     spec = parse_spec("mirrored:2")
     v = differential.verdict_of("mirrored:2", ref, [averaged], 48, spec_obj=spec, versions=KERAS3)
-    check.equal((v.status, v.diagnoses), ("RANDOM", []), "the verdict where the runs differ", differential.details(v))
+    check.equal((v.status, v.diagnoses), ("RANDOM", []), "the verdict where the runs differ", render.details(v))
     check.contains(v.error or "", ["RngReadAndSkip", "StatelessRandomNormalV2", "cannot be compared"], "what it says")
     check.that(any("loss averaged per replica" in n for n in v.notes), "the notes", v.notes,
                "the cause whose evidence holds too, as a note")
@@ -344,7 +452,7 @@ def test_a_run_where_only_the_second_optimizers_state_differs_fails():
     v = differential.verdict_of("mirrored:2", gan(0.25, 1), [gan(0.5, 2)], 48, spec_obj=spec, versions=KERAS3)
     check.equal((v.status, [m.quantity for m in v.mismatches]),
                 ("FAIL", ["optimizer discriminator/adam/m (replica 0)", "optimizer discriminator/adam/m (replica 1)"]),
-                "the second optimizer's moments differing", differential.details(v))
+                "the second optimizer's moments differing", render.details(v))
     check.that(usercheck.Checker.control_fits(gan(0.25, 1)) is not None, "the control", "fits",
                "no control for two models and two optimizers")
 
@@ -375,20 +483,20 @@ def test_the_stand_in_speaks_for_tensorflow_where_the_users_classes_stop_the_con
     right = controls.stand_in_of(control, run(), [run(replicas=2)], judge=judge)
     check.equal(right.same_as_loop, False, "the control where the stand-in trains right")
     v = differential.verdict_of("mirrored:2", ref, [dist], 48, spec_obj=spec, versions=keras34, control=right)
-    check.equal(v.status, "FAIL", "the verdict where the stand-in trains right", differential.details(v))
+    check.equal(v.status, "FAIL", "the verdict where the stand-in trains right", render.details(v))
     apart = controls.stand_in_of(control, run(), [_copies_apart(run(scale=2.0, replicas=2))], judge=judge)
     check.equal((apart.same_as_loop, apart.entries), (True, ("keras3-gradients-not-summed-before-3.5",)),
                 "the control where the stand-in's copies are apart on Keras 3.4")
     v = differential.verdict_of("mirrored:2", ref, [dist], 48, spec_obj=spec, versions=keras34, control=apart)
     check.equal((v.status, sorted({i for i, _ in v.deviations})), ("DEVIATION", ["keras3-gradients-not-summed-before-3.5"]),
-                "the loop's verdict", differential.details(v))
+                "the loop's verdict", render.details(v))
     check.that(any("classes of the user's own" in n for n in v.notes), "the notes", v.notes, "the classes unverified")
     alike = dataclasses.replace(run(scale=2.0, replicas=2), facts=dict(facts))  # copies together, 2 x the update
     moved = controls.stand_in_of(controls.control_of(ref, ref, [alike], [alike]), run(),
                                      [run(scale=2.0, replicas=2)], judge=judge)
     v = differential.verdict_of("mirrored:2", ref, [alike], 48, spec_obj=spec, versions=keras34, control=moved)
     check.equal((moved.entries, v.status, [i for i, _ in v.deviations]), ((), "DEVIATION", ["unrecorded"]),
-                "a stand-in that diverges as no entry predicts", differential.details(v))
+                "a stand-in that diverges as no entry predicts", render.details(v))
 
 
 def test_the_stand_in_alone_turns_a_fail_into_its_deviation_only_where_it_diverges_the_same_way():
@@ -409,20 +517,20 @@ def test_the_stand_in_alone_turns_a_fail_into_its_deviation_only_where_it_diverg
         return controls.by_stand_in(v, run(), [stand], 48, judge=differential.judge_for(spec, versions))
 
     v = judged(apart, run(replicas=2), keras34)
-    check.equal(v.status, "FAIL", "a stand-in that trains right", differential.details(v))
+    check.equal(v.status, "FAIL", "a stand-in that trains right", render.details(v))
     check.that(any("trains here what it trains on one device" in n for n in v.notes), "the note", v.notes,
                "what the stand-in showed")
     v = judged(apart, _copies_apart(run(replicas=2)), keras34)
     check.equal((v.status, [i for i, _ in v.deviations], v.diagnoses),
                 ("DEVIATION", ["keras3-gradients-not-summed-before-3.5"], []), "the stand-in's copies apart on Keras 3.4",
-                differential.details(v))
+                render.details(v))
     averaged = dataclasses.replace(apart, steps=[dataclasses.replace(st, loss=2 * st.loss, replica_losses=[
         2 * x for x in st.replica_losses]) for st in apart.steps])
     v = judged(averaged, _copies_apart(run(replicas=2)), keras34)
     check.equal((v.status, [d.cause for d in v.diagnoses]), ("FAIL", ["loss_averaged_per_replica"]),
-                "a run with a cause of its own", differential.details(v))
+                "a run with a cause of its own", render.details(v))
     v = judged(apart, _copies_apart(run(replicas=2)), keras315)
-    check.equal(v.status, "FAIL", "the same where no entry applies", differential.details(v))
+    check.equal(v.status, "FAIL", "the same where no entry applies", render.details(v))
 
 
 def test_a_remedy_that_makes_the_run_train_as_one_device_is_the_entrys_deviation():
@@ -448,18 +556,18 @@ def test_a_remedy_that_makes_the_run_train_as_one_device_is_the_entrys_deviation
     v = controls.by_remedy(failed(), ref, [entry], rerun_with(run(replicas=2)), 48, spec=spec, versions=KERAS3)
     check.equal((v.status, [i for i, _ in v.deviations], v.diagnoses, asked),
                 ("DEVIATION", [entry.id], [], ["scaled_keras_losses"]), "the remedied run trains as one device",
-                differential.details(v))
+                render.details(v))
     check.contains(v.deviations[0][1], ["trains what it trains on one device", "TensorFlow/Keras, not the script"],
                    "its evidence")
     still = controls.by_remedy(failed(), ref, [entry], rerun_with(run(scale=1.5, replicas=2)), 48, spec=spec,
                                versions=KERAS3)
     check.equal((still.status, still.deviations), ("FAIL", []), "the remedied run still differs",
-                differential.details(still))
+                render.details(still))
     check.contains(" ".join(still.notes), [f"the remedy of known deviation {entry.id}), the run still differs"],
                    "the note")
     broken = controls.by_remedy(failed(), ref, [entry], rerun_with(EngineError("engine died")), 48, spec=spec,
                                 versions=KERAS3)
-    check.equal(broken.status, "FAIL", "a remedy that could not run", differential.details(broken))
+    check.equal(broken.status, "FAIL", "a remedy that could not run", render.details(broken))
     check.contains(" ".join(broken.notes), ["could not be made (engine died)"], "the note")
 
 
@@ -483,25 +591,25 @@ def test_per_replica_metric_copies_are_predicted_only_where_they_hold_one_device
     v = differential.verdict_of("mirrored:2", ref, [held], 48, spec_obj=spec, versions=keras36)
     check.equal((v.status, sorted({i for i, _ in v.deviations})),
                 ("DEVIATION", ["keras3-metric-state-per-replica-before-3.7"]), "copies holding one device's state",
-                differential.details(v))
+                render.details(v))
     other = dist([[[36.0, 24.0], [70.0, 24.0]], [[84.0, 48.0], [118.0, 48.0]]])  # a total one device never had
     v = differential.verdict_of("mirrored:2", ref, [other], 48, spec_obj=spec, versions=keras36)
-    check.equal(v.status, "FAIL", "copies holding another state", differential.details(v))
+    check.equal(v.status, "FAIL", "copies holding another state", render.details(v))
     v = differential.verdict_of("mirrored:2", ref, [held], 48, spec_obj=spec, versions=KERAS3)
-    check.equal(v.status, "FAIL", "the same copies on Keras 3.15, outside the entry's range", differential.details(v))
+    check.equal(v.status, "FAIL", "the same copies on Keras 3.15, outside the entry's range", render.details(v))
 
 
 def test_a_run_that_goes_non_finite_is_said_so_with_its_quantity_and_step():
     """first_non_finite names the first NaN or infinite quantity and its step; a spec's run that goes
     non-finite where the reference stays finite gets a note saying so (not only "got nan")."""
-    check = Check("differential.first_non_finite")
+    check = Check("runs.first_non_finite")
     ref = run()
-    check.equal(differential.first_non_finite(ref), None, "a finite run")
+    check.equal(first_non_finite(ref), None, "a finite run")
     blown = run(replicas=2)
     blown.steps[1].variables[1][1][:] = np.inf
-    check.equal(differential.first_non_finite(blown), "variable bias is infinite after step 2", "an infinite bias")
+    check.equal(first_non_finite(blown), "variable bias is infinite after step 2", "an infinite bias")
     blown.steps[1].variables[0][0].flat[0] = np.nan
-    check.equal(differential.first_non_finite(blown), "variable kernel is NaN after step 2", "a NaN kernel first")
+    check.equal(first_non_finite(blown), "variable kernel is NaN after step 2", "a NaN kernel first")
     v = differential.verdict_of("mirrored:2", ref, [blown], 48)
     check.contains(" ".join(v.notes), ["under mirrored:2 the run goes non-finite: variable kernel is NaN after step 2"],
                    "the verdict's notes")

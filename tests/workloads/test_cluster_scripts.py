@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from suite.common.specs import DEFAULT_SPECS, parse_spec
-from suite.harness.loopcheck import differential, scriptcheck
+from suite.harness.loopcheck import differential, render, scriptcheck
 from suite.harness.verdict.judgment import Check
 from tests.helpers import ROOT
 from tests.workloads.test_examples import _applies, trimmed
@@ -65,10 +65,10 @@ def test_the_multi_worker_tutorial_trains_as_on_one_device_and_leaves_no_file(te
     check = Check(spec)
     if _applies(LAZY, f"loop-check[{spec.text}]", suite_state.versions):
         check.equal((v.status, v.deviation[0] if v.deviation else None, v.diagnoses), ("BLOCKED", LAZY, []),
-                    "the tutorial's verdict", differential.details(v))
+                    "the tutorial's verdict", render.details(v))
     else:
         check.equal((v.status, [d.cause for d in v.diagnoses]), ("FAIL", ["shuffled_per_worker_before_sharding"]),
-                    "the tutorial's verdict", differential.details(v))
+                    "the tutorial's verdict", render.details(v))
     ref = c.reference(spec.replicas, spec.workers)
     check.equal(ref.facts["shuffled_before_sharding"], {"mnist.py:23": "shard at mnist.py:30"},
                 "the unseeded shuffle the dataset is sharded after")
@@ -137,7 +137,7 @@ def test_files_a_script_writes_reach_no_other_run_and_do_not_stay(spec, pool, tm
     before = _files(engines_tmp)
     v = scriptcheck.ScriptChecker(pool, str(tmp_path / "writer.py")).check(spec)
     check = Check(spec)
-    check.equal(v.status, "PASS", "the checkpoint-writing script", differential.details(v))
+    check.equal(v.status, "PASS", "the checkpoint-writing script", render.details(v))
     check.equal((sorted(os.listdir(tmp_path)), _files(engines_tmp) - before), (["writer.py"], set()),
                 "files left in the script's folder and in the engines' temporary folder")
 
@@ -194,7 +194,7 @@ def test_a_script_that_sets_tf_config_itself_runs_on_the_specs_cluster(spec, poo
     c = scriptcheck.ScriptChecker(pool, str(tmp_path / "sets_tf_config.py"))
     v = c.check(spec)
     check = Check(spec)
-    check.equal(v.status, "PASS", "the script setting TF_CONFIG", differential.details(v))
+    check.equal(v.status, "PASS", "the script setting TF_CONFIG", render.details(v))
     check.contains(" ".join(scriptcheck._script_notes(c)), [
         "the script set TF_CONFIG itself before building its strategy (2 worker; task worker 0)"], "the report's note")
     tasks = [info.tf_config["task"] for info in pool.call(spec, "engine.info")]
@@ -263,7 +263,7 @@ def test_each_zoo_scripts_verdict_and_cause(spec, script, case, pool):
     v = checker(pool, SCRIPTS / script, ["--case", case]).check(spec)
     named = [f"{d.model}: {d.cause}" if d.model else d.cause for d in v.diagnoses]
     Check(spec, case={"script": script, "case": case}).equal(
-        (v.status, named), expected(script, case, spec), f"{script} --case {case}", differential.details(v))
+        (v.status, named), expected(script, case, spec), f"{script} --case {case}", render.details(v))
 
 
 def test_both_optimizers_states_are_compared(pool):
@@ -283,6 +283,6 @@ def test_both_optimizers_states_are_compared(pool):
                                                 for i, copies in enumerate(st.optimizer)])
              for k, st in enumerate(ref.steps)]
     v = differential.verdict_of("default", ref, [dataclasses.replace(ref, steps=moved)], ref.facts["first_batch_rows"])
-    check.equal(v.status, "FAIL", "a run whose discriminator optimizer's last slot moved", differential.details(v))
-    check.contains(differential.details(v), ["step 2", f"optimizer {ref.optimizer_names[slot]} (replica 0)"],
+    check.equal(v.status, "FAIL", "a run whose discriminator optimizer's last slot moved", render.details(v))
+    check.contains(render.details(v), ["step 2", f"optimizer {ref.optimizer_names[slot]} (replica 0)"],
                    "where it diverged")

@@ -1,14 +1,15 @@
 """The check of a user's own loop (python -m suite.check; suite/harness/loopcheck/usercheck.py) on the
 examples: the custom-training guide's loop trains under every selected spec what it trains with
 no strategy, and each loop with one catalogued mistake is diagnosed with that cause and only
-that cause (examples/mistakes.py has one factory per cause of differential.CAUSES)."""
+that cause (examples/mistakes.py has one factory per cause of CAUSES)."""
 
 from __future__ import annotations
 
 import pytest
 
 from suite.common.specs import DEFAULT_SPECS
-from suite.harness.loopcheck import differential, usercheck
+from suite.harness.loopcheck import differential, render, usercheck
+from suite.harness.loopcheck.causes import CAUSES
 from suite.harness.verdict import deviations
 from suite.harness.verdict.judgment import Check
 from tests.helpers import ROOT
@@ -51,7 +52,7 @@ def test_the_guides_loop_trains_as_on_one_device(any_spec, pool):
     v = checker(pool, GUIDE).check(any_spec)
     Check(any_spec).that(right(v), "the guide's loop (examples/guide.py)", (v.status, v.deviations),
                          "PASS, or DEVIATION where a known deviation of TensorFlow predicts every difference",
-                         differential.details(v))
+                         render.details(v))
     Check(any_spec).equal(v.steps, 3, "steps compared")
 
 
@@ -63,8 +64,8 @@ def test_a_loop_with_random_draws_of_its_own_is_random_never_fail(any_spec, pool
     v = checker(pool, "examples.zoo:right_input_noise_from_a_generator").check(any_spec)
     check = Check(any_spec)
     want = "RANDOM" if any_spec.replicas > 1 else v.status
-    check.equal(v.status, want, "the verdict of a right loop with input noise of its own", differential.details(v))
-    check.that(v.status in ("PASS", "RANDOM"), "the verdict", v.status, "PASS or RANDOM", differential.details(v))
+    check.equal(v.status, want, "the verdict of a right loop with input noise of its own", render.details(v))
+    check.that(v.status in ("PASS", "RANDOM"), "the verdict", v.status, "PASS or RANDOM", render.details(v))
     if v.status == "RANDOM":
         check.contains(v.error, ["RngReadAndSkip"], "the op the verdict names")
 
@@ -78,7 +79,7 @@ def test_a_right_loop_fed_by_distribute_datasets_from_function_passes(spec, pool
     v = checker(pool, "examples.mistakes:right_from_function").check(spec)
     Check(spec).that(right(v), "examples.mistakes:right_from_function", (v.status, v.deviations),
                      "PASS, or DEVIATION where a known deviation of TensorFlow predicts every difference",
-                     differential.details(v))
+                     render.details(v))
 
 
 @pytest.mark.specs(lambda spec: True, without_deep=trimmed(ONE_OF_EACH))
@@ -86,7 +87,7 @@ def test_the_right_loop_of_the_mistakes_passes(any_spec, pool):
     v = checker(pool, "examples.mistakes:right").check(any_spec)
     Check(any_spec).that(right(v), "examples.mistakes:right", (v.status, v.deviations),
                          "PASS, or DEVIATION where a known deviation of TensorFlow predicts every difference",
-                         differential.details(v))
+                         render.details(v))
 
 
 def _applies(deviation: str, test_id: str, versions: dict) -> bool:
@@ -134,22 +135,22 @@ IN_SCRIPTS_ONLY = ("batch_not_distributed", "metric_from_one_replica", "shuffled
 
 
 @pytest.mark.specs(lambda spec: spec.replicas > 1, without_deep=trimmed(ONE_PER_KIND))
-@pytest.mark.parametrize("mistake", sorted(set(differential.CAUSES) - set(IN_THE_ZOO_ONLY) - set(IN_SCRIPTS_ONLY)))
+@pytest.mark.parametrize("mistake", sorted(set(CAUSES) - set(IN_THE_ZOO_ONLY) - set(IN_SCRIPTS_ONLY)))
 def test_each_catalogued_mistake_is_diagnosed_with_its_cause_only(spec, mistake, pool, suite_state):
     """Under one spec of every synchronous kind with 2 replicas (every such selected spec with --deep)."""
     v = checker(pool, f"examples.mistakes:{mistake}").check(spec)
     want, deviation = expected(mistake, spec, suite_state.versions)
     check = Check(spec)
     check.equal([d.cause for d in v.diagnoses], want, f"causes diagnosed for examples.mistakes:{mistake}",
-                differential.details(v))
+                render.details(v))
     if want:
-        check.equal(v.status, "FAIL", f"verdict of examples.mistakes:{mistake}", differential.details(v))
+        check.equal(v.status, "FAIL", f"verdict of examples.mistakes:{mistake}", render.details(v))
     elif deviation:
         check.equal((v.status in ("DEVIATION", "BLOCKED"), v.deviation[0] if v.deviation else None), (True, deviation),
-                    f"verdict (the loop is right) and deviation reported for {mistake}", differential.details(v))
+                    f"verdict (the loop is right) and deviation reported for {mistake}", render.details(v))
     else:  # harmless here: what one device trains (CentralStorage's metrics may carry their deviation)
         check.that(right(v) and (v.status == "PASS" or spec.strategy == "central_storage"),
-                   f"verdict of examples.mistakes:{mistake}", v.status, "PASS", differential.details(v))
+                   f"verdict of examples.mistakes:{mistake}", v.status, "PASS", render.details(v))
 
 
 @pytest.mark.specs(lambda spec: True, without_deep=trimmed(("mirrored:2", "parameter_server:2w1ps")))
@@ -159,7 +160,7 @@ def test_the_builtin_workloads_train_as_on_one_device(any_spec, name, pool):
     trained by the suite's canonical step (mirrored:2 and the parameter-server spec without --deep)."""
     v = checker(pool, f"suite.engine.workloads.builtin:{name}").check(any_spec)
     Check(any_spec).that(v.status == "PASS", f"suite.engine.workloads.builtin:{name}", v.status, "PASS",
-                         differential.details(v))
+                         render.details(v))
 
 
 @pytest.mark.specs(lambda spec: spec.replicas > 1, without_deep=trimmed(ONE_PER_KIND))
@@ -175,9 +176,9 @@ def test_keras_dropout_sharing_masks_is_reported_as_its_deviation(spec, pool, su
     want = ("BLOCKED", raises[0]) if raises else ("DEVIATION", draws[0]) if draws else ("PASS", None)
     check = Check(spec)
     check.equal([d.cause for d in v.diagnoses], [], "causes diagnosed for a right loop with Keras' Dropout",
-                differential.details(v))
+                render.details(v))
     check.equal((v.status, v.deviation[0] if v.deviation else None), want, "verdict and deviation",
-                differential.details(v))
+                render.details(v))
 
 
 def _exit(v) -> int:
@@ -191,7 +192,7 @@ def test_a_users_own_unaggregated_assign_add_is_the_loops_failure(spec, pool):
     assign_add: FAIL, exit 1 (no known deviation's origin is the user's frame)."""
     v = checker(pool, "examples.mistakes:assign_add_without_aggregation").check(spec)
     Check(spec).equal((v.status, v.deviations, _exit(v)), ("FAIL", [], 1),
-                      "verdict, deviations named and exit status", differential.details(v))
+                      "verdict, deviations named and exit status", render.details(v))
 
 
 @pytest.mark.specs(lambda spec: spec.strategy in ("mirrored", "multi_worker") and spec.replicas > 1,
@@ -203,9 +204,9 @@ def test_a_divergence_with_no_cause_beside_keras_dropouts_deviation_fails(spec, 
     v = checker(pool, "examples.mistakes:dropout_and_loss_scaled_by_root_replicas").check(spec)
     check = Check(spec)
     check.equal((v.status, [d.cause for d in v.diagnoses], _exit(v)), ("FAIL", [], 1),
-                "verdict, causes and exit status", differential.details(v))
+                "verdict, causes and exit status", render.details(v))
     check.that(any("trains here what it trains on one device" in n for n in v.notes), "the control's note",
-               v.notes, "the control trains right here: the divergence is the loop's", differential.details(v))
+               v.notes, "the control trains right here: the divergence is the loop's", render.details(v))
 
 
 def test_a_users_deadlock_is_not_excused():
@@ -223,4 +224,4 @@ def test_a_users_deadlock_is_not_excused():
         pool.close()
     Check("multi_worker:2x1").that(v.status in ("FAIL", "ERROR") and not v.deviations and _exit(v) in (1, 3),
                                    "a user's deadlock", (v.status, v.deviations, _exit(v)),
-                                   "FAIL or ERROR with no deviation named, exit 1 or 3", differential.details(v))
+                                   "FAIL or ERROR with no deviation named, exit 1 or 3", render.details(v))

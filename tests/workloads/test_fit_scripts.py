@@ -11,7 +11,7 @@ import dataclasses
 
 import pytest
 
-from suite.harness.loopcheck import differential, scriptcheck
+from suite.harness.loopcheck import differential, render, scriptcheck
 from suite.harness.verdict import deviations
 from suite.harness.verdict.judgment import Check
 from tests.helpers import ROOT
@@ -40,10 +40,10 @@ def blocked_or_right(check, v, entry_id: str, versions: dict, what: str) -> None
     __tracebackhide__ = True
     if applies(entry_id, versions):
         check.equal((v.status, [i for i, _ in v.deviations], [d.cause for d in v.diagnoses]),
-                    ("BLOCKED", [entry_id], []), what, differential.details(v))
+                    ("BLOCKED", [entry_id], []), what, render.details(v))
     else:
         check.that(right(v) and not v.diagnoses, what, (v.status, v.deviations),
-                   "PASS, or DEVIATION where a known deviation predicts every difference", differential.details(v))
+                   "PASS, or DEVIATION where a known deviation predicts every difference", render.details(v))
 
 
 @pytest.mark.specs(lambda spec: spec.kind in ("default", "one_device", "mirrored", "central_storage") and not spec.gpus
@@ -59,7 +59,7 @@ def test_the_fit_guide_trains_as_on_one_device(spec, pool):
     v = c.check(spec)
     check = Check(spec, case={"script": "fit_guide.py"})
     check.that(right(v) and not v.diagnoses, "the guide's fit", (v.status, v.deviations),
-               "PASS, or DEVIATION where a known deviation predicts every difference", differential.details(v))
+               "PASS, or DEVIATION where a known deviation predicts every difference", render.details(v))
     check.equal(v.steps, 3, "steps compared")
     ref = c.reference(*scriptcheck._reference_key(spec))
     metrics = sorted(ref.facts["metric_states"])  # (Keras 3's container of the compiled metrics: each of them)
@@ -85,8 +85,8 @@ def test_evaluates_results_are_compared(pool):
     v = differential.verdict_of("default", ref, [dataclasses.replace(ref, steps=[*ref.steps[:-1], halved])],
                              ref.facts["first_batch_rows"])
     check.equal((v.status, v.first_step), ("FAIL", len(ref.steps)), "a run whose evaluate loss is halved",
-                differential.details(v))
-    check.contains(differential.details(v), ["metric evaluate loss"], "what differs")
+                render.details(v))
+    check.contains(render.details(v), ["metric evaluate loss"], "what differs")
 
 
 @pytest.mark.specs(lambda spec: spec.kind == "mirrored" and spec.replicas == 1)
@@ -99,7 +99,7 @@ def test_steps_per_execution_compares_every_kth_batch_on_both_sides(spec, pool):
     v = c.check(spec)
     check = Check(spec, case={"steps_per_execution": 2})
     check.that(right(v) and not v.diagnoses, "the guide's fit, 2 batches an execution", (v.status, v.deviations),
-               "PASS, or DEVIATION where a known deviation predicts every difference", differential.details(v))
+               "PASS, or DEVIATION where a known deviation predicts every difference", render.details(v))
     ref = c.reference(*scriptcheck._reference_key(spec))
     run = c._run(c.on(spec), init=ref.initial, init_names=ref.names, init_trainable=ref.trainable,
                  late_init=ref.facts.get("late_values"))[0]
@@ -198,12 +198,12 @@ def test_the_fit_gan_trains_as_on_one_device_and_its_mistakes_are_named(spec, ca
     want = gan_expected(case, spec, c.versions)
     if want is None:
         check.that(right(v) and not v.diagnoses, f"fit_gan.py --case {case}", (v.status, v.deviations, named),
-                   "PASS, or DEVIATION where a known deviation predicts every difference", differential.details(v))
+                   "PASS, or DEVIATION where a known deviation predicts every difference", render.details(v))
     elif want[0] == "BLOCKED":
         check.equal((v.status, [i for i, _ in v.deviations], named), ("BLOCKED", [LAZY], []),
-                    f"fit_gan.py --case {case}", differential.details(v))
+                    f"fit_gan.py --case {case}", render.details(v))
     else:
-        check.equal((v.status, named), want, f"fit_gan.py --case {case}", differential.details(v))
+        check.equal((v.status, named), want, f"fit_gan.py --case {case}", render.details(v))
     if case == "right":
         ref = c.reference(*scriptcheck._reference_key(spec))
         check.equal((ref.facts["fit_own_train_step"], ref.facts["trains"], ref.facts["models"]),

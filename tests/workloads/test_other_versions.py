@@ -26,7 +26,7 @@ import pytest
 
 from suite.common.specs import parse_spec
 from suite.harness.engines import versions
-from suite.harness.loopcheck import differential, scriptcheck, usercheck
+from suite.harness.loopcheck import differential, render, scriptcheck, usercheck
 from suite.harness.verdict.judgment import Check
 from tests.helpers import ROOT
 from tests.workloads.test_examples import right
@@ -61,7 +61,7 @@ def test_on_keras34_a_right_subclassed_model_is_the_deviation_not_the_loop(pool)
     named = [i for i, _ in v.deviations]
     check.equal((v.status, NOT_SUMMED in named, "unrecorded" in named, [d.cause for d in v.diagnoses]),
                 ("DEVIATION", True, False, []), "the verdict of a right loop with a subclassed model",
-                differential.details(v))
+                render.details(v))
     check.that(any("classes of the user's own" in n for n in v.notes), "the verdict's notes", v.notes,
                "a note that the user's own classes were not verified")
 
@@ -72,7 +72,7 @@ def test_on_keras34_a_wrong_subclassed_model_keeps_its_own_cause(pool):
     Check("mirrored:2@tf217-keras34").equal((v.status, [d.cause for d in v.diagnoses]),
                                             ("FAIL", ["loss_averaged_per_replica"]),
                                             "the verdict of a subclassed model's loop that averages per replica",
-                                            differential.details(v))
+                                            render.details(v))
 
 
 @needs("tf217-keras34")
@@ -84,7 +84,7 @@ def test_on_keras34_a_right_loop_no_canonical_step_can_train_is_the_deviation_by
     check = Check("mirrored:2@tf217-keras34")
     check.equal((v.status, [i for i, _ in v.deviations], [d.cause for d in v.diagnoses]),
                 ("DEVIATION", [NOT_SUMMED], []), "the verdict of a right loop on weighted triples",
-                differential.details(v))
+                render.details(v))
     check.contains(v.deviations[0][1], ["stand-in control"], "what the deviation rests on")
 
 
@@ -94,7 +94,7 @@ def test_on_keras34_the_same_loop_averaging_per_replica_keeps_its_cause(pool):
     Check("mirrored:2@tf217-keras34").equal((v.status, [d.cause for d in v.diagnoses]),
                                             ("FAIL", ["loss_averaged_per_replica"]),
                                             "the verdict of the weighted-triple loop that averages per replica",
-                                            differential.details(v))
+                                            render.details(v))
 
 
 @needs("tf217-keras34")
@@ -111,7 +111,7 @@ def test_on_keras34_the_tutorial_script_is_the_deviation_by_the_stand_in(pool, a
     v = _CHECKERS[key].check(parse_spec("mirrored:2"))
     Check("mirrored:2@tf217-keras34").equal(
         (v.status, [i for i, _ in v.deviations], [d.cause for d in v.diagnoses]), ("DEVIATION", [NOT_SUMMED], []),
-        f"the verdict of the tutorial script {' '.join(args)}", differential.details(v))
+        f"the verdict of the tutorial script {' '.join(args)}", render.details(v))
 
 
 @needs("tf218-keras37")
@@ -121,7 +121,7 @@ def test_on_keras37_a_dropout_loop_is_blocked_at_build_time_by_the_entry(pool):
     v = checker.check(checker.on(parse_spec("mirrored:2")))
     check = Check("mirrored:2@tf218-keras37")
     check.equal((v.status, v.deviation[0] if v.deviation else None, v.diagnoses), ("BLOCKED", SEED_MEAN, []),
-                "the verdict of a right loop with Keras' Dropout", differential.details(v))
+                "the verdict of a right loop with Keras' Dropout", render.details(v))
     check.contains(v.error or "", ["the factory raised ValueError", "aggregation=MEAN and a non-floating dtype"],
                    "what raised")
     report = usercheck.Report("examples.mistakes:right_with_dropout", checker.versions, 48, 3, 1e-4, 1e-7, [], [v])
@@ -133,7 +133,7 @@ def test_on_keras38_the_dropout_loop_builds_and_no_spec_names_the_entry(pool):
     v = check_on(pool, "tf218-keras38", "examples.mistakes:right_with_dropout")
     Check("mirrored:2@tf218-keras38").equal((right(v), SEED_MEAN in [i for i, _ in v.deviations], v.steps),
                                             (True, False, 3), "the verdict of the Dropout loop on Keras 3.8.0",
-                                            differential.details(v))
+                                            render.details(v))
 
 
 def _verdict(pool, env: str, script, text: str, args=()) -> tuple:
@@ -165,10 +165,10 @@ def test_tensorflows_tutorials_train_on_the_keras_they_were_written_for(pool, sc
     check.equal(c.versions["keras"].split(".")[0], "2", "the engines' Keras generation")
     if causes:
         check.equal((v.status, [d.cause for d in v.diagnoses]), ("FAIL", causes), f"{script} on Keras 2",
-                    differential.details(v))
+                    render.details(v))
         return
     check.that(right(v) and not v.diagnoses, f"{script} on Keras 2", (v.status, v.deviations),
-               "PASS, or DEVIATION where a known deviation predicts every difference", differential.details(v))
+               "PASS, or DEVIATION where a known deviation predicts every difference", render.details(v))
     check.equal(v.steps, 3, "steps compared")
 
 
@@ -194,7 +194,7 @@ def test_the_multi_worker_fit_tutorial_trains_on_legacy_keras(pool, args, status
     named = sorted({i for i, _ in v.deviations}) if status == "DEVIATION" else []
     check.equal((v.status, named, [d.cause for d in v.diagnoses]),
                 (status, [LOGS_SUMMED] if status == "DEVIATION" else [], causes),
-                "the tutorial's fit on Keras 2", differential.details(v))
+                "the tutorial's fit on Keras 2", render.details(v))
     check.equal(v.steps, 3, "steps compared")
 
 
@@ -212,7 +212,7 @@ def test_on_keras34_the_fit_guide_names_the_entry_it_meets(pool, text, status, e
     v, _ = _verdict(pool, "tf217-keras34", FIT_GUIDE, text)
     Check(f"{text}@tf217-keras34", case={"script": "fit_guide.py"}).equal(
         (v.status, sorted({i for i, _ in v.deviations}), [d.cause for d in v.diagnoses]), (status, sorted(entries), []),
-        "the verdict of the guide's fit", differential.details(v))
+        "the verdict of the guide's fit", render.details(v))
 
 
 FIT_GAN = ROOT / "examples" / "scripts" / "fit_gan.py"
@@ -239,7 +239,7 @@ def test_on_keras34_the_fit_gan_tells_keras_deviation_from_its_mistakes(pool, ca
         f"{d.model}: {d.cause}" if d.model else d.cause for d in v.diagnoses)
     Check("mirrored:2@tf217-keras34", case={"script": "fit_gan.py", "case": case}).equal(
         (v.status, got, [] if status == "FAIL" else [d.cause for d in v.diagnoses]), (status, named, []),
-        f"fit_gan.py --case {case}", differential.details(v))
+        f"fit_gan.py --case {case}", render.details(v))
 
 
 UNSCALED = "keras3-loss-unscaled-before-3.8"
@@ -260,7 +260,7 @@ def test_on_keras36_the_fit_guide_is_the_deviation_its_remedy_removes(pool, args
     check = Check("mirrored:2@tf218-keras36", case={"script": "fit_guide.py", "args": args})
     check.equal((v.status, list(dict.fromkeys(i for i, _ in v.deviations)), [d.cause for d in v.diagnoses]),
                 ("DEVIATION", [UNSCALED, PER_REPLICA_STATE], []), "the verdict of the guide's fit",
-                differential.details(v))
+                render.details(v))
     check.contains(v.deviations[0][1], ["Keras 3.8's loss scaling", "trains what it trains on one device"],
                    "the remedy's evidence")
 
@@ -281,4 +281,4 @@ def test_on_keras36_the_fit_gan_metric_copies_are_keras_and_its_mistakes_its_own
     got = sorted({i for i, _ in v.deviations}) if status == "DEVIATION" else sorted(
         f"{d.model}: {d.cause}" if d.model else d.cause for d in v.diagnoses)
     Check("mirrored:2@tf218-keras36", case={"script": "fit_gan.py", "case": case}).equal(
-        (v.status, got), (status, named), f"fit_gan.py --case {case}", differential.details(v))
+        (v.status, got), (status, named), f"fit_gan.py --case {case}", render.details(v))

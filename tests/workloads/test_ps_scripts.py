@@ -12,7 +12,7 @@ import textwrap
 import pytest
 
 from suite.common.specs import parse_spec
-from suite.harness.loopcheck import differential, scriptcheck
+from suite.harness.loopcheck import render, scriptcheck
 from suite.harness.verdict.judgment import Check
 from tests.helpers import ROOT
 from tests.workloads.test_cluster_scripts import checker
@@ -33,7 +33,7 @@ def test_the_parameter_server_tutorials_loop_trains_as_on_one_device(ps_spec, po
     v = c.check(spec)
     check = Check(spec, case={"script": "parameter_server.py"})
     check.equal((v.status, v.diagnoses, v.agreed), ("PASS", [], c.steps), "the tutorial's verdict and steps agreed",
-                differential.details(v))
+                render.details(v))
     ref = c.reference(*scriptcheck._reference_key(spec))
     check.equal((ref.facts["step_mode"], ref.facts["closure_workers"]), ("schedules", [0, 1, 0]),
                 "how the reference's steps were told apart, and the workers of its closures (round robin)")
@@ -104,7 +104,7 @@ def test_each_closure_draws_from_the_iterator_of_the_worker_that_ran_it(ps_spec,
     c = scriptcheck.ScriptChecker(pool, str(path), steps=STEPS)
     v = c.check(spec)
     check = Check(spec, case={"steps": STEPS})
-    check.equal(v.status, "PASS", "the verdict", differential.details(v))
+    check.equal(v.status, "PASS", "the verdict", render.details(v))
     key = scriptcheck._reference_key(spec)
     ref = c.reference(*key)
     run = c._run(spec, init=ref.initial, init_names=ref.names, init_trainable=ref.trainable)[0]

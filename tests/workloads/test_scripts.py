@@ -20,7 +20,8 @@ import numpy as np
 import pytest
 
 from suite.common.specs import parse_spec
-from suite.harness.loopcheck import differential, scriptcheck
+from suite.harness.loopcheck import render, scriptcheck
+from suite.harness.loopcheck.causes import CAUSES
 from suite.harness.verdict.judgment import Check
 from tests.helpers import ROOT
 from tests.workloads.test_bad_input import check_cli
@@ -58,12 +59,12 @@ def test_the_tutorial_as_written_is_blocked_only_where_keras_cannot_build_its_op
     check = Check(any_spec)
     if _applies(LAZY, f"loop-check[{any_spec.text}]", suite_state.versions):
         check.equal((v.status, v.deviation[0] if v.deviation else None, v.diagnoses), ("BLOCKED", LAZY, []),
-                    "the tutorial's verdict", differential.details(v))
-        check.that(differential.CAUSES["lazy_optimizer_build"].fix in v.deviation[1], "the way around it",
+                    "the tutorial's verdict", render.details(v))
+        check.that(CAUSES["lazy_optimizer_build"].fix in v.deviation[1], "the way around it",
                    v.deviation[1], "the optimizer built in the scope")
     else:
         check.that(right(v), "the tutorial's verdict", (v.status, v.deviations),
-                   "PASS, or DEVIATION where a known deviation predicts every difference", differential.details(v))
+                   "PASS, or DEVIATION where a known deviation predicts every difference", render.details(v))
         check.equal(v.steps, 3, "steps compared")
 
 
@@ -75,7 +76,7 @@ def test_the_built_tutorial_trains_as_on_one_device(any_spec, pool):
     v = checker(pool, ["--build-optimizer"]).check(any_spec)
     check = Check(any_spec)
     check.that(right(v), "examples/scripts/tutorial.py -- --build-optimizer", (v.status, v.deviations),
-               "PASS, or DEVIATION where a known deviation predicts every difference", differential.details(v))
+               "PASS, or DEVIATION where a known deviation predicts every difference", render.details(v))
     check.equal(v.steps, 3, "steps compared")
 
 
@@ -264,14 +265,14 @@ def test_each_scripts_mistake_is_diagnosed_with_its_cause_only(spec, case, pool,
     check = Check(spec)
     if case.startswith("right"):
         check.that(right(v) and not v.diagnoses, f"mistakes.py --case {case}", (v.status, v.deviations),
-                   "PASS, or DEVIATION where a known deviation predicts every difference", differential.details(v))
+                   "PASS, or DEVIATION where a known deviation predicts every difference", render.details(v))
     elif case == "metric_from_one_replica" and suite_state.versions["keras"].startswith("2.") and v.error:
         check.equal((v.status, v.diagnoses), ("FAIL", []), f"mistakes.py --case {case} on Keras 2",
-                    differential.details(v))
+                    render.details(v))
         check.contains(v.error, ["does not support `assign_add` in cross-replica context"], "what raised")
     else:
         check.equal((v.status, [d.cause for d in v.diagnoses]), ("FAIL", [case]), f"mistakes.py --case {case}",
-                    differential.details(v))
+                    render.details(v))
 
 
 GET_STRATEGY = ENTRY.replace("def main():", "def main():  # noqa").replace(
@@ -286,7 +287,7 @@ def test_a_script_on_get_strategy_gets_the_specs_strategy(pool, tmp_path):
     c = scriptcheck.ScriptChecker(pool, str(tmp_path / "train.py"))
     v = c.check(parse_spec("mirrored:2"))
     check = Check("mirrored:2")
-    check.equal(v.status, "PASS", "a script on get_strategy()", differential.details(v))
+    check.equal(v.status, "PASS", "a script on get_strategy()", render.details(v))
     ref = c.reference(2)
     check.equal((ref.facts["constructed"], ref.facts["first_batch_rows"]), ([["get_strategy", ""]], 32),
                 "what the reference saw it build, and its global batch")
@@ -382,10 +383,10 @@ def test_a_model_with_no_input_built_in_the_step(any_spec, pool, suite_state, tm
     blocking = [e for e in BUILT_IN_THE_STEP if _applies(e, f"loop-check[{any_spec.text}]", suite_state.versions)]
     if blocking:
         check.equal((v.status, v.deviation[0] if v.deviation else None), ("BLOCKED", blocking[0]),
-                    "a model built in the step", differential.details(v))
+                    "a model built in the step", render.details(v))
     else:
         check.that(right(v) and not v.diagnoses, "a model built in the step", (v.status, v.deviations),
-                   "PASS, or DEVIATION where a known deviation predicts every difference", differential.details(v))
+                   "PASS, or DEVIATION where a known deviation predicts every difference", render.details(v))
         # made with the reference's values at creation: a run seeded otherwise starts from them all the same
         c = scriptcheck.ScriptChecker(pool, _CHECKERS[key].target, seed=1)
         other = c._run(c.on(any_spec), init=ref.initial, init_names=ref.names, init_trainable=ref.trainable,

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from suite.harness.loopcheck import differential, usercheck
+from suite.harness.loopcheck import render, usercheck
 from suite.harness.verdict.judgment import Check
 
 _CHECKER: list = []
@@ -36,7 +36,7 @@ def test_workload_trains_as_on_one_device(any_spec, workload_checker):
     v = workload_checker.check(any_spec)
     if v.status in ("DEVIATION", "BLOCKED"):
         pytest.xfail(f"{v.status}: known deviation {', '.join(dict.fromkeys(i for i, _ in v.deviations))} "
-                     f"(signature matched): {differential.details(v)}")
+                     f"(signature matched): {render.details(v)}")
     Check(any_spec).that(v.status == "PASS", f"workload {workload_checker.target}", v.status,
                          "PASS: it trains what it trains with no strategy on the global batch",
-                         differential.details(v))
+                         render.details(v))

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from suite.harness.loopcheck import differential, usercheck
+from suite.harness.loopcheck import render, usercheck
+from suite.harness.loopcheck.causes import CAUSES
 from suite.harness.verdict.judgment import Check
 from tests.helpers import ROOT
 from tests.workloads.test_examples import checker
@@ -39,7 +40,7 @@ def expected_outcome(name: str, kind: str) -> tuple[tuple[str, ...], list[str]]:
     if cause is None or kind in HARMLESS_ON.get(name, ()):
         # right (here): PASS, or DEVIATION where a known deviation predicted every difference
         return ("PASS", "DEVIATION"), []
-    if cause.rsplit(": ", 1)[-1] not in differential.CAUSES:  # "MODEL: cause" in a workload of several models
+    if cause.rsplit(": ", 1)[-1] not in CAUSES:  # "MODEL: cause" in a workload of several models
         return ("FAIL",), []  # no catalogued cause: the honest answer
     return ("FAIL",), [cause]
 
@@ -66,7 +67,7 @@ def test_the_zoo_gets_the_right_verdict_and_cause(spec, name, pool):
     allowed, causes = expected_outcome(name, spec.strategy)
     Check(spec).that(outcome in ("right cause", "right verdict") or (outcome == "no cause" and not causes),
                      f"examples.zoo:{name}", f"{outcome}: {v.status} {[d.cause for d in v.diagnoses]}",
-                     f"verdict in {allowed} with causes {causes}", differential.details(v))
+                     f"verdict in {allowed} with causes {causes}", render.details(v))
 
 
 def main() -> None:

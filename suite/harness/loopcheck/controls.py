@@ -19,7 +19,10 @@ from __future__ import annotations
 import dataclasses
 
 from ..engines.pool import EngineError
-from .differential import ATOL, RTOL, Verdict, compare, diagnose, short_error, stitch, verdict_of
+from .diagnosis import diagnose
+from .differential import ATOL, RTOL, Verdict, compare, verdict_of
+from .render import short_error
+from .runs import stitch
 
 
 @dataclasses.dataclass

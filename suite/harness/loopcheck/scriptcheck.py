@@ -25,7 +25,8 @@ from ...common.specs import parse_spec
 from ..engines import versions
 from ..engines.pool import EngineError, EnginePool, EngineUnavailable, ProbeError
 from ..engines.versions import engine_versions
-from . import controls, differential
+from . import controls, differential, render
+from .runs import first_difference, first_non_finite
 from .usercheck import CheckEngineError, CheckInputError, Report, _check_specs, _start_quietly, default_jobs, engine_failure
 
 INSIDE = " (in the replica function)"  # a read of the replica count inside strategy.run (the engine's mark)
@@ -198,7 +199,7 @@ class ScriptChecker:
             where = "it raised before its first step:" if first.raised.where == SCRIPT_RAISED else \
                 f"{first.raised.where} raised"
             raise CheckInputError(f"script {self.target!r}: on one device{told}, {where} {first.raised.type}: "
-                                  f"{differential.short_error(first.raised.message, 200)}"
+                                  f"{render.short_error(first.raised.message, 200)}"
                                   + self._keras2_hint(first.raised.message))
         facts = first.facts
         if not facts.get("constructed"):
@@ -214,11 +215,11 @@ class ScriptChecker:
         if not any(_moved(first)):
             raise CheckInputError(f"script {self.target!r}: no variable changed in {len(first.steps)} steps on one "
                                   "device: nothing to compare")
-        blown = differential.first_non_finite(first)
+        blown = first_non_finite(first)
         if blown is not None:
             raise CheckInputError(f"script {self.target!r} goes non-finite on one device{told}: {blown}; the check "
                                   "compares finite runs (a smaller learning rate, finite inputs)")
-        moved = differential.first_difference(first, second)
+        moved = first_difference(first, second)
         if moved is not None:
             raise CheckInputError(f"script {self.target!r} does not repeat itself on one device{told}: {moved} differs "
                                   "between two runs with the same seeds (an unseeded random op, a non-deterministic "

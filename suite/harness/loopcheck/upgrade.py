@@ -39,7 +39,8 @@ from ...common.specs import SpecError, parse_spec
 from ..engines import versions
 from ..engines.pool import EngineError, EnginePool, EngineUnavailable
 from ..verdict import deviations
-from . import differential
+from . import differential, render
+from .runs import stitch
 from .usercheck import EXIT, Checker, CheckInputError
 
 ATTRIBUTIONS = {
@@ -178,7 +179,7 @@ def _rows_differ(a, b, upto: int | None) -> tuple[int, list, list] | None:
 def _raised_line(run, label: str) -> str | None:
     if run.raised is None:
         return None
-    return f"on {label} {run.raised.where} raised {run.raised.type}: {differential.short_error(run.raised.message, 200)}"
+    return f"on {label} {run.raised.where} raised {run.raised.type}: {render.short_error(run.raised.message, 200)}"
 
 
 def judge_row(spec: str, a_runs: list, a_again: list, b_runs: list, va, vb, one_device: Row, labels: tuple,
@@ -186,7 +187,7 @@ def judge_row(spec: str, a_runs: list, a_again: list, b_runs: list, va, vb, one_
     """The row of a spec from both versions' runs under it (``a_again``: ``from`` once more, for the
     rounding allowance) and each version's loop-check verdict there (``va``, ``vb``); ``one_device``
     is the row of the runs with no strategy."""
-    a, again, b = (differential.stitch(r) for r in (a_runs, a_again, b_runs))
+    a, again, b = (stitch(r) for r in (a_runs, a_again, b_runs))
     a, b, notes = align(a, b)
     slack = allowance(a, align(again, again)[0]) if again is not None else 0.0
     agreed, worst, found = differential.compare(a, b, rtol + 2 * slack, atol)

@@ -40,7 +40,8 @@ from ..engines.pool import (
     ProbeError,
 )
 from ..engines.versions import engine_versions
-from . import controls, differential
+from . import controls, differential, render
+from .runs import first_difference, first_non_finite
 
 EXIT = {"PASS": 0, "FAIL": 1, "USAGE": 2, "ERROR": 3, "KNOWN": 4, "RANDOM": 5}
 
@@ -110,8 +111,8 @@ class Report:
                      "global batch), run twice: it repeats itself bit for bit")
         parts = [head, reference]
         parts += [f"note: {n}" for n in self.notes] if verbose or self.kind == "script" else []
-        parts += ["", differential.table(self.verdicts)] + self.skipped
-        failing = [differential.details(v, None if verbose else 6) for v in self.verdicts if v.status != "PASS"]
+        parts += ["", render.table(self.verdicts)] + self.skipped
+        failing = [render.details(v, None if verbose else 6) for v in self.verdicts if v.status != "PASS"]
         if failing:
             parts += [""] + failing
         parts += ["", self.summary()]
@@ -229,16 +230,16 @@ class Checker:
                 f"workload {self.target!r}: the reference run failed: {str(exc).splitlines()[0]}") from None
         if first.raised is not None:
             raise CheckInputError(f"workload {self.target!r}: with no strategy, {first.raised.where} raised "
-                                  f"{first.raised.type}: {differential.short_error(first.raised.message, 200)}")
+                                  f"{first.raised.type}: {render.short_error(first.raised.message, 200)}")
         rows = first.facts.get("first_batch_rows")
         if rows is not None and rows < self.global_batch:
             raise CheckInputError(f"workload {self.target!r}: its dataset gave {rows} examples, fewer than one global "
                                   f"batch of {self.global_batch} (use a larger dataset or --global-batch)")
-        blown = differential.first_non_finite(first)
+        blown = first_non_finite(first)
         if blown is not None:
             raise CheckInputError(f"workload {self.target!r} goes non-finite with no strategy: {blown}; the check "
                                   "compares finite runs (a smaller learning rate, finite inputs)")
-        moved = differential.first_difference(first, second)
+        moved = first_difference(first, second)
         if moved is not None:
             raise CheckInputError(f"workload {self.target!r} does not repeat itself with no strategy: {moved} differs "
                                   "between two runs with the same seeds (an unseeded random op, a non-deterministic "
@@ -255,7 +256,7 @@ class Checker:
                 if canonical.raised is not None:
                     self.notes.append(f"the suite's canonical step (compute_average_loss of Workload.loss) could not "
                                       f"train this workload: {canonical.raised.type}: "
-                                      f"{differential.short_error(canonical.raised.message, 160)}")
+                                      f"{render.short_error(canonical.raised.message, 160)}")
                 elif found:
                     self.notes.append(f"on one device your step differs from the guide's canonical step "
                                       f"(compute_average_loss of Workload.loss plus the scaled model.losses) from step "
