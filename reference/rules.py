@@ -6,7 +6,7 @@ versions tested, cited by the source line that implements it. A failure of an ob
 says the behaviour changed since those versions, not that TensorFlow has a bug.
 ``@helper``: plain arithmetic the rules use (a formula, a slice), stating nothing about TF.
 
-``tests/meta/test_reference.py`` requires every public function of ``reference/`` to carry one.
+``tests/reference/test_reference.py`` requires every public function of ``reference/`` to carry one.
 """
 
 from __future__ import annotations

@@ -4,11 +4,11 @@
     python -m tests.docs_pages --check   # exit 1 and name the pages whose tables differ
 
 - docs/known_deviations.md: a row per entry of known_deviations.toml (``deviations.table``);
-- docs/mutants.md: a row per property, the mutants that kill it (``tests/meta/test_mutants.matrix``);
+- docs/mutants.md: a row per property, the mutants that kill it (``tests/mutation/test_mutants.matrix``);
 - docs/check.md: a row per cause the loop check diagnoses (``suite/harness/loopcheck/causes.table``).
 
 Each page's prose is written by hand; only the lines between its two markers are generated.
-``tests/meta/test_docs.py`` fails when a table differs from what this writes.
+``tests/lint/test_docs.py`` fails when a table differs from what this writes.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def tables() -> dict[Path, list[str]]:
     """Each generated page and the table it must hold."""
     from suite.harness.loopcheck import causes
     from suite.harness.verdict import deviations
-    from tests.meta.test_mutants import matrix
+    from tests.mutation.test_mutants import matrix
 
     return {ROOT / "docs" / "known_deviations.md": deviations.table(deviations.load()),
             ROOT / "docs" / "mutants.md": matrix(),

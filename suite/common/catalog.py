@@ -55,7 +55,7 @@ BENCH_BLOCKS = {
     "xla": "the replica's forward and backward pass in tf.function(jit_compile=True); apply_gradients outside it",
 }
 
-# Deliberately wrong engines for tests/meta/test_mutants.py: the pool switches one on per call
+# Deliberately wrong engines for tests/mutation/test_mutants.py: the pool switches one on per call
 # (probe ``engine.mutant``), or ``TFDS_MUTANT=<name>`` in an engine's environment at start
 # (suite/engine/mutants.py).
 MUTANTS = {

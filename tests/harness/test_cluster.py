@@ -146,7 +146,7 @@ def test_agent_and_cluster_errors_are_one_line(agents, tmp_path):
             ("a wrong key", addresses, new_key(), "refused the key"),
             ("an unreachable agent", [addresses[0], dead], KEY, f"agent {dead} could not be reached"),
             ("an uncovered task", addresses[:1], KEY, "no agent for task(s) worker 1")]:
-        proc = _pytest(["tests/meta/test_specs.py"], agents_given, key=key, timeout=120)
+        proc = _pytest(["tests/units/test_specs.py"], agents_given, key=key, timeout=120)
         check.equal(proc.returncode, 4, f"pytest's exit code with {what} (a usage error)", proc.stderr[-2000:])
         check.contains(proc.stderr, [phrase], f"pytest's error with {what}")
     env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}

@@ -5,7 +5,7 @@ the engine SIGKILLed mid-call, SIGSTOPped past the call's deadline, the call int
 handler, a reply frame cut short, a garbled frame). Every test or spec no fault touched keeps its
 outcome; each touched one is an error (the test fails or errors, the spec is ERROR); no engine process
 and no engine folder is left. Ctrl-C and SIGTERM of both are tests/workloads/test_interrupts.py, a
-results folder a killed run left is tests/meta/test_matrix_report.py.
+results folder a killed run left is tests/units/test_matrix_report.py.
 ``PYTHONPATH=. python tests/harness/test_fault_matrix.py`` prints the table."""
 
 from __future__ import annotations

@@ -296,7 +296,7 @@ def test_a_script_on_get_strategy_gets_the_specs_strategy(pool, tmp_path):
 def test_runs_with_other_variables_are_said_apart_not_compared():
     """Runs are compared variable by variable in creation order: a spec's run that created another
     variable (or another order) is said so, naming the first one apart, instead of being compared."""
-    from tests.meta.test_differential import run
+    from tests.units.test_differential import run
 
     ref = run()
     check = Check("scriptcheck._variables_apart")

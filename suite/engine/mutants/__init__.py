@@ -1,7 +1,7 @@
 """Deliberately wrong implementations, for the meta tests only.
 
 A mutant makes one probe compute something wrong the way a buggy training loop would;
-tests/meta/test_mutants.py runs the real properties against an engine with the mutant on and
+tests/mutation/test_mutants.py runs the real properties against an engine with the mutant on and
 requires them to fail (and to say why). The pool switches mutants per call (probe
 ``engine.mutant``; ``TFDS_MUTANT=<name>`` in an engine's environment sets the first). A switch
 drops the engine's cached models and traced functions. Off, nothing changes.

@@ -18,7 +18,7 @@ from . import replace
 def foreign(x):
     """Every number of a result moved off its value (floats by 0.1% + 0.001, integers by 1), every
     list of names given one more, every caught exception renamed: a wrong value that no known
-    deviation's signature describes (tests/meta/test_deviations.py)."""
+    deviation's signature describes (tests/units/test_deviations.py)."""
     if isinstance(x, Raised):
         return dataclasses.replace(x, type="ForeignError")
     if dataclasses.is_dataclass(x) and not isinstance(x, type):

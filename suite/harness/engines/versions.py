@@ -29,7 +29,7 @@ print(json.dumps({"tensorflow": tf, "keras": keras}))
 
 
 # Each TensorFlow 2.16+ minor with the Keras minor that was current when it was released (tox.ini's
-# as-shipped envs say where the dates come from; tests/meta/test_measured.py keeps the two in step)
+# as-shipped envs say where the dates come from; tests/units/test_measured.py keeps the two in step)
 AS_SHIPPED = {"2.16": "3.0", "2.17": "3.4", "2.18": "3.6", "2.19": "3.9", "2.20": "3.11", "2.21": "3.13"}
 
 

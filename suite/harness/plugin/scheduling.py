@@ -25,16 +25,16 @@ from ..engines import topology
 # Properties that call the engines of every selected spec (a checkpoint saved under the test's
 # spec is restored under a drawn one): all their items form one scope, so one worker runs them
 # and only that worker starts every spec's engine and traces their trainers (split by spec, both
-# workers did). tests/meta/test_parallel.py keeps this list equal to the properties taking
+# workers did). tests/units/test_parallel.py keeps this list equal to the properties taking
 # ``restore_specs``.
 CROSS_SPEC = ("tests/properties/test_checkpoint.py::test_checkpoint_restores_under_another_strategy",)
 
 
 # Modules whose tests share a module-scoped fixture that runs child processes (whole pytest sessions,
 # checks, an install): all their tests form one scope, so that fixture runs once (split test by test,
-# each worker that took one of them ran it again). tests/meta/test_parallel.py keeps each listed.
+# each worker that took one of them ran it again). tests/units/test_parallel.py keeps each listed.
 SHARED_SETUP = ("tests/harness/test_fault_matrix.py", "tests/workloads/test_hangs.py",
-                "tests/harness/test_bench_selection.py", "tests/meta/test_packaging.py")
+                "tests/harness/test_bench_selection.py", "tests/lint/test_packaging.py")
 
 
 def scope_of(nodeid: str, specs: frozenset[str]) -> str:

@@ -1,4 +1,4 @@
-"""Properties against mutants, many in one pytest session (tests/meta/test_mutants.py):
+"""Properties against mutants, many in one pytest session (tests/mutation/test_mutants.py):
 
     pytest -p suite.harness.tools.mutation --mutation-plan PLAN.json --mutation-out OUT.json TEST_IDS
 

@@ -15,7 +15,7 @@ from suite.harness.reporting import across_versions, results_dir
 from suite.harness.verdict import deviations
 from suite.harness.verdict.judgment import Check
 from tests.helpers import run_pytest
-from tests.meta.test_report import _results, _write
+from tests.units.test_report import _results, _write
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -195,7 +195,7 @@ def test_an_empty_results_folder_is_a_one_line_error(tmp_path):
 
 
 def test_results_dir_writes_the_runs_folder_named_by_its_versions(tmp_path, suite_state):
-    proc = run_pytest(["tests/meta/test_specs.py", "--results-dir", str(tmp_path)], 300, HYPOTHESIS_PROFILE="quick")
+    proc = run_pytest(["tests/units/test_specs.py", "--results-dir", str(tmp_path)], 300, HYPOTHESIS_PROFILE="quick")
     v = suite_state.versions
     folder = tmp_path / f"tf{v['tensorflow']}-keras{v['keras']}"
     check = Check("--results-dir")
@@ -211,7 +211,7 @@ def test_results_dir_writes_the_runs_folder_named_by_its_versions(tmp_path, suit
                 "the run id of conformance.xml and the one versions.json records")
     # a versions.json cut short (as a killed run of an older suite left it): the next run replaces it
     (folder / "versions.json").write_text('{"tensorflow": "2.')
-    again = run_pytest(["tests/meta/test_specs.py", "--results-dir", str(tmp_path)], 300, HYPOTHESIS_PROFILE="quick")
+    again = run_pytest(["tests/units/test_specs.py", "--results-dir", str(tmp_path)], 300, HYPOTHESIS_PROFILE="quick")
     check.equal(again.returncode, 0, "the next run's exit code", again.stdout[-2000:])
     check.equal(results_dir.file_run_id(folder / "conformance.xml"),
                 json.loads((folder / "versions.json").read_text())["conformance"]["tfds_run_id"], "the next run's ids")

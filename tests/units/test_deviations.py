@@ -1,5 +1,5 @@
 """The known-deviations file: well-formed, its evidence exists, its patterns name real tests,
-docs/known_deviations.md lists every entry (tests/meta/test_docs.py), and each entry excuses
+docs/known_deviations.md lists every entry (tests/lint/test_docs.py), and each entry excuses
 only what its signature describes: a
 foreign wrong value in a test it covers is a FAIL, never an XFAIL."""
 

@@ -69,7 +69,7 @@ def test_gpu_spec_without_gpus_skips_before_drawing_a_case():
 
 
 def test_unknown_spec_is_a_usage_error_before_any_engine_starts():
-    proc = run_pytest(["tests/meta/test_specs.py", "--strategies", "mirrored:2,warp_drive"], 120)
+    proc = run_pytest(["tests/units/test_specs.py", "--strategies", "mirrored:2,warp_drive"], 120)
     check = Check("mirrored:2,warp_drive")
     check.equal(proc.returncode, 4, "pytest's exit code (4: a usage error)", proc.stdout + proc.stderr)
     check.contains(proc.stderr, ["unknown strategy spec 'warp_drive'", "mirrored:N"], "pytest's error")
@@ -88,7 +88,7 @@ def test_a_spec_at_an_env_is_the_spec_run_by_another_interpreter():
         with pytest.raises(SpecError) as info:
             parse_spec(text)
         check.contains(str(info.value), [phrase], f"the error for {text!r}")
-    proc = run_pytest(["tests/meta/test_specs.py", "--strategies", "mirrored:2@no-such-env"], 120)
+    proc = run_pytest(["tests/units/test_specs.py", "--strategies", "mirrored:2@no-such-env"], 120)
     check.equal(proc.returncode, 4, "pytest's exit code for an env that does not exist (a usage error)")
     check.contains(proc.stderr, [".tox/no-such-env/bin/python", "tox -e no-such-env --notest"], "the usage error")
 

@@ -32,8 +32,8 @@ def test_scope_is_the_spec_of_a_test_else_the_test_itself():
          "spec parameter_server:2w1ps"),
         # not a selected spec, or no parameters: a scope of its own
         ("tests/properties/test_reduce.py::test_p[mirrored:3-float64]", None),
-        ("tests/meta/test_mutants.py::test_m[float32-sgd]", None),
-        ("tests/meta/test_check.py::test_c", None),
+        ("tests/mutation/test_mutants.py::test_m[float32-sgd]", None),
+        ("tests/units/test_check.py::test_c", None),
         # a property that restores under every spec: one scope for all its specs
         (CROSS_SPEC[0] + "[mirrored:2]", "cross-spec"),
         (CROSS_SPEC[0] + "[default]", "cross-spec"),

@@ -104,7 +104,7 @@ JUNIT = """<?xml version="1.0" encoding="utf-8"?>
 <testcase classname="tests.test_metrics" name="test_mean[default]" time="0.1"/>
 <testcase classname="tests.test_metrics" name="test_mean[tpu]" time="0.1">
   <skipped type="pytest.skip" message="no TPU"/></testcase>
-<testcase classname="tests.meta.test_specs" name="test_grammar" time="0.1"/>
+<testcase classname="tests.units.test_specs" name="test_grammar" time="0.1"/>
 </testsuite></testsuites>
 """
 

@@ -251,7 +251,7 @@ def plan(spec: str, keras: int | None = None) -> list[tuple[str, str, str]]:
 
 
 def test_every_mutant_has_a_case_and_every_kind_runs():
-    # foreign_result moves every probe result: tests/meta/test_deviations.py runs it
+    # foreign_result moves every probe result: tests/units/test_deviations.py runs it
     check = Check("MUTANTS")
     check.equal(sorted({c.mutant.removesuffix("@other") for c in CASES}), sorted(set(MUTANTS) - {"foreign_result"}),
                 "mutants with a case")
@@ -310,7 +310,7 @@ def matrix() -> list[str]:
 
 def test_every_property_has_a_row_in_the_mutation_matrix():
     """Every property in tests/properties is killed by some mutant (docs/mutants.md shows
-    ``matrix()``; tests/meta/test_docs.py keeps the page equal to it)."""
+    ``matrix()``; tests/lint/test_docs.py keeps the page equal to it)."""
     root = Path(__file__).resolve().parents[2]
     properties = set(re.findall(r"^def (test_\w+)\(", "\n".join(
         p.read_text() for p in (root / "tests" / "properties").glob("test_*.py")), re.M))
