@@ -77,6 +77,30 @@ def _remainder_dropped(original):
     return batch
 
 
+def _without_optimizer(original):
+    """A ``tf.train.Checkpoint`` built without the ``optimizer`` it is given: its slots and iterations are
+    neither saved nor restored, the model and the metrics are."""
+    def __init__(self, *args, **kwargs):
+        original(self, *args, **{k: v for k, v in kwargs.items() if k != "optimizer"})
+    return __init__
+
+
+class _NothingRestored:
+    """The status of a restore that read nothing: every check of it passes."""
+
+    def _self(self, *args, **kwargs):
+        return self
+
+    assert_consumed = assert_existing_objects_matched = assert_nontrivial_match = expect_partial = _self
+    run_restore_ops = initialize_or_restore = _self
+
+
+def _reads_nothing(original):
+    """``tf.train.Checkpoint.restore`` that restores nothing (the objects keep the values they have) and
+    reports success."""
+    return lambda self, save_path, options=None: _NothingRestored()
+
+
 PATCHES = {
     "local_batch_denominator": lambda: replace(tf.nn, "compute_average_loss", _local_mean),
     "scale_reg_not_divided": lambda: replace(tf.nn, "scale_regularization_loss", _not_divided),
@@ -86,4 +110,7 @@ PATCHES = {
     "bn_momentum_inverted": lambda: replace(keras.layers.BatchNormalization, "__init__", _momentum_inverted),
     "bn_not_synchronized": lambda: replace(keras.layers.BatchNormalization, "__init__", _not_synchronized),
     "short_batch_dropped": lambda: replace(tf.data.Dataset, "batch", _remainder_dropped),
+    "checkpoint_without_optimizer": lambda: replace(tf.train.Checkpoint, "__init__", _without_optimizer),
+    "counters_not_restored": lambda: replace(tf.train.Checkpoint, "restore", _reads_nothing),
+    "tutorial_restore_skipped": lambda: replace(tf.train.Checkpoint, "restore", _reads_nothing),
 }
