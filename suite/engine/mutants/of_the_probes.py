@@ -76,6 +76,15 @@ def _first_replica(original):
     return read_metric
 
 
+def _replica_zero_decides(original):
+    """The unscaled gradients with what is not finite on any replica but 0 replaced by zeros: what replica 0
+    cannot see never reaches the loss scale's check."""
+    def unscaled_gradients(opt, grads):
+        rid = tf.distribute.get_replica_context().replica_id_in_sync_group
+        return [tf.where(tf.math.is_finite(g) | tf.equal(rid, 0), g, tf.zeros_like(g)) for g in original(opt, grads)]
+    return unscaled_gradients
+
+
 def _exported_as_built(original):
     """The SavedModel written from a fresh copy of the model: the weights it has when built, not the
     ones loaded into it."""
@@ -97,5 +106,6 @@ PATCHES = {"foreign_result": lambda: replace(registry, "run", _moved),
            "metric_first_replica": lambda: replace(metrics, "read_metric", _first_replica),
            "unnormalised_multi_dim": lambda: replace(losses, "elements_per_example",
                                                      lambda original: lambda labels: tf.constant(1, tf.int32)),
+           "loss_scale_replica_zero_decides": lambda: replace(compat, "unscaled_gradients", _replica_zero_decides),
            "saved_model_before_load": lambda: replace(compat, "export_saved_model", _exported_as_built),
            "fashion_data_unseeded": lambda: replace(fashion, "load_data", _unseeded)}
