@@ -256,6 +256,14 @@ def _optional_skips_first():
     return lambda: [u() for u in reversed(undo)]
 
 
+def _gradients_doubled(original):
+    """``GradientTape.gradient`` returning twice each gradient (in Keras' own train step too)."""
+    def gradient(self, target, sources, *args, **kwargs):
+        return tf.nest.map_structure(lambda g: None if g is None else 2 * g,
+                                     original(self, target, sources, *args, **kwargs))
+    return gradient
+
+
 def _global_batch_per_replica(original):
     """``InputContext.get_per_replica_batch_size`` returning the global batch size it is given."""
     return lambda self, global_batch_size: global_batch_size
@@ -270,6 +278,7 @@ PATCHES = {
     "bn_momentum_inverted": lambda: replace(keras.layers.BatchNormalization, "__init__", _momentum_inverted),
     "bn_not_synchronized": lambda: replace(keras.layers.BatchNormalization, "__init__", _not_synchronized),
     "short_batch_dropped": lambda: replace(tf.data.Dataset, "batch", _remainder_dropped),
+    "fit_gradients_doubled": lambda: replace(tf.GradientTape, "gradient", _gradients_doubled),
     "ps_step_scheduled_twice": _scheduled_once_more,
     "ps_shards_reversed": _partitioners_one_shard_more,
     "ps_shards_on_one_task": lambda: replace(ParameterServerStrategyV2Extended, "_create_variable_round_robin",

@@ -13,7 +13,7 @@ import tensorflow as tf
 
 from ...common.results import Raised
 from .. import compat
-from ..probes import losses, metrics, registry
+from ..probes import losses, metrics, registry, training
 from ..workloads import fashion
 from . import replace
 
@@ -85,6 +85,11 @@ def _replica_zero_decides(original):
     return unscaled_gradients
 
 
+def _outside_scope(original):
+    """The optimizer created outside the strategy's scope (its variables then are not the strategy's)."""
+    return lambda strategy, name: getattr(compat.keras.optimizers, name)()
+
+
 def _exported_as_built(original):
     """The SavedModel written from a fresh copy of the model: the weights it has when built, not the
     ones loaded into it."""
@@ -107,5 +112,6 @@ PATCHES = {"foreign_result": lambda: replace(registry, "run", _moved),
            "unnormalised_multi_dim": lambda: replace(losses, "elements_per_example",
                                                      lambda original: lambda labels: tf.constant(1, tf.int32)),
            "loss_scale_replica_zero_decides": lambda: replace(compat, "unscaled_gradients", _replica_zero_decides),
+           "optimizer_outside_scope": lambda: replace(training, "optimizer_under", _outside_scope),
            "saved_model_before_load": lambda: replace(compat, "export_saved_model", _exported_as_built),
            "fashion_data_unseeded": lambda: replace(fashion, "load_data", _unseeded)}
