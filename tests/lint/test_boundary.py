@@ -206,12 +206,7 @@ def test_no_modules_of_the_suite_import_each_other():
 # the engine modules whose probes still take a mutant's branch (``mutants.on``); the train step's mutants
 # are patches from suite/engine/mutants/ and steps.py names none. A module leaves this list when its
 # mutants become patches too; none joins it.
-MUTANT_BRANCHES = ("suite/engine/forkserver.py", "suite/engine/probes/blocks.py", "suite/engine/probes/checkpoint.py",
-                   "suite/engine/probes/engine.py", "suite/engine/probes/input.py", "suite/engine/probes/losses.py",
-                   "suite/engine/probes/metrics.py", "suite/engine/probes/ps.py",
-                   "suite/engine/probes/script.py",
-                   "suite/engine/probes/training.py", "suite/engine/probes/tutorial.py",
-                   "suite/engine/probes/workload.py")
+MUTANT_BRANCHES = ("suite/engine/forkserver.py", "suite/engine/probes/engine.py", "suite/engine/probes/workload.py")
 
 
 def mentioning_mutants(sources: dict[str, str]) -> list[str]:

@@ -10,7 +10,7 @@ Two ways in. Most are patches applied from here, each replacing one function whi
 putting the original back when switched off: the canonical train step's parts
 (``of_the_step.py``: ``TrainStep``'s and the optimizer's options, so suite/engine/steps.py reads
 as the guide's step), TensorFlow's and Keras' own functions (``of_tensorflow.py``) and the probe
-registry's results (``of_the_probes.py``). The others are still branches in their probes
+registry's results and the small helpers of the probes (``of_the_probes.py``). The others are still branches in their probes
 (``on(name)``).
 """
 

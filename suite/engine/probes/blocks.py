@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from ...common import results
 from ...common.catalog import OPTIMIZERS
-from .. import compat, mutants
+from .. import compat
 from ..steps import arch_key, load, optimizer_state
 from .common import counted, failed, replica_slice
 from .registry import probe
@@ -81,8 +81,6 @@ def _mixed_precision_trainer(ctx, policy, scale, arch, initial_scale, growth_ste
                 loss = tf.nn.compute_average_loss(per_example, global_batch_size=gbs) * poison[rid]
                 scaled = compat.scaled_loss(opt, loss)
             grads = compat.unscaled_gradients(opt, tape.gradient(scaled, model.trainable_variables))
-            if mutants.on("loss_scale_replica_zero_decides"):  # what replica 0 cannot see, never counts
-                grads = [tf.where(tf.math.is_finite(g) | tf.equal(rid, 0), g, tf.zeros_like(g)) for g in grads]
             opt.apply_gradients(zip(grads, model.trainable_variables))
 
         strategy.run(lambda: replica(*replica_slice(sizes, x, y)))
@@ -157,11 +155,6 @@ def _embedding_trainer(ctx, optimizer, dtype, vocab, dim):
                 loss = tf.nn.compute_average_loss(per_example, global_batch_size=gbs)
             grads = tape.gradient(loss, layer.trainable_variables)
             seen["gradient"] = type(grads[0]).__name__
-            if mutants.on("sparse_duplicates_dropped"):  # a repeated index keeps its first row only
-                g = grads[0]
-                unique, position = tf.unique(g.indices)
-                first = tf.math.unsorted_segment_min(tf.range(tf.shape(g.indices)[0]), position, tf.size(unique))
-                grads = [tf.IndexedSlices(tf.gather(g.values, first), unique, g.dense_shape)]
             opt.apply_gradients(zip(grads, layer.trainable_variables))
 
         strategy.run(lambda: replica(*replica_slice(sizes, indices, targets)))
@@ -195,9 +188,6 @@ def _random_step(ctx, kind, seed, shape):
     uniforms with the step number and the replica id folded into the seed, or the step number
     only (the same seed on every replica)."""
     strategy = ctx.strategy
-    if mutants.on("random_unseeded"):  # as if built without a seed: a new one for every build
-        seed = int(np.random.SeedSequence().entropy % 2 ** 30)
-    shared = mutants.on("random_replica_streams_shared")
     rid = lambda: tf.distribute.get_replica_context().replica_id_in_sync_group  # noqa: E731
     if kind == "dropout":
         with strategy.scope():
@@ -209,11 +199,11 @@ def _random_step(ctx, kind, seed, shape):
         fn = lambda: gen.normal(shape)  # noqa: E731
     elif kind == "values_from_function":
         gens = strategy.experimental_distribute_values_from_function(
-            lambda c: tf.random.Generator.from_seed(seed + (0 if shared else c.replica_id_in_sync_group)))
+            lambda c: tf.random.Generator.from_seed(seed + c.replica_id_in_sync_group))
         return tf.function(lambda step: strategy.run(lambda g: g.normal(shape), args=(gens,)))
     else:
         base = tf.constant([seed, 0], tf.int64)
-        fold = kind == "stateless_fold_in" and not shared
+        fold = kind == "stateless_fold_in"
 
         def fn(step):  # the step number folded in, as a loop that wants new numbers each step does
             per_step = tf.random.experimental.stateless_fold_in(base, step)

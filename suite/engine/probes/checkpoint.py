@@ -10,7 +10,7 @@ import numpy as np
 import tensorflow as tf
 
 from ...common.results import Counters, Prediction, Restored, TrainingState
-from .. import compat, mutants
+from .. import compat
 from ..steps import arch_key, load
 from .registry import probe
 from .training import _trainer
@@ -71,10 +71,7 @@ def save(ctx, arch, optimizer, dtype, params, steps, directory):
 def restore(ctx, arch, optimizer, dtype, path, steps):
     """Build the same objects fresh under this strategy, restore ``path``, then run ``steps``."""
     model, opt, metrics, step, ckpt = _fresh(ctx, arch, optimizer, dtype)
-    if mutants.on("checkpoint_without_optimizer"):  # the optimizer's slots and iterations not restored
-        tf.train.Checkpoint(model=model, **_metric_states(metrics)).restore(path).expect_partial()
-    else:
-        ckpt.restore(path).assert_existing_objects_matched()
+    ckpt.restore(path).assert_existing_objects_matched()
     restored = _state(ctx, model, opt, metrics)
     _run_steps(step, steps)
     return Restored(restored, _state(ctx, model, opt, metrics))
@@ -88,12 +85,9 @@ def export(ctx, arch, dtype, params, x, directory):
         model = compat.build_model(arch, dtype)
     target = directory if ctx.worker_index == 0 else os.path.join(directory, f"worker{ctx.worker_index}")
     signature = tf.TensorSpec([None, arch["input_dim"]], dtype)
-    if mutants.on("saved_model_before_load"):  # the initial weights exported
-        compat.export_saved_model(model, target, signature)
     load(model, params, dtype)
     prediction = model(tf.constant(x), training=False)
-    if not mutants.on("saved_model_before_load"):
-        compat.export_saved_model(model, target, signature)
+    compat.export_saved_model(model, target, signature)
     return Prediction(np.asarray(prediction))
 
 
@@ -126,6 +120,5 @@ def counters_restore(ctx, n, path):
     with ctx.strategy.scope():
         counters = [compat.make_metric("sum", "int64") for _ in range(n)]
     states = {f"c{i}": [compat.tf_variable(v) for v in c.variables] for i, c in enumerate(counters)}
-    if not mutants.on("counters_not_restored"):
-        tf.train.Checkpoint(**states).restore(path).assert_existing_objects_matched()
+    tf.train.Checkpoint(**states).restore(path).assert_existing_objects_matched()
     return Counters([int(c.result()) for c in counters])

@@ -11,7 +11,6 @@ import numpy as np
 import tensorflow as tf
 
 from ...common.results import Delivered, FromFunction, Raised, ReplicaValues
-from .. import mutants
 from .common import local
 from .registry import probe
 
@@ -39,16 +38,10 @@ def _dataset(length, batch, drop_remainder, batch_size_known, policy, feature_sh
              folder=None):
     """Element i is ``i`` broadcast to ``feature_shape`` (so every row names its element)."""
     ds = _source(length, files, feature_shape, dtype, folder)
-    if mutants.on("input_dropped_element"):
-        ds = ds.skip(1)  # the source loses its first element before batching
-    if mutants.on("input_rows_to_first_replica"):
-        batch = max(1, batch // 2)  # batched with a per-replica size, the classic mistake
     ds = ds.batch(batch, drop_remainder=drop_remainder)
     if not batch_size_known:
         ds = ds.map(lambda x: x)  # Map hides the batch node from compute_batch_size (unless static)
     options = tf.data.Options()
-    if mutants.on("input_policy_data"):
-        policy = "DATA"
     options.experimental_distribute.auto_shard_policy = getattr(tf.data.experimental.AutoShardPolicy, policy)
     return ds.with_options(options)
 
@@ -102,14 +95,11 @@ def _iterate(ctx, dist, style, dtype, feature_shape):
         except StopIteration:
             after_end = "StopIteration"
     elif style == "get_next_as_optional":
-        it, skipped = iter(dist), False
+        it = iter(dist)
         while True:
             opt = it.get_next_as_optional()
             if not opt.has_value():
                 break
-            if mutants.on("optional_iteration_skips_first") and not steps and not skipped:
-                skipped = True  # the first element fetched and thrown away
-                continue
             steps.append(local(strategy, opt.get_value()))
         after_end = "has_value=False" if not bool(it.get_next_as_optional().has_value()) else "has_value=True"
     elif style == "tf_function_for":
@@ -171,8 +161,6 @@ def from_function(ctx, length, global_batch):
         contexts.append([input_context.num_input_pipelines, input_context.input_pipeline_id,
                          input_context.num_replicas_in_sync])
         b = input_context.get_per_replica_batch_size(global_batch)
-        if mutants.on("input_fn_global_batch"):
-            b = global_batch
         ds = tf.data.Dataset.range(length).shard(input_context.num_input_pipelines,
                                                  input_context.input_pipeline_id)
         return ds.batch(b)
@@ -190,8 +178,6 @@ def values_from_function(ctx):
     strategy = ctx.strategy
     def value_fn(c):
         rid = c.replica_id_in_sync_group
-        if mutants.on("values_fn_mirror_ids"):
-            rid = c.num_replicas_in_sync - 1 - rid
         return tf.constant([rid, c.num_replicas_in_sync])
 
     value = strategy.experimental_distribute_values_from_function(value_fn)

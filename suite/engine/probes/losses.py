@@ -7,7 +7,7 @@ import numpy as np
 import tensorflow as tf
 
 from ...common.results import Raised, ReplicaValues
-from .. import compat, mutants
+from .. import compat
 from .common import counted, failed, local, replica_slice, spec_of
 from .registry import probe
 
@@ -85,6 +85,11 @@ def scale_regularization_loss(ctx, reg_losses):
     return ReplicaValues(local(strategy, per_replica), total)
 
 
+def elements_per_example(labels):
+    """How many elements one example's labels have (the guide's ``reduce_prod(shape(labels)[1:])``)."""
+    return tf.reduce_prod(tf.shape(labels)[1:])
+
+
 @probe
 def multi_dim_loss(ctx, labels, logits, sizes, normalise, global_batch_size=None):
     """Per-element sparse softmax crossentropy on labels [B, ...] / logits [B, ..., C],
@@ -103,8 +108,8 @@ def multi_dim_loss(ctx, labels, logits, sizes, normalise, global_batch_size=None
             def replica_fn():
                 y, z = replica_slice(sizes, labels, logits)
                 per_element = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=z)
-                if normalise and not mutants.on("unnormalised_multi_dim"):
-                    per_element /= tf.cast(tf.reduce_prod(tf.shape(y)[1:]), per_element.dtype)
+                if normalise:
+                    per_element /= tf.cast(elements_per_example(y), per_element.dtype)
                 return tf.nn.compute_average_loss(
                     per_element, global_batch_size=None if use_default else gbs)
 

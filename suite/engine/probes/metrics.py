@@ -6,9 +6,21 @@ import numpy as np
 import tensorflow as tf
 
 from ...common.results import MetricReads
-from .. import compat, mutants
+from .. import compat
 from .common import counted, failed, local, replica_slice, spec_of
 from .registry import probe
+
+
+def update_and_read(metric, kind, y_true, y_pred):
+    """A replica's batch added to ``metric`` (a Mean or Sum takes the values alone), then its result
+    read in that replica."""
+    metric.update_state(y_true, y_pred) if kind not in ("mean", "sum") else metric.update_state(y_pred)
+    return tf.identity(metric.result())
+
+
+def read_metric(metric):
+    """The metric's result read in cross-replica context (its replicas' states reduced)."""
+    return metric.result()
 
 
 @probe
@@ -33,13 +45,7 @@ def update(ctx, kind, batches, dtype, jit="none"):
 
             def replica_fn():
                 y, p = replica_slice(sizes, y_true, y_pred)
-                if mutants.on("metric_read_before_update"):  # the read no longer sees this batch
-                    before = tf.identity(metric.result())
-                    with tf.control_dependencies([before]):
-                        metric.update_state(y, p) if kind not in ("mean", "sum") else metric.update_state(p)
-                    return before
-                metric.update_state(y, p) if kind not in ("mean", "sum") else metric.update_state(p)
-                return tf.identity(metric.result())
+                return update_and_read(metric, kind, y, p)
 
             return strategy.run(tf.function(replica_fn, jit_compile=True) if jit == "replica" else replica_fn)
 
@@ -55,8 +61,4 @@ def update(ctx, kind, batches, dtype, jit="none"):
             if jit == "none":
                 raise
             return failed(ctx, exc, f"metrics.update({kind}, jit={jit}): batch {len(in_replica) + 1}")
-    result = metric.result()
-    if mutants.on("metric_first_replica") and ctx.num_replicas > 1:  # read one copy, not the SUM
-        first = [compat.tf_variable(v).values[0] for v in metric.variables]  # (total, count) of replica 0
-        result = first[0] if kind == "sum" else tf.math.divide_no_nan(first[0], first[1])
-    return MetricReads(in_replica, result, [type(compat.tf_variable(v)).__name__ for v in metric.variables])
+    return MetricReads(in_replica, read_metric(metric), [type(compat.tf_variable(v)).__name__ for v in metric.variables])

@@ -7,7 +7,7 @@ import numpy as np
 import tensorflow as tf
 
 from ...common.results import ExactlyOnce, Partition, PsLossScaling, PsTraining, Raised
-from .. import compat, mutants
+from .. import compat
 from ..steps import TrainStep, arch_key, family_loss, family_model_and_optimizer, load, optimizer_state
 from .common import counted
 from .registry import probe
@@ -189,8 +189,7 @@ def exactly_once(ctx, w0, c, lr, steps, optimizer="keras"):
     if opt is not None:
         compat.tf_variable(opt.iterations).assign(0)
     args = (iterator, tf.constant(np.asarray(c, dtype)), tf.constant(lr, dtype))
-    n = steps + 1 if mutants.on("ps_step_scheduled_twice") else steps
-    results = [coordinator.schedule(worker_step, args=args) for _ in range(n)]
+    results = [coordinator.schedule(worker_step, args=args) for _ in range(steps)]
     coordinator.join()
     fetched = [r.fetch() for r in results]
     steps_seen = [[int(worker), int(wrote)] for _, worker, wrote in fetched]
@@ -220,24 +219,11 @@ def partition(ctx, value, kind, params):
     extended = strategy.extended
     saved = extended._variable_partitioner
     extended._variable_partitioner = _partitioner(kind, params)
-    if mutants.on("ps_shards_reversed"):  # the partitioner's shard count off by one
-        asked = extended._variable_partitioner
-        extended._variable_partitioner = lambda shape, dtype: [asked(shape, dtype)[0] + 1] + list(
-            asked(shape, dtype)[1:])
-    if mutants.on("ps_shards_on_one_task"):  # TF's round-robin counter reset before every shard
-        round_robin = type(extended)._create_variable_round_robin
-
-        def one_task(self, *args, **kwargs):
-            self._variable_count = 0
-            return round_robin(self, *args, **kwargs)
-
-        extended._create_variable_round_robin = one_task.__get__(extended)
     try:
         with strategy.scope():
             var = tf.Variable(value, name="partitioned")
     finally:
         extended._variable_partitioner = saved
-        extended.__dict__.pop("_create_variable_round_robin", None)
     shards = list(getattr(var, "variables", [var]))
     whole = tf.convert_to_tensor(var).numpy()
     return Partition(type(var).__name__, [int(s.shape[0]) for s in shards],
@@ -256,8 +242,6 @@ def _scaling_steps(ctx, dtype, weighted, with_gbs, reduction):
         def replica_fn(v, w, gbs):
             avg = tf.nn.compute_average_loss(v, sample_weight=w if weighted else None,
                                              global_batch_size=gbs if with_gbs else None)
-            if mutants.on("ps_loss_times_two"):
-                avg *= 2
             return avg, tf.distribute.get_replica_context().num_replicas_in_sync
 
         return strategy.run(replica_fn, args=(values, w, gbs))

@@ -425,7 +425,7 @@ def run(ctx, target, folder, path=None, entry=None, args=(), steps=3, seed=0, re
                 setattr(layer, attr, 0.0)
         facts["random_layers_keras"] = all(type(layer).__module__.startswith(("keras", "tf_keras"))
                                            for layer in layers if _random_attr(layer))
-        # each optimizer's apply_gradients wrapped as the workload probe wraps it (the engine's mutants act there)
+        # each optimizer's apply_gradients wrapped as the workload probe wraps it (what it hands over is what a loop applies)
         trainable = [v for m in found.models.values() for v in _variables_of(m, trainable=True)]
         for o in found.optimizers.values():
             _route_apply(o)

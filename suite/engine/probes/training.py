@@ -3,13 +3,11 @@ replica's copy of every variable after every step; optimizer variables created l
 
 from __future__ import annotations
 
-import contextlib
-
 import numpy as np
 import tensorflow as tf
 
 from ...common.results import Epoch, EpochTraining, Fitted, LazyOptimizer, Step, Training
-from .. import compat, mutants
+from .. import compat
 from .. import steps as train_steps
 from ..steps import TrainStep, arch_key, family_loss, family_model_and_optimizer, load, optimizer_state, reported
 from .common import counted, failed, local, replica_slice
@@ -81,22 +79,6 @@ def train(ctx, arch, optimizer, dtype, params, steps, denominator="global", opti
     return Training(history, compat.iterations(opt))
 
 
-@contextlib.contextmanager
-def _gradients_doubled():
-    """The mutant fit_gradients_doubled: TensorFlow's GradientTape.gradient returns twice each
-    gradient while fit traces its train step (in Keras' own code, not the probe's)."""
-    real = tf.GradientTape.gradient
-
-    def gradient(self, target, sources, *args, **kwargs):
-        return tf.nest.map_structure(lambda g: None if g is None else 2 * g,
-                                     real(self, target, sources, *args, **kwargs))
-    tf.GradientTape.gradient = gradient
-    try:
-        yield
-    finally:
-        tf.GradientTape.gradient = real
-
-
 def _compiled_loss(arch: dict):
     """The model family's loss as ``compile`` takes it (default reduction, sum over batch size)."""
     if arch["head"] == "linear":
@@ -128,11 +110,16 @@ def fit(ctx, arch, optimizer, dtype, params, x, y, batch, steps_per_execution=1)
     y = np.asarray(y, np.int32 if arch["head"] == "softmax" else dtype)
     data = tf.data.Dataset.from_tensor_slices((np.asarray(x, dtype), y)).batch(batch)
     try:
-        with _gradients_doubled() if mutants.on("fit_gradients_doubled") else contextlib.nullcontext():
-            model.fit(data, epochs=1, shuffle=False, verbose=0, callbacks=[Boundaries()])
+        model.fit(data, epochs=1, shuffle=False, verbose=0, callbacks=[Boundaries()])
     except Exception as exc:
         return failed(ctx, exc, f"training.fit(steps_per_execution={steps_per_execution}): step {len(steps) + 1}")
     return Fitted(steps, history, compat.iterations(opt))
+
+
+def optimizer_under(strategy, name):
+    """A Keras optimizer ``name`` with its default arguments, created under ``strategy``'s scope."""
+    with strategy.scope():
+        return getattr(compat.keras.optimizers, name)()
 
 
 @probe
@@ -149,10 +136,7 @@ def lazy_optimizer(ctx, name, lazy_model=False):
         else:
             model = compat.build_model({"input_dim": 2, "hidden": [], "outputs": 1, "head": "linear", "l2": 0.0},
                                        "float32")
-        if not mutants.on("optimizer_outside_scope"):
-            opt = getattr(compat.keras.optimizers, name)()
-    if mutants.on("optimizer_outside_scope"):
-        opt = getattr(compat.keras.optimizers, name)()
+    opt = optimizer_under(strategy, name)
     before = [] if lazy_model else [v.numpy() for v in model.trainable_variables]  # (Keras 2 refuses to list none)
     x = tf.constant([[1.0, 2.0], [3.0, -1.0], [0.5, 0.5], [-2.0, 1.0]])
     y = tf.constant([[1.0], [0.0], [2.0], [-1.0]])
