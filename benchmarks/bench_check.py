@@ -14,9 +14,9 @@ from __future__ import annotations
 import pytest
 
 from suite.common.specs import DEFAULT_SPECS, parse_specs
-from suite.harness.engines.pool import EnginePool
+from suite.harness.judging.judgment import Check
 from suite.harness.loopcheck import usercheck
-from suite.harness.verdict.judgment import Check
+from suite.harness.pool.pool import EnginePool
 
 # the workload and the exit statuses its check may end with on any TensorFlow/Keras: the guide's loop
 # is right (PASS, or known deviations: exit 4), the mistake is the loop's own (FAIL: exit 1)

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from suite.harness.engines import machine
 from suite.harness.loopcheck.usercheck import CheckInputError, validate_target
 from suite.harness.plugin import state
+from suite.harness.pool import machine
 from suite.harness.tools import bench
 
 WORKLOAD_BENCH = "bench_workload.py"  # the user's step per spec and TensorFlow version: only with --workload

@@ -15,10 +15,10 @@ import sys
 
 from .common import files
 from .common.specs import DEFAULT_SPECS, SpecError, parse_specs
-from .harness.engines import agent, interrupts
-from .harness.engines.pool import EnginePool
 from .harness.loopcheck import differential, scriptcheck, upgrade, usercheck
 from .harness.loopcheck.usercheck import EXIT, CheckEngineError, CheckInputError
+from .harness.pool import agent, interrupts
+from .harness.pool.pool import EnginePool
 
 
 def _parser() -> argparse.ArgumentParser:

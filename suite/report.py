@@ -13,9 +13,9 @@ import os
 import sys
 from pathlib import Path
 
+from .harness.judging import deviations
 from .harness.reporting import across_versions, measured, results_dir, run_report
 from .harness.reporting.benchmark_results import ReportError
-from .harness.verdict import deviations
 
 _TAKES_VALUE = {"-o", "--output", "--baseline", "--record"}
 

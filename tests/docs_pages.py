@@ -24,8 +24,8 @@ END = "<!-- end of the generated table -->"
 
 def tables() -> dict[Path, list[str]]:
     """Each generated page and the table it must hold."""
+    from suite.harness.judging import deviations
     from suite.harness.loopcheck import causes
-    from suite.harness.verdict import deviations
     from tests.mutation.test_mutants import matrix
 
     return {ROOT / "docs" / "known_deviations.md": deviations.table(deviations.load()),

@@ -1,6 +1,6 @@
 """Authenticated messages over an engine agent's connection (no TensorFlow here).
 
-An engine agent (suite/harness/engines/agent.py) and the engines it spawns talk to the pytest
+An engine agent (suite/harness/pool/agent.py) and the engines it spawns talk to the pytest
 process over TCP. ``multiprocessing.connection``'s HMAC handshake proves that both ends hold
 the shared key when the connection opens, but what follows is pickled, and unpickling runs code:
 a message injected into a hijacked connection would run as the agent's user. So after the

@@ -3,7 +3,7 @@
 ``strategy_source(spec)`` is the code that configures the devices and binds ``strategy`` (and,
 for parameter servers, ``coordinator``) given ``tf`` and an exception class ``Unavailable`` (the
 spec's hardware is missing). An engine executes it (suite/engine/context.py) and a failure's
-repro snippet prints it (suite/harness/verdict/repro.py), so the snippet builds exactly what the engine
+repro snippet prints it (suite/harness/judging/repro.py), so the snippet builds exactly what the engine
 ran.
 """
 
@@ -90,7 +90,7 @@ def strategy_source(spec: Spec, collective_timeout: float | None = None) -> str:
     if spec.kind == "multi_worker":
         impl = f"tf.distribute.experimental.CommunicationImplementation.{spec.communication.upper()}"
         timeout = f", timeout_seconds={collective_timeout!r}" if collective_timeout else ""
-        return ("# run one copy per worker, each with its TF_CONFIG (see suite/harness/engines/topology.py)\n"
+        return ("# run one copy per worker, each with its TF_CONFIG (see suite/harness/pool/topology.py)\n"
                 + (cpus + _WORKER_CPUS.format(n=spec.devices) if spec.devices > 1 else "")
                 + f"options = tf.distribute.experimental.CommunicationOptions(implementation={impl}{timeout})\n"
                 "strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)\n")

@@ -1,6 +1,6 @@
 """Engine fork server: import TensorFlow, Keras and the probes once, then fork each engine.
 
-Run as ``python -m suite.engine.forkserver --fd S`` by the pool (suite/harness/engines/pool.py),
+Run as ``python -m suite.engine.forkserver --fd S`` by the pool (suite/harness/pool/pool.py),
 one per interpreter and import-time environment, with S one end of an AF_UNIX SOCK_SEQPACKET
 socket pair. Importing TensorFlow costs seconds of CPU; starting its runtime (devices, logical
 CPUs, gRPC) happens at first use, not at import. So this process imports and never uses it, and

@@ -1,6 +1,6 @@
 """Remedies (engine side: imports TensorFlow): the change a later Keras made, applied in the engine
 for one run of an earlier one, so that the check can show a difference is exactly what that change
-removes (known_deviations.toml ``remedy``; suite/harness/verdict/deviations.py REMEDIES).
+removes (known_deviations.toml ``remedy``; suite/harness/judging/deviations.py REMEDIES).
 
 ``scaled_keras_losses``: keras-team/keras#20609 and keras-team/keras#20610 (first released in Keras 3.8.0) in Keras
 3.0-3.7, on the TensorFlow backend under a strategy of several replicas:

@@ -1,8 +1,8 @@
 """Engine process main: build one strategy, then answer probe calls until told to exit.
 
 Run as ``python -m suite.engine.worker --spec S --fd-in A --fd-out B [--worker-index I]``
-by the pool (suite/harness/engines/pool.py), over two OS pipes; or by an engine agent
-(suite/harness/engines/agent.py) with ``--fd-in S --fd-out S --session-fd P``: one socket to the
+by the pool (suite/harness/pool/pool.py), over two OS pipes; or by an engine agent
+(suite/harness/pool/agent.py) with ``--fd-in S --fd-out S --session-fd P``: one socket to the
 pytest process whose messages are authenticated frames (suite/common/authframe.py), and a pipe
 on which the agent hands over that connection's session. TensorFlow is imported here and only
 here (and in the probe modules this imports), never in the pytest process.

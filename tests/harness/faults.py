@@ -94,7 +94,7 @@ def parse(text: str) -> list[dict]:
 
 def install(text: str) -> None:
     """Patch the pool's Engine so that each call ``text`` names gets its fault (once)."""
-    from suite.harness.engines import pool
+    from suite.harness.pool import pool
 
     entries = parse(text)
     original = pool.Engine._call

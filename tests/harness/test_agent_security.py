@@ -24,14 +24,14 @@ import pytest
 
 from suite.common import authframe
 from suite.common.specs import parse_spec
-from suite.harness.engines import agent as agent_mod
-from suite.harness.engines.pool import EnginePool
-from suite.harness.verdict.judgment import Check
+from suite.harness.judging.judgment import Check
+from suite.harness.pool import agent as agent_mod
+from suite.harness.pool.pool import EnginePool
 from tests.helpers import ROOT, alive
 
 KEY = agent_mod.new_key()
 TF_CONFIG = json.dumps({"cluster": {"worker": ["127.0.0.1:1"]}, "task": {"type": "worker", "index": 0}})
-HOW = "make one with: python -m suite.harness.engines.agent --new-key"
+HOW = "make one with: python -m suite.harness.pool.agent --new-key"
 
 
 class Exploit:
@@ -45,7 +45,7 @@ class Exploit:
 
 
 def _agent_command(*args) -> list[str]:
-    return [sys.executable, "-m", "suite.harness.engines.agent", *args]
+    return [sys.executable, "-m", "suite.harness.pool.agent", *args]
 
 
 def _run_agent(key: str, *args, timeout: float = 60) -> subprocess.CompletedProcess:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from suite.common.specs import parse_spec
+from suite.harness.judging.judgment import Check
 from suite.harness.tools import bench
-from suite.harness.verdict.judgment import Check
 
 
 @pytest.mark.parametrize("workload", bench.BLOCK_WORKLOADS)

@@ -11,9 +11,9 @@ import re
 import pytest
 
 from suite.common.specs import DEFAULT_SPECS, parse_specs
-from suite.harness.engines import machine
+from suite.harness.judging.judgment import Check
+from suite.harness.pool import machine
 from suite.harness.tools import bench
-from suite.harness.verdict.judgment import Check
 from tests.helpers import run_pytest
 
 NO_GPU = pytest.mark.skipif(bool(machine.gpu_names()), reason="this machine has GPUs (nvidia-smi -L)")

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
+from suite.harness.judging.judgment import Check
 from suite.harness.reporting import benchmark_results, run_report
-from suite.harness.verdict.judgment import Check
 from tests.helpers import ROOT, run_pytest
 
 OLDER_ENV = "tf219-keras39"  # a tox env of another TensorFlow (TF 2.19, the Keras of its release)

@@ -12,8 +12,8 @@ import os
 
 import pytest
 
+from suite.harness.judging.judgment import Check
 from suite.harness.tools import bench
-from suite.harness.verdict.judgment import Check
 from tests.helpers import run_pytest
 
 LAYOUTS = ("default", "multi_worker", "parameter_server", "cluster")

@@ -1,4 +1,4 @@
-"""The real-cluster mode: engine agents (``python -m suite.harness.engines.agent``), each given its task's
+"""The real-cluster mode: engine agents (``python -m suite.harness.pool.agent``), each given its task's
 TF_CONFIG, run the engines of the ``cluster`` spec. Here the "hosts" are local agent processes
 on loopback with TF_CONFIGs naming chief, worker, ps and evaluator tasks, and the suite runs
 against them in a child pytest, as a user would run it against their own machines."""
@@ -18,12 +18,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from suite.harness.engines.agent import new_key
-from suite.harness.engines.topology import free_ports
-from suite.harness.verdict.judgment import Check
+from suite.harness.judging.judgment import Check
+from suite.harness.pool.agent import new_key
+from suite.harness.pool.topology import free_ports
 from tests.helpers import ROOT, alive, run_pytest
 
-KEY = new_key()  # a fresh key per session, as `python -m suite.harness.engines.agent --new-key` prints
+KEY = new_key()  # a fresh key per session, as `python -m suite.harness.pool.agent --new-key` prints
 
 
 class Agents:
@@ -45,7 +45,7 @@ class Agents:
         env = dict(os.environ, TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": task_type, "index": index}}),
                    TFDS_AGENT_KEY=key)
         log_dir = self.log_dir / f"{task_type}{index}-{len(self.procs)}"
-        proc = subprocess.Popen([sys.executable, "-m", "suite.harness.engines.agent", "--listen", "127.0.0.1:0",
+        proc = subprocess.Popen([sys.executable, "-m", "suite.harness.pool.agent", "--listen", "127.0.0.1:0",
                                  "--log-dir", str(log_dir), *extra],
                                 cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 start_new_session=True)
@@ -150,7 +150,7 @@ def test_agent_and_cluster_errors_are_one_line(agents, tmp_path):
         check.equal(proc.returncode, 4, f"pytest's exit code with {what} (a usage error)", proc.stderr[-2000:])
         check.contains(proc.stderr, [phrase], f"pytest's error with {what}")
     env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
-    bare = subprocess.run([sys.executable, "-m", "suite.harness.engines.agent", "--listen", "127.0.0.1:0"], cwd=ROOT,
+    bare = subprocess.run([sys.executable, "-m", "suite.harness.pool.agent", "--listen", "127.0.0.1:0"], cwd=ROOT,
                           env=dict(env, TFDS_AGENT_KEY=KEY), capture_output=True, text=True, timeout=60)
     check.equal(bare.returncode, 2, "the exit code of an agent without TF_CONFIG", bare.stderr)
     check.contains(bare.stderr, ["TF_CONFIG is not set"], "the error of an agent without TF_CONFIG")
@@ -160,7 +160,7 @@ def test_agent_and_cluster_errors_are_one_line(agents, tmp_path):
 def test_agent_engines_end_with_their_agent(agents):
     """An agent's engines die with it: SIGTERM kills them, and a SIGKILLed agent takes them
     along (PR_SET_PDEATHSIG), so a cluster host is left clean."""
-    from suite.harness.engines import agent as agent_mod
+    from suite.harness.pool import agent as agent_mod
 
     _, addresses = agents.start({"worker": 1})
     host, port = addresses[0].rsplit(":", 1)
@@ -188,8 +188,8 @@ def test_a_hung_cluster_engine_says_where_each_worker_waits(agents, monkeypatch)
     worker, the frame it waited in, which each agent had its engine dump (the ``stacks`` request);
     the engines are killed and the next call gets its own reply from new ones. Before, a remote
     engine's stacks were not fetched, and a reply cut short on its socket was waited for without end."""
-    from suite.harness.engines.agent import resolve_cluster
-    from suite.harness.engines.pool import EnginePool, EngineTimeout
+    from suite.harness.pool.agent import resolve_cluster
+    from suite.harness.pool.pool import EnginePool, EngineTimeout
     from tests.helpers import check_replaced
 
     _, addresses = agents.start({"worker": 2})

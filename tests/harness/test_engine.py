@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from suite.common.specs import parse_spec
-from suite.harness.engines.pool import EngineDied, EnginePool, EngineStartError, EngineTimeout, ProbeError
-from suite.harness.verdict.judgment import Check
+from suite.harness.judging.judgment import Check
+from suite.harness.pool.pool import EngineDied, EnginePool, EngineStartError, EngineTimeout, ProbeError
 from tests.helpers import ROOT, alive, check_replaced
 
 
@@ -96,7 +96,7 @@ def test_no_engine_outlives_its_pool_or_its_parent(tmp_path):
     script.write_text(textwrap.dedent(f"""
         import sys, os, signal
         sys.path.insert(0, {str(ROOT)!r})
-        from suite.harness.engines.pool import EnginePool
+        from suite.harness.pool.pool import EnginePool
         from suite.common.specs import parse_spec
         pool = EnginePool()
         for s in ("default", "multi_worker:2x1"):

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from suite.harness.verdict.judgment import Check
+from suite.harness.judging.judgment import Check
 from tests.harness.faults import ENV, FAULTS, LOG_ENV
 from tests.helpers import ROOT
 from tests.workloads.test_bad_input import marked

@@ -16,9 +16,9 @@ import pytest
 
 from suite.common.specs import parse_spec
 from suite.common.strategies import HEARTBEAT_TIMEOUT_MS
-from suite.harness.engines import topology
-from suite.harness.engines.pool import EngineDied, EngineError, EnginePool, ProbeError
-from suite.harness.verdict.judgment import Check
+from suite.harness.judging.judgment import Check
+from suite.harness.pool import topology
+from suite.harness.pool.pool import EngineDied, EngineError, EnginePool, ProbeError
 from tests.helpers import alive, check_replaced, descendants
 
 # the bound the hung-collective test configures (what --engine-timeout sets for a session)

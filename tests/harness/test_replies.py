@@ -17,8 +17,8 @@ import pytest
 
 from suite.common import protocol
 from suite.common.specs import parse_spec
-from suite.harness.engines.pool import EngineDied, EngineTimeout
-from suite.harness.verdict.judgment import Check
+from suite.harness.judging.judgment import Check
+from suite.harness.pool.pool import EngineDied, EngineTimeout
 from tests.harness.faults import Interrupted, reply_pipe
 from tests.helpers import alive, check_replaced
 
@@ -121,7 +121,7 @@ def test_waiting_frames_are_the_probe_threads_user_and_tensorflow_frames():
     """From a faulthandler dump: the thread that runs the engine's main loop, its user frames and
     each run of TensorFlow frames by its innermost, innermost first; the probe's own frame where the
     thread shows neither; nothing from an empty dump."""
-    from suite.harness.engines import stacks
+    from suite.harness.pool import stacks
 
     check = Check("stacks.waiting_frames")
     dump = DUMP.format(suite=stacks.SUITE)

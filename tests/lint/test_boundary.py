@@ -17,7 +17,7 @@ import textwrap
 
 import pytest
 
-from suite.harness.verdict.judgment import Check
+from suite.harness.judging.judgment import Check
 from tests.helpers import ROOT
 
 PYTEST_SIDE = ("suite/harness", "suite/common", "suite/check.py", "suite/report.py", "suite/layout.py", "reference",
@@ -88,7 +88,7 @@ def test_engine_side_imports_no_reference_and_no_harness_module():
     (ENGINE_SIDE, NOT_ON_ENGINE_SIDE, "from reference import distribute"),
     (ENGINE_SIDE, NOT_ON_ENGINE_SIDE, "import reference.model as ref_model"),
     (ENGINE_SIDE, NOT_ON_ENGINE_SIDE, "ref = layout.reference('model')"),
-    (ENGINE_SIDE, NOT_ON_ENGINE_SIDE, "from {to_suite}harness.verdict import judgment"),
+    (ENGINE_SIDE, NOT_ON_ENGINE_SIDE, "from {to_suite}harness.judging import judgment"),
     (PYTEST_SIDE, NOT_ON_PYTEST_SIDE, "from {to_suite}engine import steps"),
 ], ids=["tensorflow-on-pytest-side", "keras-on-pytest-side", "reference-on-engine-side",
         "reference-module-on-engine-side", "reference-by-layout-on-engine-side", "harness-relative-on-engine-side",
@@ -142,8 +142,8 @@ def test_no_two_modules_of_the_suite_share_a_name():
     paths = [p for p in modules(("suite",)) if not p.endswith("__init__.py") and not p.startswith("suite/engine/probes/")]
     check = Check("suite/")
     check.equal(duplicate_names(paths), {}, "module file names used twice")
-    check.equal(duplicate_names(["suite/check.py", "suite/harness/verdict/check.py"]),
-                {"check.py": ["suite/check.py", "suite/harness/verdict/check.py"]},
+    check.equal(duplicate_names(["suite/check.py", "suite/harness/judging/check.py"]),
+                {"check.py": ["suite/check.py", "suite/harness/judging/check.py"]},
                 "a duplicate found (the check's own test)")
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from suite.harness.verdict.judgment import Check
+from suite.harness.judging.judgment import Check
 from tests import docs_pages
 from tests.helpers import ROOT
 

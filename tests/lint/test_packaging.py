@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from suite.harness.verdict.judgment import Check
+from suite.harness.judging.judgment import Check
 from tests.helpers import ROOT
 
 SOURCES = ["suite", "reference", "pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "known_deviations.toml"]
@@ -139,7 +139,7 @@ def test_console_commands_run_from_the_installed_copy(installed):
     check.equal(bad.returncode, 2, "tf-distribute-report on a missing file: exit status", bad.stderr)
     check.equal(len(bad.stderr.strip().splitlines()), 1, "lines of its error", bad.stderr)
     where = subprocess.run([str(venv / "bin" / "python"), "-c", textwrap.dedent("""
-        import tf_distribute_suite.layout as l, tf_distribute_suite.harness.verdict.deviations as d
+        import tf_distribute_suite.layout as l, tf_distribute_suite.harness.judging.deviations as d
         print(l.PACKAGE, l.REPO_ROOT, l.REFERENCE, len(d.load()) > 0)""")], capture_output=True, text=True, timeout=120,
                            env=_env(), cwd=base)
     check.equal(where.stdout.split(), ["tf_distribute_suite", "None", "tf_distribute_suite.reference", "True"],

@@ -18,7 +18,7 @@ from reference import distribute as ref
 from reference import input as ref_input
 from reference.rules import Rule
 from suite.common.results import Raised, ReplicaValues
-from suite.harness.verdict.judgment import Check, PropertyFailure
+from suite.harness.judging.judgment import Check, PropertyFailure
 from tests.helpers import ROOT
 
 PROPERTIES = ROOT / "tests" / "properties"

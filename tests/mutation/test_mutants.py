@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from suite.common.catalog import MUTANTS
-from suite.harness.engines import versions
-from suite.harness.verdict.judgment import Check
+from suite.harness.judging.judgment import Check
+from suite.harness.pool import versions
 from tests.helpers import run_pytest
 
 TRAINING = "tests/properties/test_training.py::test_training_steps_match_reference_on_the_global_batch"

@@ -23,10 +23,10 @@ from reference import model as ref_model
 from suite.common.catalog import ADAPTIVE, OPTIMIZERS
 from suite.harness.drawing import cases
 from suite.harness.drawing.cases import ARCHS, arch_dict, training_cases
+from suite.harness.judging.judgment import Check
+from suite.harness.judging.quantity import Quantity
+from suite.harness.judging.tolerances import between_engines
 from suite.harness.plugin import state
-from suite.harness.verdict.judgment import Check
-from suite.harness.verdict.quantity import Quantity
-from suite.harness.verdict.tolerances import between_engines
 
 
 def _versions(request, spec) -> dict:

@@ -21,9 +21,9 @@ from reference.rules import Rule
 from suite.common.catalog import ADAPTIVE, OPTIMIZERS
 from suite.harness.drawing import cases
 from suite.harness.drawing.cases import ARCHS, arch_dict, training_cases
-from suite.harness.verdict import repro, tolerances
-from suite.harness.verdict.judgment import Check
-from suite.harness.verdict.quantity import Quantity, at
+from suite.harness.judging import repro, tolerances
+from suite.harness.judging.judgment import Check
+from suite.harness.judging.quantity import Quantity, at
 from tests.helpers import CHEAP, RETRACES, skip_if_xla_unsupported
 from tests.properties.test_training import check_history
 

@@ -22,8 +22,8 @@ from suite.common.catalog import ADAPTIVE
 from suite.common.specs import parse_spec
 from suite.harness.drawing import cases
 from suite.harness.drawing.cases import ARCHS, arch_dict, training_cases, training_steps
-from suite.harness.verdict.judgment import Check
-from suite.harness.verdict.quantity import Quantity
+from suite.harness.judging.judgment import Check
+from suite.harness.judging.quantity import Quantity
 from tests.helpers import COSTLY
 
 OPTIMIZERS = ["sgd", "sgd_momentum", "adam", "rmsprop", "adagrad"]

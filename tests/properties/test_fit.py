@@ -16,8 +16,8 @@ from reference import model as ref_model
 from reference.rules import Rule
 from suite.harness.drawing import cases
 from suite.harness.drawing.cases import ARCHS, arch_dict, floats, magnitudes
-from suite.harness.verdict.judgment import Check
-from suite.harness.verdict.quantity import Quantity
+from suite.harness.judging.judgment import Check
+from suite.harness.judging.quantity import Quantity
 from tests.helpers import RETRACES
 from tests.properties.test_training import check_history
 
@@ -144,7 +144,7 @@ def test_fit_trains_as_the_reference_on_the_global_batches(engines, spec, steps_
     case = {"arch": arch_name, "global batch": batch, "steps": len(steps), "split": steps[0][2]}
     check = Check(spec, "float32", case, rule=FIT)
     boundaries = list(range(steps_per_execution, len(steps) + 1, steps_per_execution))
-    # what the conditions of the entries whose fit raises read (suite/harness/verdict/signatures.py)
+    # what the conditions of the entries whose fit raises read (suite/harness/judging/signatures.py)
     seen = {"fit_first_split": steps[0][2], "steps_per_execution": steps_per_execution}
     whose = [f" (worker {w})" if len(results) > 1 else "" for w in range(len(results))]
     steps_run = [Quantity.of("step", "the step").at(**({"worker": w} if len(results) > 1 else {}))

@@ -13,9 +13,9 @@ from reference import distribute as ref
 from reference import input as ref_input
 from reference.rules import Rule
 from suite.common.results import Raised
-from suite.harness.engines.pool import ProbeError
-from suite.harness.verdict.judgment import Check
-from suite.harness.verdict.quantity import Quantity
+from suite.harness.judging.judgment import Check
+from suite.harness.judging.quantity import Quantity
+from suite.harness.pool.pool import ProbeError
 from tests.helpers import COSTLY
 
 STYLES = ("for", "iter_next", "get_next_as_optional", "tf_function_for")

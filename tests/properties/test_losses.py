@@ -13,9 +13,9 @@ from reference import losses as ref_losses
 from reference.rules import Rule
 from suite.common.catalog import LOSS_CLASSES
 from suite.harness.drawing import cases
-from suite.harness.verdict import repro
-from suite.harness.verdict.judgment import Check
-from suite.harness.verdict.quantity import Quantity
+from suite.harness.judging import repro
+from suite.harness.judging.judgment import Check
+from suite.harness.judging.quantity import Quantity
 from tests.helpers import RETRACES, skip_if_xla_unsupported
 
 DTYPES = pytest.mark.parametrize("dtype", cases.DTYPES)

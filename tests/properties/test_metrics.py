@@ -14,9 +14,9 @@ from reference import distribute as ref
 from reference import metrics as ref_metrics
 from suite.common.catalog import METRIC_CLASSES
 from suite.harness.drawing import cases
-from suite.harness.verdict import repro
-from suite.harness.verdict.judgment import Check
-from suite.harness.verdict.quantity import Quantity
+from suite.harness.judging import repro
+from suite.harness.judging.judgment import Check
+from suite.harness.judging.quantity import Quantity
 from tests.helpers import RETRACES, skip_if_xla_unsupported
 
 

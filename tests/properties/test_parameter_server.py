@@ -20,8 +20,8 @@ from suite.common.catalog import ADAPTIVE
 from suite.common.specs import parse_spec
 from suite.harness.drawing import cases
 from suite.harness.drawing.cases import ARCHS, arch_dict, training_cases
-from suite.harness.verdict.judgment import Check
-from suite.harness.verdict.quantity import Quantity
+from suite.harness.judging.judgment import Check
+from suite.harness.judging.quantity import Quantity
 
 # where the variables live: ParameterServerStrategy's docstring
 ON_PS = Rule("documented", "ParameterServerStrategy docstring: 'Variables are created on parameter servers and they are "

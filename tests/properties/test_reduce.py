@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from reference import distribute as ref
 from reference.rules import Rule
 from suite.harness.drawing import cases
-from suite.harness.verdict import repro
-from suite.harness.verdict.judgment import Check
+from suite.harness.judging import repro
+from suite.harness.judging.judgment import Check
 
 
 @pytest.mark.parametrize("dtype", cases.DTYPES)

@@ -15,10 +15,10 @@ from reference.rules import Rule
 from suite.common.catalog import ADAPTIVE, OPTIMIZERS
 from suite.harness.drawing import cases
 from suite.harness.drawing.cases import ARCHS, arch_dict, training_cases
-from suite.harness.verdict import repro
-from suite.harness.verdict.judgment import Check
-from suite.harness.verdict.quantity import Quantity, probe_raised
-from suite.harness.verdict.tolerances import tolerance
+from suite.harness.judging import repro
+from suite.harness.judging.judgment import Check
+from suite.harness.judging.quantity import Quantity, probe_raised
+from suite.harness.judging.tolerances import tolerance
 from tests.helpers import COSTLY
 
 
@@ -29,7 +29,7 @@ def check_history(results, history, check, initial=None, alternative=None, itera
     element the reference's steps move by more than the tolerance differs from its initial value
     (a step that updates nothing fails by name, before the value comparisons). ``alternative``:
     the history under another rule, handed to each comparison as ``given={"alternative": ...}``
-    for a known deviation's model (suite/harness/verdict/signatures.py: alternative_rule). ``iterations``:
+    for a known deviation's model (suite/harness/judging/signatures.py: alternative_rule). ``iterations``:
     the optimizer's expected count (default: one per step). ``nan_losses``: the steps (from 1)
     whose reported loss a deviation's model may predict NaN for (a replica with no rows divided
     by its batch: signatures.nan_on_an_empty_replica). ``unsummed``: the steps as

@@ -12,8 +12,8 @@ import numpy as np
 from reference import input as ref_input
 from reference.rules import Rule
 from suite.common.specs import parse_spec
-from suite.harness.verdict.judgment import Check
-from suite.harness.verdict.quantity import Quantity
+from suite.harness.judging.judgment import Check
+from suite.harness.judging.quantity import Quantity
 
 # what the stand-in data must look like: the keras.datasets.fashion_mnist.load_data docstring
 LOAD_DATA = Rule("documented", "keras.datasets.fashion_mnist.load_data docstring: x_train and x_test 'uint8 NumPy "

@@ -13,7 +13,7 @@ from reference import losses, metrics
 from reference import model as ref_model
 from reference.optimizers import Optimizer
 from suite.common.catalog import OPTIMIZERS
-from suite.harness.verdict.judgment import Check
+from suite.harness.judging.judgment import Check
 
 ARCHS = [ref_model.Arch(3, (4,), 2, "linear", 1 / 64), ref_model.Arch(3, (5, 3), 3, "softmax"),
          ref_model.Arch(2, (), 1, "linear", 1 / 8), ref_model.Arch(3, (4, 3), 2, "linear", activity=1 / 16)]
@@ -214,7 +214,7 @@ def test_every_reference_function_says_what_kind_of_rule_it_states():
 
 def test_a_failure_of_an_observed_rule_says_the_behaviour_changed():
     from reference import input as ref_input
-    from suite.harness.verdict.judgment import PropertyFailure
+    from suite.harness.judging.judgment import PropertyFailure
     with pytest.raises(PropertyFailure) as info:
         Check("mirrored:2", rule=ref_input.batch_sizes_for_worker).equal([1, 2], [2, 1], "replica batch sizes")
     Check("rule").contains(str(info.value), ["rule: observed behaviour, pinned on", "the behaviour changed since then",

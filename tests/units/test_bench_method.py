@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from suite.common.results import Raised
 from suite.common.specs import parse_spec
+from suite.harness.judging.judgment import Check, PropertyFailure
 from suite.harness.tools import bench
-from suite.harness.verdict.judgment import Check, PropertyFailure
 
 
 @given(step=st.floats(1e-6, 5.0), floor=st.floats(1e-5, 0.05))

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from suite.common.results import Raised, ReplicaValues
-from suite.harness.verdict.judgment import Check, PropertyFailure, factor_hint, ratio
-from suite.harness.verdict.tolerances import tolerance
+from suite.harness.judging.judgment import Check, PropertyFailure, factor_hint, ratio
+from suite.harness.judging.tolerances import tolerance
 from tests.helpers import ROOT
 
 

@@ -15,11 +15,11 @@ import pytest
 
 from suite.common.results import Raised
 from suite.common.specs import DEFAULT_SPECS, parse_spec
-from suite.harness.engines import versions
-from suite.harness.verdict import deviations
-from suite.harness.verdict.judgment import Check, PropertyFailure
-from suite.harness.verdict.quantity import Pattern, Quantity, glob
-from suite.harness.verdict.signatures import MODELS, NOTHING, Seen, Signature
+from suite.harness.judging import deviations
+from suite.harness.judging.judgment import Check, PropertyFailure
+from suite.harness.judging.quantity import Pattern, Quantity, glob
+from suite.harness.judging.signatures import MODELS, NOTHING, Seen, Signature
+from suite.harness.pool import versions
 from tests.helpers import run_pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -415,7 +415,7 @@ def test_a_probe_that_raised_is_excused_only_by_a_raises_signature_of_its_probe(
     """A probe exception (pool.ProbeError) that a ``raises`` signature for ``probe <name>`` in
     scope describes makes the test an expected failure; another type, message or probe, or a
     failure that is no probe exception, stays a failure."""
-    from suite.harness.engines.pool import ProbeError
+    from suite.harness.pool.pool import ProbeError
 
     entry = deviations.Deviation("d", ("*",), ">=2", ">=2", "s", (), "now", (
         Signature(Pattern("probe", (("probe", "losses.compute_average_loss"),)), "raises", type="InvalidArgumentError",
@@ -811,7 +811,7 @@ def test_a_signature_by_field_covers_the_quantities_whose_fields_it_names():
     """``quantity = {kind = ..., sample_weight = true}`` covers a weighted compute_average_loss on
     any worker and replica, and neither an unweighted one, nor another kind, nor plain text that
     reads the same (the old suffix glob matched any wording that ended so)."""
-    from suite.harness.verdict.quantity import Quantity
+    from suite.harness.judging.quantity import Quantity
 
     sig = Signature.parse({"quantity": {"kind": "compute_average_loss", "sample_weight": True}, "kind": "band",
                            "rtol": 1e-7}, "test")
@@ -835,7 +835,7 @@ def test_a_signature_by_field_covers_the_quantities_whose_fields_it_names():
 def test_a_field_given_as_a_star_asks_only_that_the_field_is_there():
     """``replica = "*"`` covers a quantity on any replica (an int field) and none that has no replica:
     a property's variable on a local replica, not the loop check's variable of one step."""
-    from suite.harness.verdict.quantity import Quantity
+    from suite.harness.judging.quantity import Quantity
 
     sig = Signature.parse({"quantity": {"kind": "variable", "local_replica": "*", "step": "*"}, "kind": "model",
                            "model": "alternative_rule"}, "test")

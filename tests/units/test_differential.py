@@ -12,14 +12,14 @@ import numpy as np
 
 from suite.common.results import Raised, WorkloadRun, WorkloadStep
 from suite.common.specs import parse_spec
-from suite.harness.engines.pool import EngineError
+from suite.harness.judging import deviations
+from suite.harness.judging.judgment import Check, PropertyFailure
+from suite.harness.judging.quantity import Quantity
 from suite.harness.loopcheck import causes, controls, diagnosis, differential, evidence, render, usercheck
 from suite.harness.loopcheck.causes import CAUSES
 from suite.harness.loopcheck.evidence import Observed
 from suite.harness.loopcheck.runs import first_difference, first_non_finite
-from suite.harness.verdict import deviations
-from suite.harness.verdict.judgment import Check, PropertyFailure
-from suite.harness.verdict.quantity import Quantity
+from suite.harness.pool.pool import EngineError
 
 INITIAL = [np.linspace(-1.0, 1.0, 64).reshape(8, 8), np.zeros(8)]
 UPDATE = [np.full((8, 8), 0.01), np.full(8, -0.02)]

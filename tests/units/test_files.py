@@ -8,7 +8,7 @@ import json
 import numpy as np
 
 from suite.common import files
-from suite.harness.verdict.judgment import Check
+from suite.harness.judging.judgment import Check
 
 
 def _strict(text: str):

@@ -11,9 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from suite.harness.judging import deviations
+from suite.harness.judging.judgment import Check
 from suite.harness.reporting import across_versions, results_dir
-from suite.harness.verdict import deviations
-from suite.harness.verdict.judgment import Check
 from tests.helpers import run_pytest
 from tests.units.test_report import _results, _write
 

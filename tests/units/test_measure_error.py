@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from suite.harness.judging.judgment import Check
+from suite.harness.judging.tolerances import Tolerance
 from suite.harness.tools import measure_error
-from suite.harness.verdict.judgment import Check
-from suite.harness.verdict.tolerances import Tolerance
 
 
 def test_unit_error_is_the_smallest_passing_tolerance():

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import configparser
 
-from suite.harness.engines.versions import AS_SHIPPED, as_shipped
+from suite.harness.judging import deviations
+from suite.harness.judging.judgment import Check
+from suite.harness.pool.versions import AS_SHIPPED, as_shipped
 from suite.harness.reporting import measured
-from suite.harness.verdict import deviations
-from suite.harness.verdict.judgment import Check
 from tests.helpers import ROOT
 
 ENTRIES = deviations.load()

@@ -6,8 +6,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from suite.harness.judging.judgment import Check
 from suite.harness.tools import outcomes_diff
-from suite.harness.verdict.judgment import Check
 from tests.helpers import ROOT
 
 XFAIL = '<skipped type="pytest.xfail" message="known deviation d (signature matched 1x)" />'

@@ -14,9 +14,9 @@ import pytest
 
 from suite.common.specs import DEFAULT_SPECS
 from suite.harness.drawing.profiles import PROFILES
+from suite.harness.judging.judgment import Check
 from suite.harness.plugin import scheduling, suite_plugin
 from suite.harness.plugin.scheduling import CROSS_SPEC, auto_workers, engine_processes, scope_of
-from suite.harness.verdict.judgment import Check
 from tests.helpers import ROOT, run_pytest
 
 SPECS = frozenset({"default", "mirrored:2", "parameter_server:2w1ps"})

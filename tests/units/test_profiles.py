@@ -8,8 +8,8 @@ import hypothesis
 from hypothesis import strategies as st
 
 from suite.harness.drawing import profiles, tally
+from suite.harness.judging.judgment import Check
 from suite.harness.plugin.suite_plugin import running
-from suite.harness.verdict.judgment import Check
 
 
 def _draws(nodeid: str, prop, drawn: list) -> list:

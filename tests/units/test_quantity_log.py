@@ -6,10 +6,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from suite.harness.judging import deviations
+from suite.harness.judging.judgment import Check
+from suite.harness.judging.quantity import Quantity
 from suite.harness.tools import quantity_log
-from suite.harness.verdict import deviations
-from suite.harness.verdict.judgment import Check
-from suite.harness.verdict.quantity import Quantity
 from tests.helpers import ROOT
 
 ENTRY = ('[[deviation]]\nid = "d"\ntests = ["tests/properties/test_x.py::test_a[*]", "loop-check[mirrored:*]"]\n'

@@ -12,8 +12,8 @@ import pytest
 from reference import distribute as ref
 from suite.common.catalog import OPTIMIZERS
 from suite.common.specs import parse_spec
-from suite.harness.verdict import repro
-from suite.harness.verdict.judgment import Check
+from suite.harness.judging import repro
+from suite.harness.judging.judgment import Check
 
 
 def _run(code: str) -> str:

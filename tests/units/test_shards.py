@@ -19,8 +19,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from suite.harness.judging.judgment import Check
 from suite.harness.reporting import results_dir
-from suite.harness.verdict.judgment import Check
 from tests.helpers import ROOT
 
 # two envs of the matrix, as their engines report them (tf220-keras311, tf221-keras313)

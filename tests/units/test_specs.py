@@ -7,8 +7,8 @@ import re
 import pytest
 
 from suite.common.specs import DEFAULT_SPECS, SpecError, id_parts, parse_spec, parse_specs
-from suite.harness.engines import machine
-from suite.harness.verdict.judgment import Check
+from suite.harness.judging.judgment import Check
+from suite.harness.pool import machine
 from tests.helpers import run_pytest
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from suite.harness.verdict.judgment import Check
+from suite.harness.judging.judgment import Check
 from tests.helpers import ROOT
 
 USERLOOP = textwrap.dedent('''

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from suite.common.specs import DEFAULT_SPECS, parse_spec
+from suite.harness.judging.judgment import Check
 from suite.harness.loopcheck import differential, render, scriptcheck
-from suite.harness.verdict.judgment import Check
 from tests.helpers import ROOT
 from tests.workloads.test_examples import _applies, trimmed
 from tests.workloads.test_scripts import _cases

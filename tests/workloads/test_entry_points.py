@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-from suite.harness.verdict.judgment import Check
+from suite.harness.judging.judgment import Check
 from tests.helpers import ROOT, run_pytest
 
 

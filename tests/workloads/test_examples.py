@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 
 from suite.common.specs import DEFAULT_SPECS
+from suite.harness.judging import deviations
+from suite.harness.judging.judgment import Check
 from suite.harness.loopcheck import differential, render, usercheck
 from suite.harness.loopcheck.causes import CAUSES
-from suite.harness.verdict import deviations
-from suite.harness.verdict.judgment import Check
 from tests.helpers import ROOT
 
 GUIDE = "examples.guide:workload"
@@ -214,7 +214,7 @@ def test_a_users_deadlock_is_not_excused():
     collectives pair wrongly and their variables differ); FAIL or ERROR, never a known deviation,
     exit status not 0. Its own pool, so the collective timeout is short (38 s)."""
     from suite.common.specs import parse_spec
-    from suite.harness.engines.pool import EnginePool
+    from suite.harness.pool.pool import EnginePool
 
     pool = EnginePool(call_timeout=45.0)
     try:

@@ -11,9 +11,9 @@ import dataclasses
 
 import pytest
 
+from suite.harness.judging import deviations
+from suite.harness.judging.judgment import Check
 from suite.harness.loopcheck import differential, render, scriptcheck
-from suite.harness.verdict import deviations
-from suite.harness.verdict.judgment import Check
 from tests.helpers import ROOT
 from tests.workloads.test_cluster_scripts import checker
 from tests.workloads.test_examples import _applies, right, trimmed

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from suite.harness.verdict.judgment import Check
+from suite.harness.judging.judgment import Check
 from tests.workloads.test_bad_input import check_cli
 from tests.workloads.test_scripts import ENTRY
 

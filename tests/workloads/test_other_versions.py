@@ -25,9 +25,9 @@ from pathlib import Path
 import pytest
 
 from suite.common.specs import parse_spec
-from suite.harness.engines import versions
+from suite.harness.judging.judgment import Check
 from suite.harness.loopcheck import differential, render, scriptcheck, usercheck
-from suite.harness.verdict.judgment import Check
+from suite.harness.pool import versions
 from tests.helpers import ROOT
 from tests.workloads.test_examples import right
 

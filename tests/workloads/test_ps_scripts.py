@@ -12,8 +12,8 @@ import textwrap
 import pytest
 
 from suite.common.specs import parse_spec
+from suite.harness.judging.judgment import Check
 from suite.harness.loopcheck import render, scriptcheck
-from suite.harness.verdict.judgment import Check
 from tests.helpers import ROOT
 from tests.workloads.test_cluster_scripts import checker
 

@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 
 from suite.common.specs import parse_spec
+from suite.harness.judging.judgment import Check
 from suite.harness.loopcheck import render, scriptcheck
 from suite.harness.loopcheck.causes import CAUSES
-from suite.harness.verdict.judgment import Check
 from tests.helpers import ROOT
 from tests.workloads.test_bad_input import check_cli
 from tests.workloads.test_examples import _applies, right, trimmed

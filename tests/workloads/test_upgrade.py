@@ -19,11 +19,11 @@ import pytest
 from suite.common import matching
 from suite.common.results import Raised, WorkloadRun, WorkloadStep
 from suite.common.specs import parse_spec
-from suite.harness.engines import versions
+from suite.harness.judging import deviations
+from suite.harness.judging.judgment import Check
 from suite.harness.loopcheck import differential, upgrade
 from suite.harness.loopcheck.usercheck import EXIT, CheckInputError
-from suite.harness.verdict import deviations
-from suite.harness.verdict.judgment import Check
+from suite.harness.pool import versions
 from tests.helpers import ROOT
 
 # -- matching ------------------------------------------------------------------------------------

@@ -8,8 +8,8 @@ import os
 
 import pytest
 
+from suite.harness.judging.judgment import Check
 from suite.harness.loopcheck import render, usercheck
-from suite.harness.verdict.judgment import Check
 
 _CHECKER: list = []
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
+from suite.harness.judging.judgment import Check
 from suite.harness.loopcheck import render, usercheck
 from suite.harness.loopcheck.causes import CAUSES
-from suite.harness.verdict.judgment import Check
 from tests.helpers import ROOT
 from tests.workloads.test_examples import checker
 
@@ -75,7 +75,7 @@ def main() -> None:
     import collections
 
     from suite.common.specs import parse_spec
-    from suite.harness.engines.pool import EnginePool
+    from suite.harness.pool.pool import EnginePool
 
     pool = EnginePool(call_timeout=300.0)
     table: dict = collections.defaultdict(collections.Counter)

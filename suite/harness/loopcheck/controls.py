@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..engines.pool import EngineError
+from ..pool.pool import EngineError
 from .diagnosis import diagnose
 from .differential import ATOL, RTOL, Verdict, compare, verdict_of
 from .render import short_error
@@ -189,12 +189,12 @@ def by_stand_in(v: Verdict, stand_ref, stand_runs: list, global_batch: int, rtol
 def by_remedy(v: Verdict, ref, entries, rerun, global_batch: int, rtol: float = RTOL, atol: float = ATOL,
               spec=None, versions=None) -> Verdict:
     """A FAIL judged by the remedies of the known deviations in scope (``entries``: those with a
-    ``remedy``, suite/harness/verdict/deviations.py REMEDIES): ``rerun(remedy)`` runs the spec once
+    ``remedy``, suite/harness/judging/deviations.py REMEDIES): ``rerun(remedy)`` runs the spec once
     more with the change a later Keras made applied in the engine (suite/engine/remedies.py). Where
     that run trains what the run trains on one device (PASS, or DEVIATION by other entries), the
     difference is exactly what the change removes, so it is TensorFlow's/Keras' and the verdict is
     DEVIATION naming the entry; otherwise the FAIL stands, with what the remedied run showed as a note."""
-    from ..verdict import deviations
+    from ..judging import deviations
 
     if v.status != "FAIL" or v.error is not None or not v.mismatches:
         return v

@@ -22,9 +22,9 @@ import math
 import numpy as np
 
 from ...common.results import FACTORY_RAISED, SCRIPT_RAISED, Raised
-from ..verdict import deviations
-from ..verdict.quantity import Quantity
-from ..verdict.signatures import Seen
+from ..judging import deviations
+from ..judging.quantity import Quantity
+from ..judging.signatures import Seen
 from .causes import CAUSES
 from .diagnosis import diagnose
 from .render import short_error

@@ -22,9 +22,9 @@ import numpy as np
 
 from ...common.results import SCRIPT_RAISED
 from ...common.specs import parse_spec
-from ..engines import versions
-from ..engines.pool import EngineError, EnginePool, EngineUnavailable, ProbeError
-from ..engines.versions import engine_versions
+from ..pool import versions
+from ..pool.pool import EngineError, EnginePool, EngineUnavailable, ProbeError
+from ..pool.versions import engine_versions
 from . import controls, differential, render
 from .runs import first_difference, first_non_finite
 from .usercheck import CheckEngineError, CheckInputError, Report, _check_specs, _start_quietly, default_jobs, engine_failure

@@ -36,9 +36,9 @@ import time
 
 from ...common import matching
 from ...common.specs import SpecError, parse_spec
-from ..engines import versions
-from ..engines.pool import EngineError, EnginePool, EngineUnavailable
-from ..verdict import deviations
+from ..judging import deviations
+from ..pool import versions
+from ..pool.pool import EngineError, EnginePool, EngineUnavailable
 from . import differential, render
 from .runs import stitch
 from .usercheck import EXIT, Checker, CheckInputError

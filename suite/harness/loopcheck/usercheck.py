@@ -29,8 +29,8 @@ import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
 from ...common.specs import parse_spec
-from ..engines import versions
-from ..engines.pool import (
+from ..pool import versions
+from ..pool.pool import (
     EngineDied,
     EngineError,
     EnginePool,
@@ -39,7 +39,7 @@ from ..engines.pool import (
     EngineUnavailable,
     ProbeError,
 )
-from ..engines.versions import engine_versions
+from ..pool.versions import engine_versions
 from . import controls, differential, render
 from .runs import first_difference, first_non_finite
 

@@ -20,7 +20,7 @@ import os
 
 from ...common.specs import SpecError, parse_spec
 from ..drawing.tally import split_nodeid
-from ..engines import topology
+from ..pool import topology
 
 # Properties that call the engines of every selected spec (a checkpoint saved under the test's
 # spec is restored under a drawn one): all their items form one scope, so one worker runs them

@@ -8,7 +8,7 @@ import dataclasses
 
 import pytest
 
-from ..verdict.findings import Findings
+from ..judging.findings import Findings
 
 
 @dataclasses.dataclass

@@ -20,11 +20,11 @@ import pytest
 
 from ...common.specs import DEFAULT_SPECS, SpecError, parse_specs
 from ..drawing import profiles, tally
-from ..engines import agent, interrupts, machine, topology, versions
-from ..engines.handle import EngineHandle
-from ..engines.pool import EnginePool
+from ..judging import deviations
+from ..pool import agent, interrupts, machine, topology, versions
+from ..pool.handle import EngineHandle
+from ..pool.pool import EnginePool
 from ..reporting import results_dir
-from ..verdict import deviations
 from . import scheduling, state
 from .internals import SpecScheduling
 
@@ -61,7 +61,7 @@ def pytest_addoption(parser):
                          "python -m suite.report DIR reads them")
     group.addoption("--cluster-agents", default=os.environ.get("TFDS_CLUSTER_AGENTS"),
                     help="HOST:PORT,... of the engine agents of a real cluster, for the 'cluster' spec "
-                         "(python -m suite.harness.engines.agent on each host; see docs/running.md)")
+                         "(python -m suite.harness.pool.agent on each host; see docs/running.md)")
 
 
 @pytest.hookimpl(tryfirst=True)  # before junitxml and pytest-benchmark read the paths --results-dir sets
@@ -174,7 +174,7 @@ USER_WORKLOAD_TEST = "tests/workloads/test_user_workload.py::"
 
 def pytest_collection_modifyitems(config, items):
     # A known deviation never marks a test: it gives the test a ledger of the entries in scope,
-    # and only a mismatch that an entry's signature explains is tolerated (suite/harness/verdict/judgment.py).
+    # and only a mismatch that an entry's signature explains is tolerated (suite/harness/judging/judgment.py).
     s = state.of(config)
     v = s.versions
     active = [d for d in s.deviations if d.applies_to(v["tensorflow"], v["keras"])]

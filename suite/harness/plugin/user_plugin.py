@@ -20,7 +20,7 @@ import pytest
 
 @pytest.fixture(scope="session")
 def distribution_check_pool():
-    from ..engines.pool import EnginePool
+    from ..pool.pool import EnginePool
 
     pool = EnginePool(call_timeout=300.0)
     yield pool

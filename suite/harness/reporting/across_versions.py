@@ -29,8 +29,8 @@ from pathlib import Path
 
 from ...common.files import save_figure, write_atomically
 from ...common.specs import id_parts
-from ..engines.versions import as_shipped, as_tuple
-from ..verdict import deviations
+from ..judging import deviations
+from ..pool.versions import as_shipped, as_tuple
 from . import benchmark_results, measured, results_dir, run_report
 from .benchmark_results import NOISE_MARK, ReportError, markdown_table
 from .run_report import OUTCOME_MARK, OUTCOME_ORDER, case_outcome

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ... import layout
 from ...common.files import write_atomically
-from ..engines.versions import as_tuple
+from ..pool.versions import as_tuple
 from . import results_dir
 from .run_report import case_outcome
 

@@ -14,7 +14,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from ...common import files
-from ..engines.versions import as_tuple
+from ..pool.versions import as_tuple
 
 CONFORMANCE = "conformance.xml"  # JUnit XML of pytest tests
 RERUNS = "conformance.rerun*.xml"  # JUnit XML of reruns of some of its tests (pytest --junitxml, by hand)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import collections
 import statistics
 
-from ..engines.versions import as_tuple
+from ..pool.versions import as_tuple
 from .benchmark_results import NOISE_MARK, Entry, Results, markdown_table, within_noise
 
 KIND = "workload_step"

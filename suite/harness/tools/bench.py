@@ -19,7 +19,7 @@ import time
 
 from ...common.catalog import BENCH_BLOCKS, XLA_UNSUPPORTED
 from ...common.results import BenchRun, Raised
-from ..verdict.judgment import Check
+from ..judging.judgment import Check
 
 ROUND_SECONDS = 0.5  # a round lasts at least this long...
 FLOOR_SHARE = 0.01  # ...and the harness floor is at most this share of it
@@ -137,7 +137,7 @@ def fidelity(round_seconds: list[float], engine_seconds: list[float], floor_seco
 
 
 def check_fidelity(result: dict, check) -> None:
-    """Fail ``check`` (a suite.harness.verdict.judgment.Check) naming the figure that is out of bounds."""
+    """Fail ``check`` (a suite.harness.judging.judgment.Check) naming the figure that is out of bounds."""
     __tracebackhide__ = True
     outer, inner = result["harness_round_s"] * 1e3, result["engine_round_s"] * 1e3
     check.that(abs(result["error"]) <= FIDELITY, "the harness's round vs the engine's timer",
@@ -198,7 +198,7 @@ def devices_label(spec, cores: int | None) -> str:
 
 
 class Bencher:
-    """Runs the benchmark method on the engines (an ``EngineHandle``, suite/harness/engines/handle.py): prepared states,
+    """Runs the benchmark method on the engines (an ``EngineHandle``, suite/harness/pool/handle.py): prepared states,
     calibrated rounds, the floor per spec and the plain-step controls, shared by the benchmark
     tests of one session."""
 

@@ -25,7 +25,7 @@ from ...common.catalog import ADAPTIVE, OPTIMIZERS
 from ...common.specs import parse_specs
 from ..drawing import cases
 from ..drawing.cases import ARCHS, arch_dict, training_cases
-from ..engines.pool import EnginePool
+from ..pool.pool import EnginePool
 
 ref_model = layout.reference("model")
 ref = layout.reference("distribute")

@@ -20,10 +20,10 @@ import json
 import sys
 from pathlib import Path
 
+from ..judging import deviations
+from ..judging.quantity import Quantity
 from ..loopcheck.differential import speaks_for_the_loop_check
 from ..reporting.benchmark_results import ReportError
-from ..verdict import deviations
-from ..verdict.quantity import Quantity
 
 
 def records(path: Path) -> list[tuple[str, Quantity | str]]:

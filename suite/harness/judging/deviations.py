@@ -4,7 +4,7 @@
 patterns: ``*`` and ``{a,b}``: the tests the entry may excuse), ``tensorflow`` and ``keras``
 version ranges (PEP 440 specifier sets), ``summary``, ``evidence`` (links and/or repro files in
 the repo), ``first_seen`` and one or more ``[[deviation.signature]]`` tables that say what
-TensorFlow does instead (suite/harness/verdict/signatures.py).
+TensorFlow does instead (suite/harness/judging/signatures.py).
 
 The suite's plugin runs each test inside ``in_force(Ledger(entries in scope))``; every Check
 comparison consults ``ledger_in_force()``, and the check of a user's loop asks a Ledger of the entries whose

@@ -451,7 +451,7 @@ def same_on_every_worker(seen: Seen):
 
 def one_pass_variance_bounds(seen: Seen):
     """The value within the rounding bounds of a variance computed as ``E[x^2] - E[x]^2``
-    (suite/harness/verdict/tolerances.py batch_norm_bounds, one_pass). ``given``: ``{"one_pass": (low,
+    (suite/harness/judging/tolerances.py batch_norm_bounds, one_pass). ``given``: ``{"one_pass": (low,
     high)}``, the reference's value with those bounds (nothing is excused without it: the
     float32 property hands one_pass_variance_in_float32 its inputs instead)."""
     if not isinstance(seen.given, dict) or "one_pass" not in seen.given:

@@ -5,12 +5,12 @@ as the agent's user on its host (the engines unpickle what they are sent and imp
 are told to). Run it only on a private network, or bound to loopback and reached through an
 SSH tunnel; never on a public interface.
 
-Make one key (``python -m suite.harness.engines.agent --new-key``) and give it to every agent
+Make one key (``python -m suite.harness.pool.agent --new-key``) and give it to every agent
 and to pytest in ``TFDS_AGENT_KEY``. On each host of the cluster, with that host's TF_CONFIG
 (chief, worker, ps or evaluator task)::
 
     TF_CONFIG='{"cluster": {...}, "task": {"type": "worker", "index": 0}}' \\
-    TFDS_AGENT_KEY=... python -m suite.harness.engines.agent --listen 10.0.0.5:7700
+    TFDS_AGENT_KEY=... python -m suite.harness.pool.agent --listen 10.0.0.5:7700
 
 (without ``--listen`` it listens on 127.0.0.1:7700, loopback only; ``--listen PORT`` is
 loopback on that port) then, from a machine that reaches the agents::
@@ -65,7 +65,7 @@ from . import stacks, topology
 
 KEY_ENV = "TFDS_AGENT_KEY"
 DEFAULT_LISTEN = ("127.0.0.1", 7700)  # loopback: reach it through an SSH tunnel, or give --listen
-NEW_KEY = "python -m suite.harness.engines.agent --new-key"
+NEW_KEY = "python -m suite.harness.pool.agent --new-key"
 REQUEST_BYTES = 1 << 20  # an agent's requests are a few hundred bytes: a longer frame is refused unread
 HEX = frozenset("0123456789abcdefABCDEF")
 BASE64 = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_+/")
@@ -329,7 +329,7 @@ def read_tf_config(text: str | None) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m suite.harness.engines.agent", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m suite.harness.pool.agent", description=__doc__.split("\n\n")[0])
     p.add_argument("--listen", default=None,
                    help="HOST:PORT to listen on (default 127.0.0.1:7700, loopback only; PORT alone: loopback; "
                         "port 0: any free port). Only a private network's address: a key holder runs code here")
@@ -347,10 +347,10 @@ def main(argv=None) -> int:
         host, port = parse_address(args.listen) if args.listen else DEFAULT_LISTEN
         listener = Listener((host, port), authkey=key)
     except AgentError as exc:
-        print(f"suite.harness.engines.agent: {exc}", file=sys.stderr)
+        print(f"suite.harness.pool.agent: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # the address is taken, or not this host's
-        print(f"suite.harness.engines.agent: cannot listen on {host}:{port}: {exc.strerror or exc}", file=sys.stderr)
+        print(f"suite.harness.pool.agent: cannot listen on {host}:{port}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     log_dir = Path(args.log_dir or tempfile.mkdtemp(prefix="tfds-agent-"))
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -362,7 +362,7 @@ def main(argv=None) -> int:
         bound = listener.address
         print(f"agent for {cfg['task']['type']} {cfg['task']['index']} listening on {bound[0]}:{bound[1]}", flush=True)
         if not bound[0].startswith("127.") and bound[0] not in ("localhost", "::1"):
-            print(f"suite.harness.engines.agent: not loopback: any host that reaches {bound[0]}:{bound[1]} and holds "
+            print(f"suite.harness.pool.agent: not loopback: any host that reaches {bound[0]}:{bound[1]} and holds "
                   f"the key can run code here as {_user()}; keep this address on a private network", file=sys.stderr,
                   flush=True)
         try:
@@ -376,7 +376,7 @@ def main(argv=None) -> int:
                     agent.handle(authframe.agent_channel(conn, key, 10))
                 except authframe.FrameError as exc:
                     where = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
-                    print(f"suite.harness.engines.agent: refused a message from {where}: {exc}", file=sys.stderr,
+                    print(f"suite.harness.pool.agent: refused a message from {where}: {exc}", file=sys.stderr,
                           flush=True)
                 except (EOFError, OSError):
                     pass

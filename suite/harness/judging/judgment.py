@@ -14,7 +14,7 @@ the same parts whatever failed::
 
 Inside a running test every comparison consults the known deviations in scope
 (``deviations.ledger_in_force()``, entered by the suite's plugin): a mismatch is tolerated only when an entry's signature
-explains what was observed (suite/harness/verdict/signatures.py); a result equal to the reference where an
+explains what was observed (suite/harness/judging/signatures.py); a result equal to the reference where an
 entry predicts otherwise fails. ``given`` hands a comparison's inputs to deviation models.
 
 ``rule`` names the reference function (or a ``reference.rules.Rule``) the expected values come
@@ -177,7 +177,7 @@ class Check:
     # -- comparisons ---------------------------------------------------------------------
     def close(self, actual, expected, what: str, *, kind: str = "value", n_terms: int = 1,
               elements: int | None = None, override: dict | None = None, given=None, rule=None):
-        """``actual`` equals ``expected`` within the dtype's tolerance (suite/harness/verdict/tolerances.py)."""
+        """``actual`` equals ``expected`` within the dtype's tolerance (suite/harness/judging/tolerances.py)."""
         __tracebackhide__ = True
         me = self.citing(rule)
         tol = tolerance(self.dtype, kind, n_terms, override)

@@ -91,7 +91,7 @@ def _pidfd(pid: int) -> int | None:
 
 class _Process:
     """One local engine process: its two pipe ends, its log file, and either its Popen (a plain
-    start: TensorFlow imported anew) or the fork server it was forked from (suite/harness/engines/forks.py)."""
+    start: TensorFlow imported anew) or the fork server it was forked from (suite/harness/pool/forks.py)."""
 
     def __init__(self, spec: Spec, task: topology.Task, worker_args: list[str], python: str, env: dict,
                  log_dir: Path, server: forks.ForkServer | None = None):
@@ -194,7 +194,7 @@ class _Process:
 
 class _RemoteProcess:
     """One engine process on a cluster host, started by that host's agent
-    (suite/harness/engines/agent.py); the same interface as ``_Process`` over a socket whose
+    (suite/harness/pool/agent.py); the same interface as ``_Process`` over a socket whose
     messages, both ways, are authenticated frames (suite/common/authframe.py)."""
 
     def __init__(self, address: tuple[str, int], task: topology.Task, worker_args: list[str], timeout: float):
