@@ -55,9 +55,9 @@ BENCH_BLOCKS = {
     "xla": "the replica's forward and backward pass in tf.function(jit_compile=True); apply_gradients outside it",
 }
 
-# Deliberately wrong engines for tests/mutation/test_mutants.py: the pool switches one on per call
-# (probe ``engine.mutant``), or ``TFDS_MUTANT=<name>`` in an engine's environment at start
-# (suite/engine/mutants.py).
+# Deliberately wrong engines for tests/mutation/test_mutants.py (suite/engine/mutants/): engines import
+# that package only when the pool wants a mutant (TFDS_ENGINE_IMPORTS), which switches one on per call
+# (its probe ``mutants.switch``), or ``TFDS_MUTANT=<name>`` in an engine's environment at start.
 MUTANTS = {
     "local_batch_denominator": "compute_average_loss replaced by a per-replica mean",
     "unnormalised_multi_dim": "multi-dimensional per-element losses never normalised",

@@ -74,9 +74,8 @@ def _child(server_pid: int, sock: socket.socket, worker_args: list, env: dict, l
     import tempfile
 
     tempfile.tempdir = None  # gettempdir() caches; this engine's TMPDIR is its own
-    from . import mutants, worker
+    from . import worker
 
-    mutants.switch(os.environ.get("TFDS_MUTANT") or None)  # read at import from the server's environment
     sys.argv = ["suite.engine.worker", *worker_args]
     return worker.main(worker_args)
 

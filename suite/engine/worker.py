@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import faulthandler
+import importlib
 import os
 import sys
 import traceback
@@ -19,6 +20,8 @@ import traceback
 from ..common import authframe, protocol
 from ..common.results import Raised
 from ..common.specs import parse_spec
+
+IMPORTS_ENV = "TFDS_ENGINE_IMPORTS"
 
 
 def _parse_args(argv):
@@ -33,6 +36,13 @@ def _parse_args(argv):
     p.add_argument("--serve", action="store_true",
                    help="only run this task's tf.distribute.Server (parameter-server workers and ps)")
     return p.parse_args(argv)
+
+
+def imports(env) -> list[str]:
+    """The modules ``env`` asks every engine process to import at start (``TFDS_ENGINE_IMPORTS``: comma-
+    separated, in order), before its strategy is built: a module that registers probes of its own
+    (probes/registry.py ``register``) or changes what the engine computes, for the pytest side's tests."""
+    return [m.strip() for m in env.get(IMPORTS_ENV, "").split(",") if m.strip()]
 
 
 def main(argv=None) -> int:
@@ -57,6 +67,13 @@ def main(argv=None) -> int:
     except Exception as exc:  # a suite/TF incompatibility: fail once, clearly
         conn_out.send((protocol.FATAL, f"engine set-up failed: {type(exc).__name__}: {exc}"))
         return 4
+    for module in imports(os.environ):
+        try:
+            importlib.import_module(module)
+        except Exception as exc:
+            conn_out.send((protocol.FATAL, f"engine set-up failed: {IMPORTS_ENV} names {module!r}, which did not "
+                                           f"import: {type(exc).__name__}: {exc}"))
+            return 4
     from .compat import keep_whole_tracebacks
 
     keep_whole_tracebacks()  # errors carry every frame they came through (deviations' origins)

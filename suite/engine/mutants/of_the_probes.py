@@ -1,7 +1,10 @@
 """Mutants of what the engine reports, applied from outside: ``foreign_result`` wraps the probe
 registry's ``run`` so that every result comes back moved off its value; ``optimizer_names_extra``
 lists one built-in optimizer more; the others each replace one of the suite's own helpers that a
-probe calls (reading a metric, normalising a loss, exporting a model, the stand-in data).
+probe calls (reading a metric, normalising a loss, exporting a model, the stand-in data); three
+wrap a user's optimizer as the workload and script probes take it (``_Capture.__init__``), so that
+what the probe's wrapper hands over reaches the optimizer's own ``apply_gradients`` mutated: the
+user's loop is wrong while the suite's own step (the loop check's control) is not.
 ``PATCHES[name]()`` applies a mutant's patch and returns the function that puts the original back."""
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import tensorflow as tf
 
 from ...common.results import Raised
 from .. import compat
-from ..probes import losses, metrics, registry, training
+from ..probes import losses, metrics, registry, training, workload
 from ..workloads import fashion
 from . import replace
 
@@ -105,6 +108,47 @@ def _unseeded(original):
     return load_data
 
 
+def _handed_over(mutate):
+    """``_Capture.__init__`` (suite/engine/probes/workload.py) that first wraps the optimizer's own
+    ``apply_gradients`` with ``mutate(pairs, record)``: the mutation sits between the probe's wrapper (which
+    records what the loop hands over) and the user's optimizer only."""
+    def make(original):
+        def __init__(self, optimizer, variables, dense=False, record=True):
+            own = optimizer.apply_gradients
+
+            def apply_gradients(grads_and_vars, *args, **kwargs):
+                return own(mutate(list(grads_and_vars), record), *args, **kwargs)
+
+            optimizer.apply_gradients = apply_gradients
+            original(self, optimizer, variables, dense=dense, record=record)
+        return __init__
+    return make
+
+
+def _summed_twice(pairs, record):
+    """Each replica's gradients all-reduced by hand, then summed again by apply_gradients."""
+    context = tf.distribute.get_replica_context()
+    if context is None:
+        return pairs
+    return [(context.all_reduce(tf.distribute.ReduceOp.SUM, g), v) for g, v in pairs]
+
+
+def _replica_one_dropped(pairs, record):
+    """Replica 1's gradients zeroed: they never reach the sum."""
+    context = tf.distribute.get_replica_context()
+    if context is None:
+        return pairs
+    keep = tf.cast(tf.not_equal(context.replica_id_in_sync_group, 1), pairs[0][0].dtype)
+    return [(g * keep, v) for g, v in pairs]
+
+
+def _doubled_on_a_cluster(pairs, record):
+    """A script's scheduled step on a parameter-server cluster applying twice its gradients."""
+    if record or not hasattr(tf.distribute.get_strategy(), "_is_parameter_server_strategy_v2"):
+        return pairs
+    return [(2 * g, v) for g, v in pairs]
+
+
 PATCHES = {"foreign_result": lambda: replace(registry, "run", _moved),
            "optimizer_names_extra": lambda: replace(compat, "builtin_optimizer_names", _one_more_name),
            "metric_read_before_update": lambda: replace(metrics, "update_and_read", _read_before_update),
@@ -114,4 +158,7 @@ PATCHES = {"foreign_result": lambda: replace(registry, "run", _moved),
            "loss_scale_replica_zero_decides": lambda: replace(compat, "unscaled_gradients", _replica_zero_decides),
            "optimizer_outside_scope": lambda: replace(training, "optimizer_under", _outside_scope),
            "saved_model_before_load": lambda: replace(compat, "export_saved_model", _exported_as_built),
-           "fashion_data_unseeded": lambda: replace(fashion, "load_data", _unseeded)}
+           "fashion_data_unseeded": lambda: replace(fashion, "load_data", _unseeded),
+           "double_gradient_aggregation": lambda: replace(workload._Capture, "__init__", _handed_over(_summed_twice)),
+           "step_one_replica_dropped": lambda: replace(workload._Capture, "__init__", _handed_over(_replica_one_dropped)),
+           "ps_gradient_doubled": lambda: replace(workload._Capture, "__init__", _handed_over(_doubled_on_a_cluster))}

@@ -10,7 +10,6 @@ import numpy as np
 import tensorflow as tf
 
 from ...common.results import Ping
-from .. import mutants
 from .registry import probe
 
 
@@ -28,15 +27,6 @@ def info(ctx):
 def trace_counts(ctx):
     """How many times each probe's tf.function traced in this engine."""
     return dict(ctx.traces)
-
-
-@probe
-def mutant(ctx, name=None):
-    """Switch the active mutant (None: the real computation). Models and traced functions in
-    the cache were built under the previous one: a switch drops them."""
-    if mutants.switch(name):
-        ctx.cache.clear()
-    return name
 
 
 @probe

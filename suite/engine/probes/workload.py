@@ -22,7 +22,7 @@ import tensorflow as tf
 
 from ...common import matching
 from ...common.results import FACTORY_RAISED, Raised, WorkloadRun, WorkloadStep
-from .. import compat, mutants, workload
+from .. import compat, workload
 from ..steps import TrainStep
 from ..workloads import stand_in as stand_ins
 from .common import failed
@@ -137,15 +137,6 @@ class _Capture:
                     pass
             if record:  # (a script's steps return what the script returns: nothing to take the gradients out)
                 self.local.grads = given
-            context = tf.distribute.get_replica_context()
-            if mutants.on("double_gradient_aggregation") and context is not None:  # summed twice: once here
-                pairs = [(context.all_reduce(tf.distribute.ReduceOp.SUM, g), v) for g, v in pairs]
-            if mutants.on("step_one_replica_dropped") and context is not None:  # replica 1 never reaches the sum
-                keep = tf.cast(tf.not_equal(context.replica_id_in_sync_group, 1), pairs[0][0].dtype)
-                pairs = [(g * keep, v) for g, v in pairs]
-            if mutants.on("ps_gradient_doubled") and not record and hasattr(
-                    tf.distribute.get_strategy(), "_is_parameter_server_strategy_v2"):  # a script's step on a cluster
-                pairs = [(2 * g, v) for g, v in pairs]
             return original(pairs, *args, **kwargs)
 
         optimizer.apply_gradients = apply_gradients

@@ -27,8 +27,9 @@ from pathlib import Path
 
 from ... import layout
 
-# set per engine, after the fork: they do not change what an import does
-PER_ENGINE = ("TF_CONFIG", "TMPDIR", "CUDA_VISIBLE_DEVICES", "TFDS_MUTANT")
+# set per engine, after the fork: they do not change what the server's imports do (the modules named in
+# TFDS_ENGINE_IMPORTS, and the mutant they start with, are imported by each fork: suite/engine/worker.py)
+PER_ENGINE = ("TF_CONFIG", "TMPDIR", "CUDA_VISIBLE_DEVICES", "TFDS_ENGINE_IMPORTS", "TFDS_MUTANT")
 REQUEST_TIMEOUT = 30.0  # a fork or a poll; the server does nothing else
 
 

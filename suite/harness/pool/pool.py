@@ -30,6 +30,13 @@ from ...common.results import Raised
 from ...common.specs import Spec
 from . import agent, forks, stacks, topology, versions
 
+# what every engine process imports at start, comma-separated (suite/engine/worker.py)
+IMPORTS_ENV = "TFDS_ENGINE_IMPORTS"
+# the meta tests' deliberately wrong engines: an engine imports this package only when the session
+# wants a mutant (set_mutant, or TFDS_MUTANT=<name> in this process's environment: the one it starts with)
+MUTANTS_MODULE = f"{layout.PACKAGE_DIR.name}.engine.mutants"  # as the engines name their package (layout.ENGINE_MODULE)
+MUTANT_ENV = "TFDS_MUTANT"
+
 layout.alias_engine_names()  # replies name the engines' package (suite.…): this process's modules
 
 
@@ -272,8 +279,10 @@ class Engine:
     that dies fails the running call."""
 
     def __init__(self, spec: Spec, *, python: str, log_dir: Path, start_timeout: float,
-                 call_timeout: float, start_attempts: int = 3, fork_servers: forks.ForkServers | None = None):
+                 call_timeout: float, start_attempts: int = 3, fork_servers: forks.ForkServers | None = None,
+                 env: dict | None = None):
         self.spec = spec
+        self.env = dict(env or {})  # set in its local processes' environment (an empty value removes one)
         self.fork_servers = fork_servers  # None: every process imports TensorFlow itself
         self._calling = threading.RLock()  # one call at a time: replies are read in the order sent
         self.call_timeout = call_timeout
@@ -284,7 +293,9 @@ class Engine:
         self.started_at = 0.0  # time.monotonic() once started
         self._restart = False
         self._requests = 0  # the number of the last call sent (its replies must echo it)
-        self.mutant = os.environ.get("TFDS_MUTANT") or None  # what its processes start with
+        # whether its processes imported the mutants package, and the mutant they compute with (EnginePool)
+        self.mutants = MUTANTS_MODULE in _imports(self.env) and spec.kind != "cluster"
+        self.mutant = (self.env.get(MUTANT_ENV) or None) if self.mutants else None
         if spec.kind == "cluster":
             start_attempts = 1  # the user chose those ports
         for attempt in range(1, start_attempts + 1):
@@ -320,7 +331,8 @@ class Engine:
         if self.spec.kind == "cluster":
             return self._launch_on_agents()
         # SPEC@ENV: another env's TensorFlow (TF_USE_LEGACY_KERAS as that env says)
-        base_env = versions.environment(versions.interpreter(self.spec.python)[1] if self.spec.python else {})
+        base_env = versions.environment({**(versions.interpreter(self.spec.python)[1] if self.spec.python else {}),
+                                         **self.env})
         base_env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         base_env["PYTHONPATH"] = layout.engine_pythonpath(base_env.get("PYTHONPATH"))
         base_env.pop("TF_CONFIG", None)
@@ -577,6 +589,11 @@ def _port_taken(message: str) -> bool:
     return any(mark in low for mark in _PORT_TAKEN)
 
 
+def _imports(env) -> list[str]:
+    """The modules ``env`` has engines import at start (as suite/engine/worker.py reads IMPORTS_ENV)."""
+    return [m.strip() for m in env.get(IMPORTS_ENV, "").split(",") if m.strip()]
+
+
 class EnginePool:
     """Session-wide engines by spec: started on first use, replaced after a failure,
     all closed by ``close()`` (conftest calls it at session end, and atexit as a backstop)."""
@@ -599,7 +616,9 @@ class EnginePool:
         self.starts: dict[str, int] = {}
         self.trace_report: dict[str, dict] = {}  # spec -> probe -> traces, read at close()
         # the meta tests' deliberately wrong engines (set_mutant); engines start with TFDS_MUTANT
-        self.mutant: str | None = os.environ.get("TFDS_MUTANT") or None
+        self.mutant: str | None = os.environ.get(MUTANT_ENV) or None
+        # once a mutant is wanted, every engine started imports the mutants package (IMPORTS_ENV)
+        self.mutants = self.mutant is not None or MUTANTS_MODULE in _imports(os.environ)
         self.interrupted = False  # kill_now() was called: no engine starts again
 
     def set_mutant(self, name: str | None):
@@ -608,7 +627,8 @@ class EnginePool:
         engines of SPEC@ENV specs (another TensorFlow), so that the tests comparing two versions
         see one side wrong."""
         self.mutant = name
-        for engine in self._engines.values():
+        self.mutants = self.mutants or name is not None
+        for engine in list(self._engines.values()):
             if engine.alive and engine.mutant != self._mutant_of(engine.spec):
                 self._switch(engine)
 
@@ -618,9 +638,22 @@ class EnginePool:
         return self.mutant
 
     def _switch(self, engine: Engine):
+        """``engine`` switched to its spec's mutant by the mutants package's probe; one started before a
+        mutant was wanted has no such package: it is closed, and starts afresh with it at its next use."""
+        if not engine.mutants and engine.spec.kind != "cluster":
+            self.release(engine.spec)
+            return
         name = self._mutant_of(engine.spec)
-        engine.call("engine.mutant", name=name)
+        engine.call("mutants.switch", name=name)
         engine.mutant = name
+
+    def _env(self, spec: Spec) -> dict:
+        """What an engine of ``spec`` gets in its environment: the mutants package to import and its
+        spec's mutant to start with, once a mutant is wanted."""
+        if not self.mutants:
+            return {}
+        imports = [m for m in _imports(os.environ) if m != MUTANTS_MODULE] + [MUTANTS_MODULE]
+        return {IMPORTS_ENV: ",".join(imports), MUTANT_ENV: self._mutant_of(spec) or ""}
 
     def get(self, spec: Spec) -> Engine:
         """``spec``'s engine, started if it is not running (threads may ask at once: each spec's
@@ -637,11 +670,15 @@ class EnginePool:
         if key in self._start_failures:  # do not retry a start that cannot succeed
             raise self._start_failures[key]
         engine = self._engines.get(key)
+        if engine is not None and engine.alive and engine.mutant != self._mutant_of(spec):
+            self._switch(engine)  # (closed if it cannot switch: started afresh below)
+            engine = self._engines.get(key)
         if engine is None or not engine.alive:
             try:
                 engine = Engine(spec, python=versions.interpreter(spec.python)[0] if spec.python else self.python,
                                 log_dir=self._log_dir, fork_servers=self.fork_servers,
-                                start_timeout=self.start_timeout, call_timeout=self.call_timeout)
+                                start_timeout=self.start_timeout, call_timeout=self.call_timeout,
+                                env=self._env(spec))
             except (EngineStartError, EngineUnavailable) as exc:
                 self._start_failures[key] = exc
                 raise

@@ -4,7 +4,8 @@
 
 PLAN is a JSON list of ``[test id, mutant]``. Each entry runs its test item once with every
 engine of the session switched to the mutant (``EnginePool.set_mutant``; the engines start
-once and drop their cached traces at each switch), so one item can run under several mutants.
+once, importing the mutants package, and drop their cached traces at each switch), so one item can
+run under several mutants.
 OUT gets one record per entry: the outcome (``failed``, ``passed``, ``xfailed``, ``skipped``), the
 report's text and the seconds it took. The session reports nothing itself: a property that
 fails here is what the meta test wants, and it reads OUT.
