@@ -13,6 +13,8 @@ import dataclasses
 import re
 from typing import Any
 
+from .facts import Facts
+
 record = dataclasses.dataclass(frozen=True)
 Arrays = list  # numpy arrays, one per replica / variable / step
 MESSAGE_CHARS = 8000  # whole TF messages (deviation signatures match them); Check shortens them for display
@@ -366,21 +368,6 @@ class WorkloadStep:
     named: dict | None = None
 
 
-def optimizer_slots_made_in_the_step(facts: dict) -> bool:
-    """The optimizer had more variables after the first distributed step than when it began
-    (``optimizer_variables_before_step`` < ``optimizer_variables_after``, the engine's counts): it
-    made its slots inside strategy.run."""
-    before, after = facts.get("optimizer_variables_before_step"), facts.get("optimizer_variables_after")
-    return before is not None and after is not None and after > before
-
-
-def optimizer_built_lazily(facts: dict) -> bool:
-    """The optimizer had not made its variables when the first distributed step began: the engine
-    saw it unbuilt (``optimizer_built`` False) or saw its slots made in the step. The one decision,
-    for the loop check's diagnosis and the deviations' condition alike."""
-    return facts.get("optimizer_built") is False or optimizer_slots_made_in_the_step(facts)
-
-
 @record
 class WorkloadRun:
     replicas: int  # num_replicas_in_sync
@@ -390,6 +377,6 @@ class WorkloadRun:
     optimizer_names: list
     initial: list  # replica 0's value of each model variable before the first step
     steps: list  # of WorkloadStep
-    facts: dict  # what the engine saw of the workload (evidence for diagnoses)
+    facts: Facts  # what the engine saw of the workload (evidence for diagnoses; facts.py)
     masks: list | None = None  # each local replica's training-mode output for one shared input (random layers)
     raised: Raised | None = None  # the step that raised (its index in ``where``)

@@ -222,58 +222,49 @@ def test_no_engine_module_outside_the_mutants_package_names_a_mutant():
     check.equal(mentioning_mutants(changed), [path], "a mutant's import added to the step found (the check's own test)")
 
 
-def facts_written(sources: dict[str, str]) -> set[str]:
-    """The keys of a workload run's ``facts`` that ``sources`` write: ``facts["k"] = ...``, a ``facts = {...}``
-    literal, ``facts.update({...})``, ``facts.setdefault("k", ...)`` and ``facts={**..., "k": ...}``."""
-    out = set()
-
-    def literal_keys(node):
-        return {k.value for k in node.keys if isinstance(k, ast.Constant)} if isinstance(node, ast.Dict) else set()
-
-    for source in sources.values():
-        for node in ast.walk(ast.parse(source)):
-            if isinstance(node, (ast.Assign, ast.AnnAssign)):
-                for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
-                    if isinstance(target, ast.Name) and target.id == "facts":
-                        out |= literal_keys(node.value)
-                    if (isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name)
-                            and target.value.id == "facts" and isinstance(target.slice, ast.Constant)):
-                        out.add(target.slice.value)
-            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args and (
-                    isinstance(node.func.value, ast.Name) and node.func.value.id == "facts"):
-                if node.func.attr == "update":
-                    out |= literal_keys(node.args[0])
-                elif node.func.attr == "setdefault" and isinstance(node.args[0], ast.Constant):
-                    out.add(node.args[0].value)
-            elif isinstance(node, ast.keyword) and node.arg == "facts":
-                out |= literal_keys(node.value)
-    return out
-
-
-FACT_READ = re.compile(r'facts\)?\.get\(\s*"(\w+)"|facts\["(\w+)"\]')
-
-
-def facts_read(sources: dict[str, str]) -> dict[str, set[str]]:
-    """Each key of ``facts`` that ``sources`` read (``facts.get("k")``, ``facts["k"]``) -> the modules reading it."""
+def facts_named(sources: dict[str, str]) -> dict[str, set[str]]:
+    """Each NAME ``sources`` take of a workload run's facts by attribute (``facts.NAME``,
+    ``run.facts.NAME``, in code, not in text) -> the modules taking it."""
     out: dict[str, set[str]] = {}
     for path, source in sources.items():
-        for match in FACT_READ.finditer(source):
-            out.setdefault(match.group(1) or match.group(2), set()).add(path)
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Attribute) and (
+                    isinstance(node.value, ast.Name) and node.value.id == "facts"
+                    or isinstance(node.value, ast.Attribute) and node.value.attr == "facts"):
+                out.setdefault(node.attr, set()).add(path)
     return out
 
 
-def test_every_fact_the_checks_read_is_one_an_engine_writes():
-    """A workload run's ``facts`` cross the process line as a dict: a key misspelt where the loop check
-    reads it is silently None. Every key the pytest side reads (and every name of the deviations'
-    ``CONDITION_FACTS``) is one the engine's probes or the stitching of a cluster's runs write."""
+def test_a_misspelt_fact_fails_where_it_is_named():
+    """A workload run's ``facts`` is a ``Facts`` (suite/common/facts.py), which both sides import: a
+    misspelt fact is an AttributeError when read or written (slots), a TypeError when built, a one-line
+    ValueError where a module names the facts a deviation's condition reads, never a silent None. And
+    every ``facts.NAME`` in the code of the suite and its tests is a field of Facts (or one of its
+    methods), so a misspelling on a path no test runs is found too."""
+    from suite.common import facts as facts_module
+    from suite.common.facts import FIELDS, Facts, named
     from suite.harness.loopcheck.differential import CONDITION_FACTS
 
-    written = facts_written(modules(("suite/engine", "suite/harness/loopcheck")))
-    read = facts_read(modules(("suite/harness",)))
     check = Check("facts")
-    check.that(len(written) > 30, "keys the engines write", len(written), "the facts of the workload and script probes")
-    check.equal(sorted(k for k in read if k not in written), [], "keys read that no engine writes")
-    check.equal(sorted(k for k in CONDITION_FACTS if k not in written), [], "condition facts that no engine writes")
-    misspelt = facts_read({"x.py": 'facts.get("optimizer_bulit")'})
-    check.equal(sorted(k for k in misspelt if k not in written), ["optimizer_bulit"],
-                "a misspelt read found (the check's own test)")
+    check.that(len(FIELDS) > 40, "the facts declared", len(FIELDS), "those of the workload and script probes")
+    check.equal(sorted(set(CONDITION_FACTS) - FIELDS), [], "condition facts that are no field of Facts")
+    known = FIELDS | set(dir(Facts)) | set(vars(facts_module))
+    used = facts_named(modules(("suite", "tests")))
+    check.that(len(used) > 30, "facts the code names", len(used), "those the probes write and the checks read")
+    check.equal({k: sorted(v) for k, v in used.items() if k not in known}, {}, "facts named that Facts does not have")
+    check.equal(sorted(facts_named({"x.py": "ref.facts.optimizer_bulit"})), ["optimizer_bulit"],
+                "a misspelt attribute found (the check's own test)")
+    outcomes = []
+    for attempt in (lambda: Facts().optimizer_bulit, lambda: setattr(Facts(), "optimizer_bulit", False),
+                    lambda: Facts(optimizer_bulit=False), lambda: named(("optimizer_bulit",), "CONDITION_FACTS")):
+        try:
+            attempt()
+            outcomes.append(None)
+        except (AttributeError, TypeError, ValueError) as exc:
+            outcomes.append(type(exc).__name__)
+    check.equal(outcomes, ["AttributeError", "AttributeError", "TypeError", "ValueError"],
+                "a misspelt fact read, written, built and named by a condition")
+    try:
+        named(("optimizer_bulit",), "differential.CONDITION_FACTS")
+    except ValueError as exc:
+        check.equal(str(exc).count("\n"), 0, "the unknown condition fact in one line", str(exc))

@@ -10,6 +10,7 @@ import functools
 
 import numpy as np
 
+from suite.common.facts import Facts
 from suite.common.results import Raised, WorkloadRun, WorkloadStep
 from suite.common.specs import parse_spec
 from suite.harness.judging import deviations
@@ -35,7 +36,7 @@ def run(scale: float = 1.0, noise: float = 0.0, replicas: int = 1, metric: list 
                                   [[v.copy() for _ in range(replicas)] for v in values], [], None,
                                   {"m": metric[k]} if metric else {}))
     return WorkloadRun(replicas, list(range(replicas)), ["kernel", "bias"], [True, True], [],
-                       [v.copy() for v in INITIAL], steps, {})
+                       [v.copy() for v in INITIAL], steps, Facts())
 
 
 def test_rounding_passes_and_a_tenth_of_a_percent_of_an_update_fails():
@@ -84,7 +85,7 @@ def test_the_reference_that_does_not_repeat_itself_names_the_variable():
 
 KERAS3 = {"tensorflow": "2.21.0", "keras": "3.15.1"}
 KERAS2 = {"tensorflow": "2.15.1", "keras": "2.15.0"}
-MEAN = {"metric_states": {"m": ["count", "total"]}}
+MEAN = {"m": ["count", "total"]}  # a mean's metric_states
 
 
 def test_central_storage_metrics_follow_the_documented_formula():
@@ -93,12 +94,12 @@ def test_central_storage_metrics_follow_the_documented_formula():
     examples, then 0.25 over all 8, under 2 replicas reads 0.5, then (2 x 2 + 0) / (2 x 4 + 4) =
     1/3: DEVIATION on Keras 3, where the entry applies; FAIL on Keras 2 and for any other value."""
     ref = run(metric=[0.5, 0.25], rows=(4,))
-    ref.facts.update(MEAN)
+    ref.facts.metric_states = dict(MEAN)
     check = Check("differential.verdict_of")
     for metric, versions, want in [([0.5, 1 / 3], KERAS3, ("DEVIATION", "keras3-central-storage-metric-accumulation")),
                                    ([0.5, 1 / 3], KERAS2, ("FAIL", None)), ([0.5, 0.3], KERAS3, ("FAIL", None))]:
         dist = run(replicas=2, metric=metric, rows=(2, 2))
-        dist.facts.update(MEAN)
+        dist.facts.metric_states = dict(MEAN)
         v = differential.verdict_of("central_storage:2", ref, [dist], 8, spec_obj=parse_spec("central_storage:2"),
                                  versions=versions)
         check.equal((v.status, v.deviation[0] if v.deviation else None), want,
@@ -118,7 +119,7 @@ USERS_ASSIGN_ADD = ("keras/src/backend/common/variables.py:assign_add", "keras/s
 
 def _step_raised(spec: str, raised: Raised, versions=KERAS3, facts=None):
     dist = run(replicas=parse_spec(spec).replicas)
-    dist = dataclasses.replace(dist, steps=[], raised=raised, facts=dict(facts or {}))
+    dist = dataclasses.replace(dist, steps=[], raised=raised, facts=Facts(**(facts or {})))
     return differential.verdict_of(spec, run(), [dist], 48, spec_obj=parse_spec(spec), versions=versions)
 
 
@@ -181,7 +182,7 @@ def test_shared_draws_of_keras_dropout_do_not_excuse_a_divergence():
     for scale, keras_own, want in [(1.0, True, ("DEVIATION", [])), (1.5, True, ("FAIL", [])),
                                    (1.0, False, ("FAIL", ["identical_dropout_masks"]))]:
         dist = dataclasses.replace(run(scale=scale, replicas=2), masks=masks,
-                                   facts={**facts, "random_layers_keras": keras_own})
+                                   facts=Facts(**{**facts, "random_layers_keras": keras_own}))
         v = differential.verdict_of("mirrored:2", run(), [dist], 48, spec_obj=parse_spec("mirrored:2"), versions=KERAS3)
         check.equal((v.status, [d.cause for d in v.diagnoses]), want,
                     f"update x{scale}, Keras' own Dropout: {keras_own}", render.details(v))
@@ -318,7 +319,7 @@ def test_each_cause_s_evidence_is_evaluated_on_its_own(monkeypatch):
     own = [[g + d for g, d in zip(G, D)], [g - d for g, d in zip(G, D)]]
     ref = _with_step1(run(), [1.0], [G], rows=(48,))
     dist = _with_step1(run(scale=2.0, replicas=2), [1.0, 1.0], own)
-    dist = dataclasses.replace(dist, facts={"undistributed_inputs": {"train.py:12": [48, 8]}})
+    dist = dataclasses.replace(dist, facts=Facts(undistributed_inputs={"train.py:12": [48, 8]}))
     _, _, mismatches = differential.compare(ref, dist)
     check.equal([d.cause for d in diagnosis.diagnose(ref, dist, mismatches, 48)], ["batch_not_distributed"],
                 "the causes named")
@@ -382,9 +383,9 @@ def test_precedence_is_applied_as_declared():
 def _control_case(keras_own: bool, clips: bool, control_scale: float = 2.0):
     """The loop's run and the control's, both moving twice one device's update on 2 replicas."""
     facts = {"user_step": True, "keras_own_model": keras_own, "optimizer_clips": clips}
-    ref = dataclasses.replace(run(), facts=dict(facts))
-    dist = dataclasses.replace(run(scale=2.0, replicas=2), facts=dict(facts))
-    control = dataclasses.replace(run(scale=control_scale, replicas=2), facts=dict(facts))
+    ref = dataclasses.replace(run(), facts=Facts(**facts))
+    dist = dataclasses.replace(run(scale=2.0, replicas=2), facts=Facts(**facts))
+    control = dataclasses.replace(run(scale=control_scale, replicas=2), facts=Facts(**facts))
     return ref, dist, controls.control_of(ref, ref, [control], [dist])
 
 
@@ -408,13 +409,13 @@ def test_the_control_tells_tensorflows_divergence_from_the_loops():
 
 
 def test_a_step_with_random_draws_of_its_own_is_random_where_it_differs_and_never_fail():
-    """Random ops in the traced step (facts["random_ops"]): where the runs differ, RANDOM (exit 5),
+    """Random ops in the traced step (facts.random_ops): where the runs differ, RANDOM (exit 5),
     not FAIL, even where a cause's evidence holds (a note says so); where they agree, PASS; the
     same difference without random ops stays FAIL with its cause."""
     check = Check("differential.verdict_of with random draws")
     ref = run()
     drawn = {"random_ops": ["RngReadAndSkip", "StatelessRandomNormalV2"]}
-    two = dataclasses.replace(run(scale=2.0, replicas=2), facts=dict(drawn))
+    two = dataclasses.replace(run(scale=2.0, replicas=2), facts=Facts(**drawn))
     averaged = _with_step1(two, [1.0, 1.0], [[g + d for g, d in zip(G, D)], [g - d for g, d in zip(G, D)]])
     ref = _with_step1(ref, [1.0], [G], rows=(48,))
     spec = parse_spec("mirrored:2")
@@ -425,10 +426,10 @@ def test_a_step_with_random_draws_of_its_own_is_random_where_it_differs_and_neve
                "the cause whose evidence holds too, as a note")
     report = usercheck.Report("t", KERAS3, 48, 2, 1e-4, 1e-7, [], [v])
     check.equal((report.exit_code(), report.exit_code(accept_known=True)), (5, 5), "the exit status")
-    same = dataclasses.replace(run(replicas=2), facts=dict(drawn))
+    same = dataclasses.replace(run(replicas=2), facts=Facts(**drawn))
     check.equal(differential.verdict_of("mirrored:2", run(), [same], 48, spec_obj=spec, versions=KERAS3).status, "PASS",
                 "the verdict where the runs agree")
-    plain = dataclasses.replace(averaged, facts={})
+    plain = dataclasses.replace(averaged, facts=Facts())
     v = differential.verdict_of("mirrored:2", ref, [plain], 48, spec_obj=spec, versions=KERAS3)
     check.equal((v.status, [d.cause for d in v.diagnoses]), ("FAIL", ["loss_averaged_per_replica"]),
                 "the verdict of the same difference without random ops")
@@ -444,7 +445,7 @@ def test_a_run_where_only_the_second_optimizers_state_differs_fails():
                               [[np.full(2, 0.5)] * replicas, [np.full(2, second)] * replicas], None, {})]
         facts = {"models": ["generator", "discriminator"], "optimizers": ["generator", "discriminator"]}
         return WorkloadRun(replicas, list(range(replicas)), ["generator/kernel", "discriminator/bias"], [True, True],
-                           ["generator/adam/m", "discriminator/adam/m"], [v.copy() for v in INITIAL], steps, facts)
+                           ["generator/adam/m", "discriminator/adam/m"], [v.copy() for v in INITIAL], steps, Facts(**facts))
     spec = parse_spec("mirrored:2")
     check = Check("differential.verdict_of of several optimizers")
     check.equal(differential.verdict_of("mirrored:2", gan(0.25, 1), [gan(0.25, 2)], 48, spec_obj=spec,
@@ -474,8 +475,8 @@ def test_the_stand_in_speaks_for_tensorflow_where_the_users_classes_stop_the_con
     DEVIATION unrecorded."""
     check = Check("controls.stand_in_of")
     facts = {"user_step": True, "keras_own_model": False}
-    ref = dataclasses.replace(run(), facts=dict(facts))
-    dist = dataclasses.replace(_copies_apart(run(scale=2.0, replicas=2)), facts=dict(facts))
+    ref = dataclasses.replace(run(), facts=Facts(**facts))
+    dist = dataclasses.replace(_copies_apart(run(scale=2.0, replicas=2)), facts=Facts(**facts))
     control = controls.control_of(ref, ref, [dist], [dist])
     check.equal((control.user_classes, control.same_as_loop), (True, False), "the control on the user's classes")
     spec, keras34 = parse_spec("mirrored:2"), {"tensorflow": "2.17.1", "keras": "3.4.1"}
@@ -491,7 +492,7 @@ def test_the_stand_in_speaks_for_tensorflow_where_the_users_classes_stop_the_con
     check.equal((v.status, sorted({i for i, _ in v.deviations})), ("DEVIATION", ["keras3-gradients-not-summed-before-3.5"]),
                 "the loop's verdict", render.details(v))
     check.that(any("classes of the user's own" in n for n in v.notes), "the notes", v.notes, "the classes unverified")
-    alike = dataclasses.replace(run(scale=2.0, replicas=2), facts=dict(facts))  # copies together, 2 x the update
+    alike = dataclasses.replace(run(scale=2.0, replicas=2), facts=Facts(**facts))  # copies together, 2 x the update
     moved = controls.stand_in_of(controls.control_of(ref, ref, [alike], [alike]), run(),
                                      [run(scale=2.0, replicas=2)], judge=judge)
     v = differential.verdict_of("mirrored:2", ref, [alike], 48, spec_obj=spec, versions=keras34, control=moved)
@@ -579,12 +580,12 @@ def test_per_replica_metric_copies_are_predicted_only_where_they_hold_one_device
     keras36 = {"tensorflow": "2.18.1", "keras": "3.6.0"}
     spec = parse_spec("mirrored:2")
     ref = run(metric=[2.0, 2.0])
-    ref.facts["metric_states"] = {"m": {"total": [], "count": []}}
-    ref.facts["metric_state_values"] = {"m": [[0.0, 0.0], [96.0, 48.0], [192.0, 96.0]]}
+    ref.facts.metric_states = {"m": {"total": [], "count": []}}
+    ref.facts.metric_state_values = {"m": [[0.0, 0.0], [96.0, 48.0], [192.0, 96.0]]}
 
     def dist(copies):
         d = run(replicas=2, metric=[copies[0][0][0] / copies[0][0][1], copies[1][0][0] / copies[1][0][1]])
-        d.facts["metric_replica_states"] = {"m": [[[0.0, 0.0], [0.0, 0.0]], *copies]}
+        d.facts.metric_replica_states = {"m": [[[0.0, 0.0], [0.0, 0.0]], *copies]}
         return d
 
     held = dist([[[36.0, 24.0], [60.0, 24.0]], [[84.0, 48.0], [108.0, 48.0]]])  # sums (96, 48), (192, 96)

@@ -70,9 +70,9 @@ def test_the_multi_worker_tutorial_trains_as_on_one_device_and_leaves_no_file(te
         check.equal((v.status, [d.cause for d in v.diagnoses]), ("FAIL", ["shuffled_per_worker_before_sharding"]),
                     "the tutorial's verdict", render.details(v))
     ref = c.reference(spec.replicas, spec.workers)
-    check.equal(ref.facts["shuffled_before_sharding"], {"mnist.py:23": "shard at mnist.py:30"},
+    check.equal(ref.facts.shuffled_before_sharding, {"mnist.py:23": "shard at mnist.py:30"},
                 "the unseeded shuffle the dataset is sharded after")
-    check.equal((ref.facts["step_mode"], ref.facts["first_batch_rows"]), ("calls", 64 * spec.workers),
+    check.equal((ref.facts.step_mode, ref.facts.first_batch_rows), ("calls", 64 * spec.workers),
                 "how the reference's steps were told apart, and its global batch (64 per worker in TF_CONFIG)")
     check.equal(((_files(SCRIPTS) - before[0]), (_files(engines_tmp) - before[1])), (set(), set()),
                 "files left in the examples' folder and in the engines' temporary folder")
@@ -207,7 +207,7 @@ def test_a_multi_worker_script_reads_the_specs_cluster(pool):
     c = checker(pool, SCRIPTS / "multi_worker_ctl.py")
     ref = c.reference(2, 2)
     check = Check("the multi-worker tutorial's reference")
-    check.equal((ref.replicas, ref.facts["first_batch_rows"], ref.facts["constructed"]),
+    check.equal((ref.replicas, ref.facts.first_batch_rows, ref.facts.constructed),
                 (1, 128, [["MultiWorkerMirroredStrategy", ""]]), "replicas, rows and the strategy it built")
     notes = scriptcheck._script_notes(c)
     check.contains(" ".join(notes), ["a TF_CONFIG of 2 workers", "steps by calls of a tf.function"], "the report's note")
@@ -273,7 +273,7 @@ def test_both_optimizers_states_are_compared(pool):
     c = checker(pool, SCRIPTS / "gan.py", ["--case", "right"])
     ref = c.reference(2)
     check = Check("gan.py's reference")
-    check.equal(ref.facts["trains"], {"generator_optimizer": "generator", "discriminator_optimizer": "discriminator"},
+    check.equal(ref.facts.trains, {"generator_optimizer": "generator", "discriminator_optimizer": "discriminator"},
                 "which model each optimizer trains")
     check.equal(sorted({n.split("/")[0] for n in ref.optimizer_names}), ["discriminator", "generator"],
                 "the models the optimizer variables are named after")
@@ -282,7 +282,7 @@ def test_both_optimizers_states_are_compared(pool):
     moved = [dataclasses.replace(st, optimizer=[[copy + (1e-3 if i == slot and k >= 1 else 0.0) for copy in copies]
                                                 for i, copies in enumerate(st.optimizer)])
              for k, st in enumerate(ref.steps)]
-    v = differential.verdict_of("default", ref, [dataclasses.replace(ref, steps=moved)], ref.facts["first_batch_rows"])
+    v = differential.verdict_of("default", ref, [dataclasses.replace(ref, steps=moved)], ref.facts.first_batch_rows)
     check.equal(v.status, "FAIL", "a run whose discriminator optimizer's last slot moved", render.details(v))
     check.contains(render.details(v), ["step 2", f"optimizer {ref.optimizer_names[slot]} (replica 0)"],
                    "where it diverged")

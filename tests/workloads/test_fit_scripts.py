@@ -62,8 +62,8 @@ def test_the_fit_guide_trains_as_on_one_device(spec, pool):
                "PASS, or DEVIATION where a known deviation predicts every difference", render.details(v))
     check.equal(v.steps, 3, "steps compared")
     ref = c.reference(*scriptcheck._reference_key(spec))
-    metrics = sorted(ref.facts["metric_states"])  # (Keras 3's container of the compiled metrics: each of them)
-    check.equal((ref.facts["step_mode"], ref.facts["optimizers"], len(metrics), "model.metrics[loss]" in metrics),
+    metrics = sorted(ref.facts.metric_states)  # (Keras 3's container of the compiled metrics: each of them)
+    check.equal((ref.facts.step_mode, ref.facts.optimizers, len(metrics), "model.metrics[loss]" in metrics),
                 ("fit", ["model.optimizer"], 2, True),
                 "how the steps were told apart, the optimizer and the metrics (the loss tracker's and the accuracy's) "
                 "fit's model holds", str(metrics))
@@ -83,7 +83,7 @@ def test_evaluates_results_are_compared(pool):
     last = ref.steps[-1]
     halved = dataclasses.replace(last, metrics={**last.metrics, "evaluate loss": last.metrics["evaluate loss"] / 2})
     v = differential.verdict_of("default", ref, [dataclasses.replace(ref, steps=[*ref.steps[:-1], halved])],
-                             ref.facts["first_batch_rows"])
+                             ref.facts.first_batch_rows)
     check.equal((v.status, v.first_step), ("FAIL", len(ref.steps)), "a run whose evaluate loss is halved",
                 render.details(v))
     check.contains(render.details(v), ["metric evaluate loss"], "what differs")
@@ -102,7 +102,7 @@ def test_steps_per_execution_compares_every_kth_batch_on_both_sides(spec, pool):
                "PASS, or DEVIATION where a known deviation predicts every difference", render.details(v))
     ref = c.reference(*scriptcheck._reference_key(spec))
     run = c._run(c.on(spec), init=ref.initial, init_names=ref.names, init_trainable=ref.trainable,
-                 late_init=ref.facts.get("late_values"))[0]
+                 late_init=ref.facts.late_values)[0]
     for name, r in (("the reference", ref), (spec.text, run)):
         i = next(i for i, n in enumerate(r.optimizer_names) if n.rsplit("/", 1)[-1] in ("iteration", "iterations"))
         check.equal([int(step.optimizer[i][0]) for step in r.steps], [2, 4, 6],
@@ -153,7 +153,7 @@ def test_steps_per_execution_under_mirrored_is_blocked_where_keras_raises(spec, 
     check = Check(spec, case={"steps_per_execution": 2, "keras": c.versions["keras"]})
     blocked_or_right(check, v, STEPS_PER_EXECUTION, c.versions, "the guide's fit, 2 batches an execution")
     ref = c.reference(*scriptcheck._reference_key(spec))
-    check.equal(ref.facts["steps_per_execution"], 2, "the steps an execution the engine saw")
+    check.equal(ref.facts.steps_per_execution, 2, "the steps an execution the engine saw")
 
 
 def _keras3(c) -> None:
@@ -206,7 +206,7 @@ def test_the_fit_gan_trains_as_on_one_device_and_its_mistakes_are_named(spec, ca
         check.equal((v.status, named), want, f"fit_gan.py --case {case}", render.details(v))
     if case == "right":
         ref = c.reference(*scriptcheck._reference_key(spec))
-        check.equal((ref.facts["fit_own_train_step"], ref.facts["trains"], ref.facts["models"]),
+        check.equal((ref.facts.fit_own_train_step, ref.facts.trains, ref.facts.models),
                     (["GAN"], {"gan.d_optimizer": "discriminator", "gan.g_optimizer": "generator"},
                      ["discriminator", "generator"]),
                     "the custom step's class, which model each optimizer trains, the models compared")

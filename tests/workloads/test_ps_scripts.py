@@ -35,9 +35,9 @@ def test_the_parameter_server_tutorials_loop_trains_as_on_one_device(ps_spec, po
     check.equal((v.status, v.diagnoses, v.agreed), ("PASS", [], c.steps), "the tutorial's verdict and steps agreed",
                 render.details(v))
     ref = c.reference(*scriptcheck._reference_key(spec))
-    check.equal((ref.facts["step_mode"], ref.facts["closure_workers"]), ("schedules", [0, 1, 0]),
+    check.equal((ref.facts.step_mode, ref.facts.closure_workers), ("schedules", [0, 1, 0]),
                 "how the reference's steps were told apart, and the workers of its closures (round robin)")
-    check.equal(sorted(ref.facts["seeded_shuffles"]), ["parameter_server.py:95"],
+    check.equal(sorted(ref.facts.seeded_shuffles), ["parameter_server.py:95"],
                 "where the unseeded shuffles given a seed were made (one, the same on both sides: the PASS above)")
     notes = " ".join(scriptcheck._script_notes(c))
     check.contains(notes, ["steps by the closures it schedules on its ClusterCoordinator",
@@ -108,11 +108,11 @@ def test_each_closure_draws_from_the_iterator_of_the_worker_that_ran_it(ps_spec,
     key = scriptcheck._reference_key(spec)
     ref = c.reference(*key)
     run = c._run(spec, init=ref.initial, init_names=ref.names, init_trainable=ref.trainable)[0]
-    order = run.facts["closure_workers"]
+    order = run.facts.closure_workers
     check.equal(sorted(set(order)) <= list(range(spec.workers)) and len(order) == STEPS, True,
                 "every step's closure ran on a worker of the spec", str(order))
     check.equal([s.loss for s in run.steps], drawn(order), f"the elements the cluster's closures drew (order {order})")
     for given in (order, [0] * STEPS, [k % spec.workers for k in range(STEPS)]):
         replayed = c.replay(key, ref, given)
-        check.equal((replayed.facts["closure_workers"], [s.loss for s in replayed.steps]), (given, drawn(given)),
+        check.equal((replayed.facts.closure_workers, [s.loss for s in replayed.steps]), (given, drawn(given)),
                     f"the reference's workers and elements given the order {given}")

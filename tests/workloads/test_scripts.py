@@ -87,11 +87,11 @@ def test_the_reference_is_told_the_specs_replica_count(pool):
     check = Check("the script's reference")
     for replicas in (1, 2, 3):
         ref = c.reference(replicas)
-        check.equal((ref.replicas, ref.facts["first_batch_rows"]), (1, 16 * replicas),
+        check.equal((ref.replicas, ref.facts.first_batch_rows), (1, 16 * replicas),
                     f"replicas and rows of the reference told {replicas}")
-        check.equal(sorted(ref.facts["replica_reads"]), ["tutorial.py:30", "tutorial.py:34"],
+        check.equal(sorted(ref.facts.replica_reads), ["tutorial.py:30", "tutorial.py:34"],
                     "where the script read num_replicas_in_sync")
-        check.equal(ref.facts["constructed"], [["MirroredStrategy", ""]], "the strategies the script built")
+        check.equal(ref.facts.constructed, [["MirroredStrategy", ""]], "the strategies the script built")
 
 
 UNUSABLE = {
@@ -289,7 +289,7 @@ def test_a_script_on_get_strategy_gets_the_specs_strategy(pool, tmp_path):
     check = Check("mirrored:2")
     check.equal(v.status, "PASS", "a script on get_strategy()", render.details(v))
     ref = c.reference(2)
-    check.equal((ref.facts["constructed"], ref.facts["first_batch_rows"]), ([["get_strategy", ""]], 32),
+    check.equal((ref.facts.constructed, ref.facts.first_batch_rows), ([["get_strategy", ""]], 32),
                 "what the reference saw it build, and its global batch")
 
 
@@ -377,8 +377,8 @@ def test_a_model_with_no_input_built_in_the_step(any_spec, pool, suite_state, tm
     v = _CHECKERS[key].check(any_spec)
     check = Check(any_spec)
     ref = _CHECKERS[key].reference(any_spec.replicas)
-    check.equal(len(ref.facts["built_in_step"]), 4, "model variables made in the first step, said in the report",
-                ref.facts["built_in_step"])
+    check.equal(len(ref.facts.built_in_step), 4, "model variables made in the first step, said in the report",
+                ref.facts.built_in_step)
     check.contains(" ".join(scriptcheck._script_notes(_CHECKERS[key])), ["made in the first step"], "the report's note")
     blocking = [e for e in BUILT_IN_THE_STEP if _applies(e, f"loop-check[{any_spec.text}]", suite_state.versions)]
     if blocking:
@@ -390,10 +390,10 @@ def test_a_model_with_no_input_built_in_the_step(any_spec, pool, suite_state, tm
         # made with the reference's values at creation: a run seeded otherwise starts from them all the same
         c = scriptcheck.ScriptChecker(pool, _CHECKERS[key].target, seed=1)
         other = c._run(c.on(any_spec), init=ref.initial, init_names=ref.names, init_trainable=ref.trainable,
-                       late_init=ref.facts["late_values"])[0]
-        check.equal((ref.facts["built_in_step_from_creation"], other.facts["built_in_step_from_creation"]), (True, True),
+                       late_init=ref.facts.late_values)[0]
+        check.equal((ref.facts.built_in_step_from_creation, other.facts.built_in_step_from_creation), (True, True),
                     "every variable made in the step read at its creation, in the reference and the spec's run")
-        late = [i for i, name in enumerate(ref.names) if name in ref.facts["built_in_step"]]
+        late = [i for i, name in enumerate(ref.names) if name in ref.facts.built_in_step]
         check.equal([np.array_equal(other.initial[i], ref.initial[i]) for i in late], [True] * len(late),
                     "each variable made in the step starts from the reference's value (a run with another seed)")
 

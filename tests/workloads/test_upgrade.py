@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from suite.common import matching
+from suite.common.facts import Facts
 from suite.common.results import Raised, WorkloadRun, WorkloadStep
 from suite.common.specs import parse_spec
 from suite.harness.judging import deviations
@@ -62,7 +63,7 @@ def _step(values, opt, loss=1.0, rows=(24, 24), replicas=1):
 
 def _run(names, opt_names, initial, steps, raised=None, replicas=1, trainable=None):
     return WorkloadRun(replicas, list(range(replicas)), names, trainable or [True] * len(names), opt_names,
-                       [np.asarray(v, np.float64) for v in initial], steps, {}, None, raised)
+                       [np.asarray(v, np.float64) for v in initial], steps, Facts(), None, raised)
 
 
 def test_a_keras2_run_and_a_keras3_run_are_compared_slot_by_slot():

@@ -10,6 +10,7 @@ run loads the reference's initial values into the model's variables at the first
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import json
 import os
@@ -20,6 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from ...common import matching
+from ...common.facts import Facts
 from ...common.results import SCRIPT_RAISED, WorkloadRun, WorkloadStep
 from .. import compat, remedies, workload
 from ..script import (
@@ -403,7 +405,7 @@ def run(ctx, target, folder, path=None, entry=None, args=(), steps=3, seed=0, re
         watcher.worker = ctx.worker_index  # its unseeded shuffles draw an order of their own (Watcher._shuffle)
     found = _Found()
     seen = _Seen()
-    facts: dict = {"script": True, "user_step": True}
+    facts = Facts(script=True, user_step=True)
 
     def on_boundary(w):
         found.update(w.user_frames())
@@ -421,9 +423,9 @@ def run(ctx, target, folder, path=None, entry=None, args=(), steps=3, seed=0, re
         for layer in layers:
             attr = _random_attr(layer)
             if attr and float(getattr(layer, attr, 0) or 0) > 0:
-                facts.setdefault("random_layers", []).append(layer.name)
+                facts.random_layers.append(layer.name)
                 setattr(layer, attr, 0.0)
-        facts["random_layers_keras"] = all(type(layer).__module__.startswith(("keras", "tf_keras"))
+        facts.random_layers_keras = all(type(layer).__module__.startswith(("keras", "tf_keras"))
                                            for layer in layers if _random_attr(layer))
         # each optimizer's apply_gradients wrapped as the workload probe wraps it (what it hands over is what a loop applies)
         trainable = [v for m in found.models.values() for v in _variables_of(m, trainable=True)]
@@ -473,7 +475,7 @@ def run(ctx, target, folder, path=None, entry=None, args=(), steps=3, seed=0, re
             watcher.finish()
     built = watcher.tf_config_built
     if isinstance(built, str) and built != given:  # the script set TF_CONFIG itself before building its strategy
-        facts["tf_config_set"] = _cluster_of(built)
+        facts.tf_config_set = _cluster_of(built)
     return _report(ctx, watcher, found, seen, facts, raised)
 
 
@@ -608,13 +610,13 @@ def _stand_in(found: _Found, shape) -> dict | None:
     return described[0] if all(d == unnamed[0] for d in unnamed) else None
 
 
-def _report(ctx, watcher, found, seen, facts, raised) -> WorkloadRun:
+def _report(ctx, watcher, found, seen, facts: Facts, raised) -> WorkloadRun:
     strategy = ctx.strategy
     idle = _idle(watcher, found, seen)
     built = [b for name, (b, _) in seen.built.items() if name not in idle]
-    facts["optimizer_built"] = False if False in built else built[0] if built else None
+    facts.optimizer_built = False if False in built else built[0] if built else None
     if seen.built:
-        facts["optimizer_variables_before_step"] = sum(n for name, (_, n) in seen.built.items() if name not in idle)
+        facts.optimizer_variables_before_step = sum(n for name, (_, n) in seen.built.items() if name not in idle)
     trains = _trains(found, seen.handed)
     groups = _groups(found, seen, trains)
     names = _keras_names(found, trains)
@@ -645,74 +647,74 @@ def _report(ctx, watcher, found, seen, facts, raised) -> WorkloadRun:
             seen.regularization(k - 1), None, named))
     # each Mean-like metric's (total, count) at every boundary, from the first: what the check takes each step's
     # increments from (a metric known at every boundary only)
-    facts["metric_state_values"] = _at_every_boundary(seen.states, lambda state: [0.0, 0.0])
+    facts.metric_state_values = _at_every_boundary(seen.states, lambda state: [0.0, 0.0])
     # and each replica's own copy of it (several replicas): what a deviation's model of per-replica state reads
-    facts["metric_replica_states"] = _at_every_boundary(seen.replica_states, lambda copies: [[0.0, 0.0]] * len(copies))
+    facts.metric_replica_states = _at_every_boundary(seen.replica_states, lambda copies: [[0.0, 0.0]] * len(copies))
     if watcher.evaluated and steps:  # the script's evaluate after its fit: its results, compared as metrics
         steps[-1].metrics.update({f"evaluate {k}": v for k, v in watcher.evaluated.items()})
-        facts["metric_state_values"].update({f"evaluate {k}": v for k, v in watcher.evaluate_states.items()
+        facts.metric_state_values.update({f"evaluate {k}": v for k, v in watcher.evaluate_states.items()
                                              if k in watcher.evaluated})
-        facts["metric_replica_states"].update({f"evaluate {k}": [v] for k, v in watcher.evaluate_copies.items()
+        facts.metric_replica_states.update({f"evaluate {k}": [v] for k, v in watcher.evaluate_copies.items()
                                                if k in watcher.evaluated})
     reduced = [r for b in boundaries for r in b.reduced]
     optimizers = [getattr(o, "inner_optimizer", o) for o in found.optimizers.values()]
     layers = [layer for m in found.models.values() for layer in _layers(m)]
-    facts.update({
-        "loss_reduction": reduced[-1][0] if reduced else "SUM",
-        "reported": bool(reduced),
-        "models": list(found.models) or [""], "optimizers": list(found.optimizers) or [""],
-        "metric_states": {name: sorted(getattr(v, "path", v.name).rsplit("/", 1)[-1].split(":")[0] for v in m.variables)
-                          for name, m in found.metrics.items()},
-        "keras_own_model": all(_keras_own(o) for o in [*found.models.values(), *found.optimizers.values(), *layers]),
-        "regularized": any(bool(getattr(m, "losses", None)) for m in found.models.values()),
-        "batch_norm": [[layer.name, bool(getattr(layer, "synchronized", False))] for layer in layers
-                       if type(layer).__name__ == "BatchNormalization"],
-        "optimizer_clips": any(getattr(o, attr, None) is not None for o in optimizers
-                               for attr in ("clipnorm", "global_clipnorm", "clipvalue")),
-        "optimizer_variables_after": len(opt),
-        "first_batch_rows": (sum(boundaries[1].rows or []) if len(boundaries) > 1 and boundaries[1].rows
-                             else watcher.fit_rows),
+    facts = dataclasses.replace(
+        facts,
+        loss_reduction=reduced[-1][0] if reduced else "SUM",
+        reported=bool(reduced),
+        models=list(found.models) or [""], optimizers=list(found.optimizers) or [""],
+        metric_states={name: sorted(getattr(v, "path", v.name).rsplit("/", 1)[-1].split(":")[0] for v in m.variables)
+                       for name, m in found.metrics.items()},
+        keras_own_model=all(_keras_own(o) for o in [*found.models.values(), *found.optimizers.values(), *layers]),
+        regularized=any(bool(getattr(m, "losses", None)) for m in found.models.values()),
+        batch_norm=[[layer.name, bool(getattr(layer, "synchronized", False))] for layer in layers
+                    if type(layer).__name__ == "BatchNormalization"],
+        optimizer_clips=any(getattr(o, attr, None) is not None for o in optimizers
+                            for attr in ("clipnorm", "global_clipnorm", "clipvalue")),
+        optimizer_variables_after=len(opt),
+        first_batch_rows=(sum(boundaries[1].rows or []) if len(boundaries) > 1 and boundaries[1].rows
+                          else watcher.fit_rows),
         # the classes of the models fit trains whose train_step is the script's own, not Keras'
-        "fit_own_train_step": _own_train_step(watcher.fit_models),
+        fit_own_train_step=_own_train_step(watcher.fit_models),
         # several models: each optimizer's gradients over its own model's variables (diagnosis._per_model)
-        "gradient_groups": ([[m, len(indices)] for _, m, indices in groups] if groups
-                            else [[name, 0] for name in found.optimizers]),
-        "trains": trains,
-        "sparse_gradients": False, "random_ops": None,
-        "constructed": watcher.constructed, "device_config": watcher.device_config,
-        "replica_reads": watcher.replica_reads, "draws": watcher.drawn, "boundaries": len(boundaries),
-        "runs": watcher.runs, "distributed": watcher.distributed, "step_mode": watcher.mode,
+        gradient_groups=([[m, len(indices)] for _, m, indices in groups] if groups
+                         else [[name, 0] for name in found.optimizers]),
+        trains=trains,
+        sparse_gradients=False, random_ops=None,
+        constructed=watcher.constructed, device_config=watcher.device_config,
+        replica_reads=watcher.replica_reads, draws=watcher.drawn, boundaries=len(boundaries),
+        runs=watcher.runs, distributed=watcher.distributed, step_mode=watcher.mode,
         # the most steps one execution of the script's fit runs, and how the strategy splits fit's first batch
         # among its replicas (tf.data's rebatch: the first rows % replicas get one more): what known deviations'
         # conditions read
-        "steps_per_execution": max((_steps_per_execution(m) for m in watcher.fit_models), default=None),
-        "fit_first_split": _split(watcher.fit_rows, strategy.num_replicas_in_sync) if watcher.fit_rows else None,
+        steps_per_execution=max((_steps_per_execution(m) for m in watcher.fit_models), default=None),
+        fit_first_split=_split(watcher.fit_rows, strategy.num_replicas_in_sync) if watcher.fit_rows else None,
         # a parameter-server script's: per step, the worker its closure ran on; unseeded shuffles given a seed
-        "closure_workers": watcher.closure_workers, "seeded_shuffles": watcher.seeded_shuffles,
+        closure_workers=watcher.closure_workers, seeded_shuffles=watcher.seeded_shuffles,
         # the stand-in control's description: the script's optimizer (its optimizers', where they are of one class
         # and one configuration but their names: a GAN's two Adams) and its features' shape
-        "stand_in": _stand_in(found, watcher.feature_shape or [8]),
+        stand_in=_stand_in(found, watcher.feature_shape or [8]),
         # batches the script passed to strategy.run undistributed (every replica gets all of it), by where
-        "undistributed_inputs": watcher.undistributed,
+        undistributed_inputs=watcher.undistributed,
         # per step, the per-replica values the script read with experimental_local_results (each summed)
-        "local_reads": [[[float(np.sum(np.asarray(v, np.float64))) for v in read] for read in b.local_reads]
-                        for b in boundaries[1:]],
-        "loss_object_reduction": next((str(getattr(o, "reduction", "")) for o in found.losses.values()), None),
+        local_reads=[[[float(np.sum(np.asarray(v, np.float64))) for v in read] for read in b.local_reads]
+                     for b in boundaries[1:]],
+        loss_object_reduction=next((str(getattr(o, "reduction", "")) for o in found.losses.values()), None),
         # model variables made after the first boundary (a model with no Input, built by its first call in the
         # step): started from the reference's values at creation (late_init), their change measured from there
-        "built_in_step": [_name(variables[i], names) for i in model if i not in first],
-        "built_in_step_from_creation": all(id(variables[i]) in watcher.created_late for i in model if i not in first),
-        "late_values": watcher.late_values,  # [name, shape, value at creation] of each variable made in the first step
+        built_in_step=[_name(variables[i], names) for i in model if i not in first],
+        built_in_step_from_creation=all(id(variables[i]) in watcher.created_late for i in model if i not in first),
+        late_values=watcher.late_values,  # [name, shape, value at creation] of each variable made in the first step
         # unseeded shuffles the dataset was sharded after ("file:line" -> where): per worker, its own order
-        "shuffled_before_sharding": watcher.shuffled_before_sharding,
-    })
-    facts.setdefault("random_layers", [])
+        shuffled_before_sharding=watcher.shuffled_before_sharding,
+    )
     if ctx.spec.kind != "default":
         extended = strategy.extended
         # a model's or optimizer's variable, or one of the script's own that trains (floating, trainable):
         # a counter the script keeps outside the scope (the multi-worker tutorial's epoch) is no mistake
         owned = _ids(found.variables(found.models)) | _ids(found.variables(found.optimizers))
-        facts["outside_scope"] = sorted(
+        facts.outside_scope = sorted(
             _name(variables[i], names) for i in model + opt
             if (id(variables[i]) in owned or (variables[i].dtype.is_floating and _trainable(variables[i])))
             and not all(extended.variable_created_in_scope(p) for p in _shards(variables[i]) or [variables[i]]))

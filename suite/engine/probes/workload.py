@@ -21,6 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from ...common import matching
+from ...common.facts import Facts
 from ...common.results import FACTORY_RAISED, Raised, WorkloadRun, WorkloadStep
 from .. import compat, workload
 from ..steps import TrainStep
@@ -67,43 +68,43 @@ def _prefixed(name: str, v) -> str:
     return f"{name}/{_name(v)}" if name else _name(v)
 
 
-def _facts(ctx, wl, strategy, built_variables: int) -> dict:
+def _facts(ctx, wl, strategy, built_variables: int) -> Facts:
     """What the engine can see of the workload before it trains: evidence for diagnoses."""
     models, optimizers = workload.parts(wl)
     layers = [layer for m in models.values() for layer in _layers(m)]
     inner = [getattr(o, "inner_optimizer", o) for o in optimizers.values()]
-    facts = {
-        "loss_reduction": wl.loss_reduction,
-        "loss_object_reduction": str(getattr(wl.loss, "reduction", "")) or None,
-        "user_step": wl.step is not None,
-        "optimizer_variables_before_step": built_variables,
-        "optimizer_built": (False if any(getattr(o, "built", None) is False for o in inner)
-                            else getattr(inner[0], "built", None)),
-        "batch_norm": [[layer.name, bool(getattr(layer, "synchronized", False))] for layer in layers
-                       if type(layer).__name__ == "BatchNormalization"],
-        "random_layers": [layer.name for layer in layers if _random_attr(layer)
-                          and float(getattr(layer, _random_attr(layer), 0) or 0) > 0],
+    facts = Facts(
+        loss_reduction=wl.loss_reduction,
+        loss_object_reduction=str(getattr(wl.loss, "reduction", "")) or None,
+        user_step=wl.step is not None,
+        optimizer_variables_before_step=built_variables,
+        optimizer_built=(False if any(getattr(o, "built", None) is False for o in inner)
+                         else getattr(inner[0], "built", None)),
+        batch_norm=[[layer.name, bool(getattr(layer, "synchronized", False))] for layer in layers
+                    if type(layer).__name__ == "BatchNormalization"],
+        random_layers=[layer.name for layer in layers if _random_attr(layer)
+                       and float(getattr(layer, _random_attr(layer), 0) or 0) > 0],
         # whether every random layer is one of Keras' own classes (not a user's subclass)
-        "random_layers_keras": all(type(layer).__name__ in RANDOM_LAYERS
-                                   and type(layer).__module__.startswith(("keras", "tf_keras"))
-                                   for layer in layers if _random_attr(layer)),
-        "regularized": any(bool(m.losses) for m in models.values()),
+        random_layers_keras=all(type(layer).__name__ in RANDOM_LAYERS
+                                and type(layer).__module__.startswith(("keras", "tf_keras"))
+                                for layer in layers if _random_attr(layer)),
+        regularized=any(bool(m.losses) for m in models.values()),
         # whether the model, every layer and the optimizer are Keras' own classes: only then can the
         # control (the suite's step on them) speak for TensorFlow/Keras rather than the user's code
-        "keras_own_model": all(_keras_own(obj) for obj in [*models.values(), *optimizers.values(), *layers]),
-        "optimizer_clips": any(getattr(o, attr, None) is not None for o in inner
-                               for attr in ("clipnorm", "global_clipnorm", "clipvalue")),
+        keras_own_model=all(_keras_own(obj) for obj in [*models.values(), *optimizers.values(), *layers]),
+        optimizer_clips=any(getattr(o, attr, None) is not None for o in inner
+                            for attr in ("clipnorm", "global_clipnorm", "clipvalue")),
         # the names of several models and optimizers ([""] for one of each): the canonical-step control
         # fits one model with one optimizer only
-        "models": list(models), "optimizers": list(optimizers),
+        models=list(models), optimizers=list(optimizers),
         # each metric's state, by its variables' last names: ("count", "total") is a mean (its
         # result total / count), which a deviation model of metric accumulation can predict
-        "metric_states": {name: sorted(_name(v).rsplit("/", 1)[-1] for v in m.variables)
-                          for name, m in wl.metrics.items()},
-    }
+        metric_states={name: sorted(_name(v).rsplit("/", 1)[-1] for v in m.variables)
+                       for name, m in wl.metrics.items()},
+    )
     if ctx.spec.kind != "default":
         extended = strategy.extended
-        facts["outside_scope"] = sorted(
+        facts.outside_scope = sorted(
             {_prefixed(k, v) for k, m in models.items() for v in m.variables
              if not extended.variable_created_in_scope(compat.tf_variable(v))}
             | {"optimizer: " + _prefixed(k, v) for k, o in optimizers.items() for v in compat.optimizer_variables(o)
@@ -286,7 +287,7 @@ def run(ctx, target, steps, global_batch, seed=0, canonical=False, init=None, pa
             raise  # with no strategy: the workload cannot be used (an input error)
         # under a strategy: the run's outcome, judged by the known deviations' raises signatures
         return WorkloadRun(strategy.num_replicas_in_sync, ctx.local_replica_ids, [], [], [], [], [],
-                           {"factory_raised": True}, None, failed(ctx, exc.original, FACTORY_RAISED))
+                           Facts(factory_raised=True), None, failed(ctx, exc.original, FACTORY_RAISED))
     if stand_in:
         with strategy.scope():
             wl = stand_ins.build(wl, int(global_batch), seed)
@@ -304,7 +305,7 @@ def run(ctx, target, steps, global_batch, seed=0, canonical=False, init=None, pa
     except StopIteration:
         raise workload.WorkloadError(f"workload {target!r}: its dataset is empty") from None
     masks = None
-    if facts["random_layers"] and ctx.coordinator is None and ctx.spec.kind != "default" and len(models) == 1:
+    if facts.random_layers and ctx.coordinator is None and ctx.spec.kind != "default" and len(models) == 1:
         saved = [np.array(compat.local_values(strategy, v)[0]) for v in model.variables]
         # the same input on every replica of every worker: ones shaped like one example
         x0 = tf.ones_like(tf.convert_to_tensor(tf.nest.flatten(strategy.experimental_local_results(first)[0])[0])[:1])
@@ -312,7 +313,7 @@ def run(ctx, target, steps, global_batch, seed=0, canonical=False, init=None, pa
             masks = _masks(strategy, model, x0)
         except Exception as exc:  # the step will meet the same error (CentralStorage, Keras 3)
             raised = Raised.of(exc, "the model's random layers in training mode")
-            facts["masks_raised"] = [raised.type, raised.message, list(raised.frames)]
+            facts.masks_raised = [raised.type, raised.message, list(raised.frames)]
             if isinstance(exc, tf.errors.OpError):
                 ctx.request_restart()
         for v, value in zip(model.variables, saved):
@@ -339,7 +340,7 @@ def run(ctx, target, steps, global_batch, seed=0, canonical=False, init=None, pa
     # each optimizer's gradients, over the variables of the model of its name (else every model's)
     captures = [_Capture(o, models[k].trainable_variables if k in models and len(optimizers) > 1 else trainable,
                          dense=dense_gradients) for k, o in optimizers.items()]
-    facts["gradient_groups"] = [[k, len(c.variables)] for k, c in zip(optimizers, captures)]
+    facts.gradient_groups = [[k, len(c.variables)] for k, c in zip(optimizers, captures)]
     canonical_step = TrainStep(model, opt, wl.loss) if len(models) == 1 and len(optimizers) == 1 else None
     if canonical and canonical_step is None:
         raise workload.WorkloadError(f"workload {target!r}: the canonical step trains one model with one optimizer")
@@ -407,11 +408,11 @@ def run(ctx, target, steps, global_batch, seed=0, canonical=False, init=None, pa
             None if any(float(np.asarray(w)) < 0 for w in weights) else [float(np.asarray(w)) for w in weights],
             named))
     first_rows = sum(history[0].rows) if history else None
-    facts["optimizer_variables_after"] = len(optimizer_variables())
-    facts["first_batch_rows"] = first_rows
-    facts["sparse_gradients"] = any(c.sparse for c in captures)
-    facts["batch_digests"] = digests
-    facts["random_ops"] = _random_ops(step_fn, first) if history else None
+    facts.optimizer_variables_after = len(optimizer_variables())
+    facts.first_batch_rows = first_rows
+    facts.sparse_gradients = any(c.sparse for c in captures)
+    facts.batch_digests = digests
+    facts.random_ops = _random_ops(step_fn, first) if history else None
     return WorkloadRun(strategy.num_replicas_in_sync, ctx.local_replica_ids, names,
                        [any(v is t for t in trainable) for v in variables],
                        [_prefixed(k, v) for k, o in optimizers.items() for v in compat.optimizer_variables(o)],

@@ -45,7 +45,8 @@ from typing import Any
 import numpy as np
 
 from ... import layout
-from ...common.results import Raised, optimizer_built_lazily
+from ...common.facts import Facts, optimizer_built_lazily
+from ...common.results import Raised
 from .quantity import Pattern, glob
 
 ref_metrics = layout.reference("metrics")
@@ -579,7 +580,7 @@ def optimizer_not_built_before_the_step(seen: Seen) -> bool:
     """The optimizer had not made its variables when the first distributed step began (they are
     made in that step, inside strategy.run). ``given``: ``{"optimizer_built": False}`` (the probe
     made it so) or the engine's counts ``{"optimizer_variables_before_step": n, "optimizer_variables_after": m}``."""
-    return optimizer_built_lazily(seen.given if isinstance(seen.given, dict) else {})
+    return optimizer_built_lazily(Facts.of(seen.given if isinstance(seen.given, dict) else {}))
 
 
 def the_optimizer_clips(seen: Seen) -> bool:

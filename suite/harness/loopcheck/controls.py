@@ -82,7 +82,7 @@ def control_of(loop_ref, canonical_ref, control_run: list, dist_runs: list, rtol
         return judged(False, f"the control (the suite's canonical step on this workload) trains here what it "
                       f"trains on one device ({agreed} steps): the divergence is the loop's")
     _, _, apart = compare(control, dist, rtol, atol, metrics=False)
-    if not apart and not loop_ref.facts.get("keras_own_model"):
+    if not apart and not loop_ref.facts.keras_own_model:
         return dataclasses.replace(
             judged(False, f"the control diverges here the same way (step {found[0].step}: "
                    f"{found[0].line()}), so the loop's step is not the cause; the model or "

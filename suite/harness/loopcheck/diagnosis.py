@@ -85,8 +85,8 @@ def diagnose(ref, dist, mismatches: list, global_batch: int) -> list[Diagnosis]:
     """The catalogued causes the evidence of the first diverging step supports, in the order the
     catalogue declares (causes.SHOWN); empty when none does. In a workload of several models and
     optimizers, each model's (``_per_model``)."""
-    several = len(dist.facts.get("gradient_groups") or ()) > 1 or len(dist.facts.get("models") or ()) > 1
-    if several and dist.facts.get("gradient_groups") and dist.raised is None:
+    several = len(dist.facts.gradient_groups or ()) > 1 or len(dist.facts.models or ()) > 1
+    if several and dist.facts.gradient_groups and dist.raised is None:
         return _per_model(ref, dist, mismatches, global_batch)
     observed = Observed(ref, dist, mismatches, global_batch)
     return [Diagnosis(cause, lines) for cause, lines in named(evaluate(observed), observed)]
@@ -103,7 +103,7 @@ def _group(run, name: str, offset: int, count: int):
                 "regularization": named["regularization"], "named": None} if named else
                {"loss": math.nan, "replica_losses": [math.nan] * len(st.replica_losses), "named": None}))
     return dataclasses.replace(run, steps=[step(st) for st in run.steps],
-                               facts={**run.facts, "gradient_groups": None})
+                               facts=dataclasses.replace(run.facts, gradient_groups=None))
 
 
 def _per_model(ref, dist, mismatches: list, global_batch: int) -> list[Diagnosis]:
@@ -111,12 +111,13 @@ def _per_model(ref, dist, mismatches: list, global_batch: int) -> list[Diagnosis
     step returned for it and the differences of its own variables and optimizer state; a cause is
     named with the model (``generator: loss averaged per replica``)."""
     out, offset = [], 0
-    outside = dist.facts.get("outside_scope") or []
+    outside = dist.facts.outside_scope or []
     if mismatches and all(m.role == "metric" for m in mismatches):
         # only metrics differ, and no metric is any one model's: judged as one model's metrics are
-        return diagnose(ref, dataclasses.replace(dist, facts={**dist.facts, "gradient_groups": None, "models": None}),
+        alone = dataclasses.replace(dist.facts, gradient_groups=None, models=None)
+        return diagnose(ref, dataclasses.replace(dist, facts=alone),
                         mismatches, global_batch)
-    for name, count in dist.facts["gradient_groups"]:
+    for name, count in dist.facts.gradient_groups:
         mine = [m for m in mismatches if (m.what.name == name if m.role == "loss"
                                           else m.role != "metric" and m.what.name.startswith(f"{name}/"))]
         if mine:

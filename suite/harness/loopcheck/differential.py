@@ -21,6 +21,7 @@ import math
 
 import numpy as np
 
+from ...common.facts import named as facts_named
 from ...common.results import FACTORY_RAISED, SCRIPT_RAISED, Raised
 from ..judging import deviations
 from ..judging.quantity import Quantity
@@ -211,7 +212,7 @@ def compare(ref, dist, rtol: float = RTOL, atol: float = ATOL, metrics: bool = T
     worst = 0.0
     zero_opt = [np.zeros_like(np.asarray(v[0], np.float64)) for v in (ref.steps[0].optimizer if ref.steps else [])]
     increments = _metric_increments(ref)
-    facts = {f: dist.facts.get(f) for f in CONDITION_FACTS}  # what a deviation's condition reads
+    facts = dist.facts.condition_given(CONDITION_FACTS)  # what a deviation's condition reads
     for k, (r, d) in enumerate(zip(ref.steps, dist.steps), 1):
         found, rels = [], []
         c = control.steps[k - 1] if control is not None and k <= len(control.steps) else None
@@ -281,8 +282,10 @@ def compare(ref, dist, rtol: float = RTOL, atol: float = ATOL, metrics: bool = T
 
 
 # what the engine saw of the workload that a deviation's condition may read (signatures.CONDITIONS)
-CONDITION_FACTS = ("optimizer_clips", "optimizer_built", "optimizer_variables_before_step", "optimizer_variables_after",
-                   "steps_per_execution", "step_mode", "fit_first_split")
+# (each a field of Facts: checked when this module loads, one line naming an unknown one)
+CONDITION_FACTS = facts_named(("optimizer_clips", "optimizer_built", "optimizer_variables_before_step",
+                               "optimizer_variables_after", "steps_per_execution", "step_mode", "fit_first_split"),
+                              "differential.CONDITION_FACTS")
 
 
 def _same_array(base, rtol: float, atol: float):
@@ -312,11 +315,11 @@ def _mean_of(ref, quantity: str) -> str | None:
     metric of that state itself; fit's log ``fit NAME``, the script's metric named NAME
     (``model.metrics[NAME]``); fit's logged ``loss``, its loss tracker (``...[loss]``). None: no
     Mean-like metric's."""
-    states = ref.facts.get("metric_states") or {}
+    states = ref.facts.metric_states or {}
     if sorted(states.get(quantity, ())) == ["count", "total"] or (
-            quantity.startswith("evaluate ") and quantity in (ref.facts.get("metric_state_values") or {})):
+            quantity.startswith("evaluate ") and quantity in (ref.facts.metric_state_values or {})):
         return quantity  # (an evaluate's result: its metric's state read at its start and after each batch)
-    if ref.facts.get("step_mode") != "fit" or not (quantity == "loss" or quantity.startswith("fit ")):
+    if ref.facts.step_mode != "fit" or not (quantity == "loss" or quantity.startswith("fit ")):
         return None
     name = quantity.removeprefix("fit ")
     return next((m for m, st in states.items() if m.endswith(f"[{name}]") and sorted(st) == ["count", "total"]), None)
@@ -327,7 +330,7 @@ def _copies(dist, metric: str, k: int) -> dict:
     local replica's own copy of ``metric``'s (total, count) after step ``k`` (-1: an evaluate's, at its end; the engine's
     ``metric_replica_states``), and ``replica``, the copy a read in cross-replica context returns (the
     first local one); nothing where the engine read no copies."""
-    copies = (dist.facts.get("metric_replica_states") or {}).get(metric)
+    copies = (dist.facts.metric_replica_states or {}).get(metric)
     if not copies or k >= len(copies):
         return {}
     return {"replica_states": [tuple(c) for c in copies[k]], "replica": 0}
@@ -338,7 +341,7 @@ def _metric_increments(ref) -> dict:
     its state where the engine read it at every boundary (``metric_state_values``: a script's
     Mean-like metrics), else count, the step's examples; total, result x count, less what came before."""
     out = {}
-    states = ref.facts.get("metric_state_values") or {}
+    states = ref.facts.metric_state_values or {}
     for name in dict.fromkeys(n for st in ref.steps for n in st.metrics):  # (an evaluate's: the last step's only)
         kept = states.get(name)
         evaluated = name.startswith("evaluate ")  # the evaluate after fit: its own batches' increments, all of them
@@ -450,7 +453,7 @@ def verdict_of(spec: str, ref, runs: list, global_batch: int, rtol: float = RTOL
     shared = _shared_draws(dist)
     masks_explained = False
     if shared is not None and any(shared):
-        keras_own = bool(dist.facts.get("random_layers_keras"))
+        keras_own = bool(dist.facts.random_layers_keras)
         per = dist.replicas // max(1, len(runs))
         seen = Seen(DRAWS_SHARED, shared, [False] * len(shared), lambda a, b: list(a) == list(b), spec_obj,
                     {"alternative": [True] * len(shared), "per_worker": [r % per == 0 for r in range(1, dist.replicas)]}
@@ -458,12 +461,12 @@ def verdict_of(spec: str, ref, runs: list, global_batch: int, rtol: float = RTOL
         entry = led.judge(seen)
         if entry is not None:
             masks_explained = True
-            explained.append((entry.id, f"the model's random layers ({', '.join(dist.facts['random_layers'])}) are "
+            explained.append((entry.id, f"the model's random layers ({', '.join(dist.facts.random_layers)}) are "
                                         f"Keras' own and drew for replicas 1-{len(shared)} what replica 0 drew "
                                         f"({shared}), as known deviation {entry.id} predicts"))
     raised = dist.raised
-    if dist.facts.get("masks_raised"):  # a random layer in training mode raised before training
-        kind, message, *frames = dist.facts["masks_raised"]
+    if dist.facts.masks_raised:  # a random layer in training mode raised before training
+        kind, message, *frames = dist.facts.masks_raised
         raised = Raised(kind, message, RANDOM_LAYERS_RAISED, tuple(frames[0]) if frames else ())
     v.diagnoses = [d for d in diagnose(ref, dist, mismatches, global_batch)
                    if not (masks_explained and d.cause == "identical_dropout_masks")]
@@ -482,7 +485,8 @@ def verdict_of(spec: str, ref, runs: list, global_batch: int, rtol: float = RTOL
         what = FACTORY if raised.where == SCRIPT_RAISED else raised.where if raised.where in (RANDOM_LAYERS_RAISED,
                                                                                               FACTORY) else STEP
         # a deviation's condition reads what the engine saw of the workload (an optimizer built in the step)
-        entry = led.judge(Seen(RAISED_IN[what], raised, None, lambda a, b: a == b, spec_obj, dist.facts), raised=True)
+        entry = led.judge(Seen(RAISED_IN[what], raised, None, lambda a, b: a == b, spec_obj,
+                                 dist.facts.condition_given(CONDITION_FACTS)), raised=True)
         if entry is not None:
             # the cause whose fix avoids the deviation is the way around it, not the loop's mistake
             around = [d for d in v.diagnoses if d.cause == entry.workaround]
@@ -493,7 +497,7 @@ def verdict_of(spec: str, ref, runs: list, global_batch: int, rtol: float = RTOL
         return v
     if control is not None:
         v.notes.extend(control.notes)
-    drawn = (ref.facts.get("random_ops") or []) + (dist.facts.get("random_ops") or [])
+    drawn = (ref.facts.random_ops or []) + (dist.facts.random_ops or [])
     if mismatches and drawn:  # what differs may be the draws themselves: no verdict on the loop
         v.status = "RANDOM"
         v.error = (f"the step draws random numbers of its own ({', '.join(sorted(set(drawn)))} in its traced graph, "
@@ -529,6 +533,6 @@ def verdict_of(spec: str, ref, runs: list, global_batch: int, rtol: float = RTOL
 def _shared_draws(dist) -> list | None:
     """Whether each replica's training-mode output for the same input equalled replica 0's
     (the same random draws), or None without random layers or several replicas."""
-    if not dist.masks or len(dist.masks) < 2 or not dist.facts.get("random_layers"):
+    if not dist.masks or len(dist.masks) < 2 or not dist.facts.random_layers:
         return None
     return [bool(np.array_equal(m, dist.masks[0])) for m in dist.masks[1:]]

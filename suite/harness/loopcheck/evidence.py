@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 
-from ...common.results import optimizer_built_lazily, optimizer_slots_made_in_the_step
+from ...common.facts import Facts, optimizer_built_lazily, optimizer_slots_made_in_the_step
 from .render import short_error
 from .runs import norm as _norm
 
@@ -30,8 +30,8 @@ def _one_replicas_value(dist, metric: str, k: int):
     """``(j, values)`` where a mean metric's value after step ``k`` is the mean over the steps of
     replica j's values of what the script read with ``experimental_local_results`` (the last read
     of each step), not the mean of their sums; else None."""
-    reads = (dist.facts.get("local_reads") or [])[:k]
-    states = sorted(dist.facts.get("metric_states", {}).get(metric, ()))
+    reads = (dist.facts.local_reads or [])[:k]
+    states = sorted(dist.facts.metric_states.get(metric, ()))
     if len(reads) < k or not all(reads) or states != ["count", "total"] or dist.replicas < 2:
         return None
     last = [step[-1] for step in reads]
@@ -122,7 +122,7 @@ class Observed:
         return self.dist.replicas
 
     @property
-    def facts(self) -> dict:
+    def facts(self) -> Facts:
         return self.dist.facts
 
     @property
@@ -177,12 +177,12 @@ class Observed:
 
     @property
     def reduction(self) -> str:
-        return str(self.facts.get("loss_object_reduction") or "")
+        return str(self.facts.loss_object_reduction or "")
 
     @property
     def keras_reduces(self) -> bool:
         """The user's own step with a Keras loss object whose reduction averages over the batch."""
-        return bool(self.facts.get("user_step")) and self.reduction in LOSS_REDUCTIONS_THAT_AVERAGE
+        return bool(self.facts.user_step) and self.reduction in LOSS_REDUCTIONS_THAT_AVERAGE
 
     @property
     def reg(self) -> float:
@@ -284,7 +284,7 @@ class Observed:
 # but predict nothing either
 
 def created_outside_scope(o: Observed):
-    outside = o.facts.get("outside_scope")
+    outside = o.facts.outside_scope
     if outside:
         shown = ", ".join(outside[:4]) + (" ..." if len(outside) > 4 else "")
         return [f"not created in the strategy's scope: {shown}"]
@@ -293,7 +293,7 @@ def created_outside_scope(o: Observed):
 
 def batch_not_distributed(o: Observed):
     """A script's batch passed whole to every replica (the root cause of all else that differs)."""
-    undistributed = o.facts.get("undistributed_inputs") or {}
+    undistributed = o.facts.undistributed_inputs or {}
     if not (o.n > 1 and undistributed and o.mismatches):
         return None
     where, shape = next(iter(undistributed.items()))
@@ -324,17 +324,17 @@ def lazy_optimizer_build_raised(o: Observed):
     raised = o.dist.raised
     if any(m in raised.message for m in _SLOT_ERRORS):
         return [f"the optimizer was not built when the first step began "
-                f"({o.facts.get('optimizer_variables_before_step')} variables: no slots yet), and {raised.where} "
+                f"({o.facts.optimizer_variables_before_step} variables: no slots yet), and {raised.where} "
                 f"raised {raised.type}: {short_error(raised.message)}"]
     return None
 
 
 def identical_dropout_masks(o: Observed):
     masks, facts = o.dist.masks, o.facts
-    if o.raised or not (masks and len(masks) > 1 and facts.get("random_layers")):
+    if o.raised or not (masks and len(masks) > 1 and facts.random_layers):
         return None
     if all(np.array_equal(m, masks[0]) for m in masks[1:]):
-        return [f"the model's random layers ({', '.join(facts['random_layers'])}) in training mode gave every one of "
+        return [f"the model's random layers ({', '.join(facts.random_layers)}) in training mode gave every one of "
                 f"the {len(masks)} replicas the same output for the same input: the same random draws"]
     return None
 
@@ -357,8 +357,8 @@ def lazy_optimizer_build(o: Observed):
     if not o.same_examples or not optimizer_slots_made_in_the_step(o.facts):
         return None
     if any(m.role == "replicas" for m in o.mismatches):
-        return [f"the optimizer had {o.facts.get('optimizer_variables_before_step')} variables when the first step "
-                f"began and {o.facts.get('optimizer_variables_after')} after it: its slots were created inside "
+        return [f"the optimizer had {o.facts.optimizer_variables_before_step} variables when the first step "
+                f"began and {o.facts.optimizer_variables_after} after it: its slots were created inside "
                 "strategy.run"]
     return None
 
@@ -490,8 +490,8 @@ def optimizer_scaled_by_replicas(o: Observed):
 
 
 def shuffled_per_worker_before_sharding(o: Observed):
-    workers = o.facts.get("workers", 1)
-    shuffled = o.facts.get("shuffled_before_sharding") or {}
+    workers = o.facts.workers
+    shuffled = o.facts.shuffled_before_sharding or {}
     if o.in_step and workers > 1 and shuffled and o.k == 1:
         shuffle, shard = next(iter(shuffled.items()))
         return [f"the script shuffles at {shuffle} without a seed, and the dataset is sharded after it ({shard}): "
@@ -501,7 +501,7 @@ def shuffled_per_worker_before_sharding(o: Observed):
 
 
 def input_not_sharded_per_worker(o: Observed):
-    workers = o.facts.get("workers", 1)
+    workers = o.facts.workers
     if o.in_step and workers > 1 and _same_batches_on_every_worker(o.d, workers):
         return [f"the replicas of all {workers} workers returned the same losses {o.d.replica_losses} and handed "
                 "apply_gradients the same gradients, bit for bit, as worker 0's: every worker read the same examples"]
@@ -509,7 +509,7 @@ def input_not_sharded_per_worker(o: Observed):
 
 
 def regularization_not_scaled(o: Observed):
-    if not (o.in_step and o.facts.get("regularized") and o.reg and o.n > 1 and o.loss_ratio is not None):
+    if not (o.in_step and o.facts.regularized and o.reg and o.n > 1 and o.loss_ratio is not None):
         return None
     n, reg, extra = o.n, o.reg, o.d.loss - o.r.loss
     if abs(extra - (n - 1) * reg) <= RATIO_SLACK * (n - 1) * reg:
@@ -522,9 +522,9 @@ def reduce_mean_for_sum(o: Observed):
     n = o.n
     if not (o.in_step and o.loss_ratio is not None and "loss" in o.roles and _is(o.loss_ratio, 1 / n)):
         return None
-    if o.facts.get("loss_reduction") == "MEAN" or _is(o.returned_ratio, 1.0):
+    if o.facts.loss_reduction == "MEAN" or _is(o.returned_ratio, 1.0):
         return [f"the reported loss is {o.loss_ratio:.4g} x one device's (1/{n}) while the replicas' own losses sum "
-                f"to {o.returned_ratio:.4g} x it; the loop reduces with {o.facts.get('loss_reduction')}"]
+                f"to {o.returned_ratio:.4g} x it; the loop reduces with {o.facts.loss_reduction}"]
     return None
 
 
@@ -532,7 +532,7 @@ def per_replica_batch_norm(o: Observed):
     """Named only where the divergence shows in those layers' statistics (not for the layer's presence)."""
     if not o.in_step:
         return None
-    unsynced = [name for name, synced in o.facts.get("batch_norm", []) if not synced]
+    unsynced = [name for name, synced in o.facts.batch_norm if not synced]
     statistics = [m for m in o.mismatches if m.what.of_variable and any(f"{name}/moving_" in m.what.name
                                                                          for name in unsynced)]
     if unsynced and o.n > 1 and statistics:

@@ -24,7 +24,7 @@ def stitch(runs: list):
     count = min(len(r.steps) for r in runs)
     # a custom train_step under fit: each worker's loss per model is its own replicas' (what they took gradients
     # of; fit reduces no loss the script gives), so the cluster's is their sum; a loss the script reduced is global
-    local = first.facts.get("step_mode") == "fit"
+    local = first.facts.step_mode == "fit"
     steps = []
     for k in range(count):
         parts = [r.steps[k] for r in runs]
@@ -42,7 +42,8 @@ def stitch(runs: list):
             gradients=grads, named=named))
     raised = next((r.raised for r in runs if r.raised is not None), None)
     masks = None if first.masks is None else [m for r in runs for m in (r.masks or [])]
-    return dataclasses.replace(first, steps=steps, raised=raised, masks=masks, facts={**first.facts, "workers": len(runs)},
+    facts = dataclasses.replace(first.facts, workers=len(runs))
+    return dataclasses.replace(first, steps=steps, raised=raised, masks=masks, facts=facts,
                                local_replica_ids=[i for r in runs for i in r.local_replica_ids])
 
 

@@ -142,7 +142,7 @@ class ScriptChecker:
     def _run_against(self, spec, ref, **kwargs) -> list:
         """``spec``'s runs from the reference ``ref``'s initial values (``kwargs``: the probe's options)."""
         return self._run(spec, init=ref.initial, init_names=ref.names, init_trainable=ref.trainable,
-                         late_init=ref.facts.get("late_values"), **kwargs)
+                         late_init=ref.facts.late_values, **kwargs)
 
     def _input_error(self, exc: EngineError) -> CheckInputError | CheckEngineError:
         """What a failed reference run means: the script's own error (input the check cannot use), or
@@ -172,14 +172,14 @@ class ScriptChecker:
         """The reference of ``key`` with each closure run on the iterator of the worker ``order``
         names (a parameter-server run's: which worker ran each of its closures), from the same
         initial values; ``ref`` itself where its round robin was that order."""
-        if list(order) == list(ref.facts.get("closure_workers") or []):
+        if list(order) == list(ref.facts.closure_workers or []):
             return ref
         with self._ref_locks[key]:
             if (key, tuple(order)) not in self.replays:
                 try:
                     self.replays[key, tuple(order)] = self._run(
                         self.default, replicas=key[0], workers=key[1], ps=key[2], order=list(order), init=ref.initial,
-                        init_names=ref.names, init_trainable=ref.trainable, late_init=ref.facts.get("late_values"))[0]
+                        init_names=ref.names, init_trainable=ref.trainable, late_init=ref.facts.late_values)[0]
                 except EngineError as exc:
                     raise self._input_error(exc) from None
         return self.replays[key, tuple(order)]
@@ -189,7 +189,7 @@ class ScriptChecker:
         try:
             first = self._run(self.default, replicas=replicas, **cluster)[0]
             second = self._run(self.default, replicas=replicas, init=first.initial, init_names=first.names,
-                               init_trainable=first.trainable, late_init=first.facts.get("late_values"), **cluster)[0]
+                               init_trainable=first.trainable, late_init=first.facts.late_values, **cluster)[0]
         except EngineError as exc:
             raise self._input_error(exc) from None
         told = f" (told {replicas} replicas" + (f" and given a TF_CONFIG of {workers} workers"
@@ -202,13 +202,13 @@ class ScriptChecker:
                                   f"{render.short_error(first.raised.message, 200)}"
                                   + self._keras2_hint(first.raised.message))
         facts = first.facts
-        if not facts.get("constructed"):
+        if not facts.constructed:
             raise CheckInputError(f"script {self.target!r}: it constructed no tf.distribute strategy "
                                   "(MirroredStrategy, CentralStorageStrategy, OneDeviceStrategy, ...)")
-        if not facts.get("draws") or not (facts.get("distributed") or facts.get("runs") or facts.get("step_mode") == "fit"):
+        if not facts.draws or not (facts.distributed or facts.runs or facts.step_mode == "fit"):
             raise CheckInputError(f"script {self.target!r}: it drew no element from a distributed dataset "
                                   "(strategy.experimental_distribute_dataset or distribute_datasets_from_function) "
-                                  "outside a tf.function" + ("" if facts.get("runs") else ", nor called strategy.run")
+                                  "outside a tf.function" + ("" if facts.runs else ", nor called strategy.run")
                                   + " in a tf.function it calls, so it shows no step")
         if not first.steps:
             raise CheckInputError(f"script {self.target!r}: it ended before its first step ended")
@@ -240,7 +240,7 @@ class ScriptChecker:
         """A script has no canonical-step control: a FAIL is judged by the stand-in control alone, the
         suite's own Keras model with the script's optimizer class and hyper-parameters on features of
         the script's shape (controls.by_stand_in)."""
-        described, batch = ref.facts.get("stand_in"), ref.facts.get("first_batch_rows") or 0
+        described, batch = ref.facts.stand_in, ref.facts.first_batch_rows or 0
         if not described or not batch:
             v.notes.append("no control: the script holds no single Keras optimizer the stand-in control could use")
             return v
@@ -262,7 +262,7 @@ class ScriptChecker:
 
         def rerun(remedy):
             return self._run_against(spec, ref, **{remedy: True})
-        return controls.by_remedy(v, ref, entries, rerun, ref.facts.get("first_batch_rows") or 0, self.rtol,
+        return controls.by_remedy(v, ref, entries, rerun, ref.facts.first_batch_rows or 0, self.rtol,
                                   self.atol, spec, self.versions)
 
     def on(self, spec):
@@ -272,7 +272,7 @@ class ScriptChecker:
     @property
     def fits(self) -> bool:
         """Whether the script trains with Model.fit (its first reference stepped by fit's batches)."""
-        return any(ref.facts.get("step_mode") == "fit" for ref in self.refs.values())
+        return any(ref.facts.step_mode == "fit" for ref in self.refs.values())
 
     def first_reference(self, specs: list) -> list:
         """Run the first reference, of ``specs[0]``; where the script is of the other kind than that
@@ -327,7 +327,7 @@ class ScriptChecker:
                                         error=str(exc).splitlines()[0])
         if key[2] and runs[0].raised is None:  # each closure on the iterator of the worker that ran it here
             try:
-                ref = self.replay(key, ref, runs[0].facts.get("closure_workers") or [])
+                ref = self.replay(key, ref, runs[0].facts.closure_workers or [])
             except (CheckInputError, CheckEngineError) as exc:
                 return differential.Verdict(spec.text, spec.replicas, "ERROR", seconds=time.monotonic() - began,
                                             error=f"the reference in the cluster's order failed: {exc}")
@@ -336,11 +336,11 @@ class ScriptChecker:
             return differential.Verdict(spec.text, spec.replicas, "ERROR", seconds=time.monotonic() - started,
                                         error=f"the script created other variables here than on one device ({apart}): "
                                               "the runs cannot be compared variable by variable")
-        v = differential.verdict_of(spec.text, ref, runs, ref.facts.get("first_batch_rows") or 0, self.rtol, self.atol,
+        v = differential.verdict_of(spec.text, ref, runs, ref.facts.first_batch_rows or 0, self.rtol, self.atol,
                                  seconds=time.monotonic() - started, spec_obj=spec, versions=self.versions)
-        if self.fits and not ref.facts.get("fit_own_train_step"):
+        if self.fits and not ref.facts.fit_own_train_step:
             _keras_step_is_not_the_scripts(v)
-            split = runs[0].facts.get("fit_first_split") or []
+            split = runs[0].facts.fit_first_split or []
             if v.status == "FAIL" and not v.diagnoses and len(set(split)) > 1:
                 v.notes.append(f"fit's first batch splits unevenly among the replicas ({', '.join(map(str, split))} "
                                "examples): Keras' own train step scales each replica's mean loss by 1/replicas "
@@ -352,7 +352,7 @@ class ScriptChecker:
             v = self.by_remedy(spec, ref, v)
         if v.status == "FAIL" and v.mismatches and v.error is None:
             v = self.by_stand_in(spec, ref, v)
-        inside = [w.removesuffix(INSIDE) for w in ref.facts.get("replica_reads", {}) if w.endswith(INSIDE)]
+        inside = [w.removesuffix(INSIDE) for w in ref.facts.replica_reads if w.endswith(INSIDE)]
         if inside and v.status == "FAIL" and v.mismatches:
             # what the reference answered there is one device's count; a right script may mean the spec's
             v.notes.append(f"the script read strategy.num_replicas_in_sync inside the replica function "
@@ -360,7 +360,7 @@ class ScriptChecker:
                            "outside it, as TensorFlow does, which is not one device's training where the script combines "
                            "the two (a per-replica batch times the count): no cause is named; check those lines")
             v.diagnoses = []
-        if (self.fits and not ref.facts.get("fit_own_train_step") and v.status == "FAIL" and runs[0].raised is not None
+        if (self.fits and not ref.facts.fit_own_train_step and v.status == "FAIL" and runs[0].raised is not None
                 and not v.deviations):
             # fit raised here, in Keras' own step, and no entry explains it yet: what was seen, no verdict on the script
             self.not_here[spec.text] = (f"Model.fit raised here and not on one device ({v.error}); no known deviation "
@@ -452,7 +452,7 @@ def run(target: str, specs: list, pool: EnginePool, args: list | None = None, st
     def report(**interrupted) -> Report:
         first = next(iter(checker.refs.values()), None)
         notes = list(checker.notes) + (_script_notes(checker) if first is not None else [])
-        return Report(target, checker.versions, (first.facts.get("first_batch_rows") or 0) if first else 0,
+        return Report(target, checker.versions, (first.facts.first_batch_rows or 0) if first else 0,
                       steps, rtol, atol, notes, [v for v in verdicts if v is not None],
                       {"wall": time.monotonic() - began}, kind="script", skipped=skipped, **interrupted)
 
@@ -489,8 +489,8 @@ def _script_notes(checker: ScriptChecker) -> list:
     out = []
     for (replicas, workers, ps), ref in sorted(checker.refs.items()):
         facts = ref.facts
-        built = "; ".join(f"{name}({shown})" for name, shown in facts.get("constructed", []))
-        reads = ", ".join(f"{where} ({n}x)" for where, n in facts.get("replica_reads", {}).items())
+        built = "; ".join(f"{name}({shown})" for name, shown in facts.constructed)
+        reads = ", ".join(f"{where} ({n}x)" for where, n in facts.replica_reads.items())
         reads = f"it read num_replicas_in_sync at {reads}" if reads else "it never read num_replicas_in_sync"
         given = f" and a TF_CONFIG of {workers} workers" if workers > 1 else ""
         given += f" and {ps} parameter servers" if ps else ""
@@ -500,12 +500,12 @@ def _script_notes(checker: ScriptChecker) -> list:
                                 "each on the iterator of the worker that ran it on the cluster)",
                    "fit": "steps by the batches Model.fit trains (a boundary at the end of each, of each execution "
                           "with steps_per_execution), its logs compared as metrics"}.get(
-            facts.get("step_mode"), f"{facts.get('draws')} elements drawn")
+            facts.step_mode, f"{facts.draws} elements drawn")
         out.append(f"reference told {replicas} replica(s){given}: the script built {built}; {reads}; {stepped}")
-        if facts.get("built_in_step"):
-            late = facts["built_in_step"]
+        if facts.built_in_step:
+            late = facts.built_in_step
             made = f"{len(late)} model variables ({', '.join(late[:3])}{' ...' if len(late) > 3 else ''}) were made "
-            if facts.get("built_in_step_from_creation"):
+            if facts.built_in_step_from_creation:
                 out.append(made + "in the first step (a model with no Input, built by its first call): each spec's run "
                            "makes them with the reference's values at their creation (matched by name and shape), and "
                            "their change is measured from there")
@@ -513,18 +513,18 @@ def _script_notes(checker: ScriptChecker) -> list:
                 out.append(made + "in the first step (a model with no Input, built by its first call), and not all "
                            "could be read at their creation: those start from each run's own seeded initializers, "
                            "and their differences are measured against their values, a looser comparison")
-        if facts.get("tf_config_set"):
-            out.append(f"the script set TF_CONFIG itself before building its strategy ({facts['tf_config_set']}): its "
+        if facts.tf_config_set:
+            out.append(f"the script set TF_CONFIG itself before building its strategy ({facts.tf_config_set}): its "
                        "strategy is the spec's, on the spec's cluster (each worker its own task), and what it reads from "
                        "its TF_CONFIG (its workers, its rank, whether it is the chief) is what it set, in every run")
-        if facts.get("seeded_shuffles"):
-            out.append(f"the script's unseeded shuffles ({', '.join(facts['seeded_shuffles'])}) were given a seed of their "
+        if facts.seeded_shuffles:
+            out.append(f"the script's unseeded shuffles ({', '.join(facts.seeded_shuffles)}) were given a seed of their "
                        "own, the same on every worker and in the reference: parameter-server workers would each draw "
                        "another order, which no reference reproduces")
-        if any("variable_partitioner=" in shown for _, shown in facts.get("constructed", [])):
+        if any("variable_partitioner=" in shown for _, shown in facts.constructed):
             out.append("the script's variable_partitioner shards the spec's strategy's variables, and the reference's "
                        "the same way (each a ShardedVariable of the same parts), compared whole")
-        if facts.get("device_config"):
+        if facts.device_config:
             out.append(f"the script's device configuration was skipped (the engine set its devices up): "
-                       f"{', '.join(facts['device_config'])}")
+                       f"{', '.join(facts.device_config)}")
     return out

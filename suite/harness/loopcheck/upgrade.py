@@ -282,7 +282,7 @@ class _Remedies:
             if applies.count(True) != 1:
                 continue
             side = applies.index(True)
-            if entry.remedy == "dense_gradients" and not refs[side].facts.get("sparse_gradients"):
+            if entry.remedy == "dense_gradients" and not refs[side].facts.sparse_gradients:
                 continue
             self.candidates.append((entry, side))
 
@@ -409,7 +409,7 @@ def run(target: str, env_from: str, env_to: str | None, specs: list, pool: Engin
     b = _side(pool, target, env_to, init_of(ref_a), **kwargs)
     ref_b = _reference(b, env_to or "this interpreter")
     labels = (label(env_from), label(env_to))
-    digests = ref_a.facts.get("batch_digests"), ref_b.facts.get("batch_digests")
+    digests = ref_a.facts.batch_digests, ref_b.facts.batch_digests
     if digests[0] != digests[1]:
         raise CheckInputError(f"workload {target!r} trains on other data on {labels[1]} than on {labels[0]} (the "
                               "batches' digests differ): make its data with numpy from a fixed seed, not with "

@@ -231,7 +231,7 @@ class Checker:
         if first.raised is not None:
             raise CheckInputError(f"workload {self.target!r}: with no strategy, {first.raised.where} raised "
                                   f"{first.raised.type}: {render.short_error(first.raised.message, 200)}")
-        rows = first.facts.get("first_batch_rows")
+        rows = first.facts.first_batch_rows
         if rows is not None and rows < self.global_batch:
             raise CheckInputError(f"workload {self.target!r}: its dataset gave {rows} examples, fewer than one global "
                                   f"batch of {self.global_batch} (use a larger dataset or --global-batch)")
@@ -244,7 +244,7 @@ class Checker:
             raise CheckInputError(f"workload {self.target!r} does not repeat itself with no strategy: {moved} differs "
                                   "between two runs with the same seeds (an unseeded random op, a non-deterministic "
                                   "kernel); fix that before checking it under strategies")
-        if first.facts.get("user_step") and self.canonical and self.control_fits(first) is None:
+        if first.facts.user_step and self.canonical and self.control_fits(first) is None:
             try:
                 canonical = self._run(default, canonical=True, init=first.initial)[0]
             except EngineError as exc:
@@ -322,7 +322,7 @@ class Checker:
     def control_fits(ref) -> str | None:
         """None where the canonical-step control fits the workload (one model, one optimizer); else
         why there is no control (what the verdict says instead of a control's finding)."""
-        models, optimizers = ref.facts.get("models") or [""], ref.facts.get("optimizers") or [""]
+        models, optimizers = ref.facts.models or [""], ref.facts.optimizers or [""]
         if len(models) == 1 and len(optimizers) == 1:
             return None
         return (f"no control: the suite's canonical step trains one model with one optimizer, and this workload has "
