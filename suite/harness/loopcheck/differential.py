@@ -362,17 +362,17 @@ def _metric_increments(ref) -> dict:
 
 
 SCOPE = "loop-check[{spec}]"  # what an entry's ``tests`` name to cover the check of a user's loop under a spec
-STEP = "the step"  # the quantity of a step that raised
-FACTORY = FACTORY_RAISED  # the quantity of a factory that raised under the spec (building the model, say)
+STEP = "the step"  # the ``where`` of a step that raised
+FACTORY = FACTORY_RAISED  # the ``where`` of a factory that raised under the spec (building the model, say)
 RANDOM_LAYERS_RAISED = "the model's random layers in training mode"  # they raised before training
-SHARED_DRAWS = "whether each replica's first draw equals replica 0's"  # as the random-draws property names it
 
 
 # what the ledger is asked of where something raised (by its ``where``) and of the replicas' draws
+# (the random-draws property asks of the same quantity)
 RAISED_IN = {STEP: Quantity.of("step", STEP), FACTORY: Quantity.of("factory", FACTORY),
              RANDOM_LAYERS_RAISED: Quantity.of("random layers", RANDOM_LAYERS_RAISED)}
-DRAWS_SHARED = Quantity.of("shared draws", SHARED_DRAWS)
-LOOP_CHECK_KINDS = (*ROLES, "step", "factory", "random layers", "shared draws")
+DRAWS_SHARED = Quantity.of("shared draws", "whether each replica's first draw equals replica 0's")
+LOOP_CHECK_KINDS = (*ROLES, *(q.kind for q in RAISED_IN.values()), DRAWS_SHARED.kind)
 
 def speaks_for_the_loop_check(signature) -> bool:
     """Whether a signature may explain what the loop check observes: where every kind it names
