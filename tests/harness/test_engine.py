@@ -4,6 +4,7 @@ replaced, nothing hangs, no process outlives its pool, traces stay bounded."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -52,10 +53,27 @@ def test_engine_exit_code_is_reported(pool):
 def test_hung_engine_times_out_and_is_replaced(pool):
     spec = parse_spec("default")
     start = time.monotonic()
-    with pytest.raises(EngineTimeout, match=r"'default' did not answer probe 'engine.sleep' within 2s"):
+    with pytest.raises(EngineTimeout, match=r"'default' did not answer probe 'engine.sleep' within 2s") as hung:
         pool.call(spec, "engine.sleep", timeout=2, seconds=60)
     elapsed = time.monotonic() - start
-    Check(spec).that(elapsed < 20, "seconds until a 2 s deadline failed the call", elapsed, "under 20")
+    check = Check(spec)
+    check.that(elapsed < 20, "seconds until a 2 s deadline failed the call", elapsed, "under 20")
+    blocked = (r"it used \d+\.\ds of CPU in the \ds it was waited for and 0\.0\ds in the 1s after \(blocked\); "
+               r"machine load \d")
+    check.that(re.search(blocked, str(hung.value)) is not None, "what a sleeping engine did while it was waited for",
+               str(hung.value), blocked)
+    pool.call(spec, "engine.ping")
+
+
+def test_a_timed_out_engine_that_computes_says_it_was_running(pool):
+    """A probe that spins past its deadline is told apart from one that waits on something: the
+    timeout says the engine used the CPU in the second after the deadline."""
+    spec = parse_spec("default")
+    with pytest.raises(EngineTimeout, match=r"did not answer probe 'engine.sleep' within 2s") as hung:
+        pool.call(spec, "engine.sleep", timeout=2, seconds=60, busy=True)
+    running = r"it used \d+\.\ds of CPU in the \ds it was waited for and [0-9.]+s in the 1s after \(running\)"
+    Check(spec).that(re.search(running, str(hung.value)) is not None, "what a spinning engine did while it was waited for",
+                     str(hung.value), running)
     pool.call(spec, "engine.ping")
 
 

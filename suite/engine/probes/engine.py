@@ -40,8 +40,14 @@ def crash(ctx, how="kill", worker_index=0):
 
 
 @probe
-def sleep(ctx, seconds=1.0):
-    time.sleep(seconds)
+def sleep(ctx, seconds=1.0, busy=False):
+    """Answer after ``seconds``, asleep or (``busy``) spinning on the CPU the whole time."""
+    if not busy:
+        time.sleep(seconds)
+        return seconds
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
     return seconds
 
 

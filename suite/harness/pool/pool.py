@@ -147,6 +147,15 @@ class _Process:
             self._stacks_at = start
         return dump
 
+    def cpu_seconds(self) -> float | None:
+        """The CPU time the process has used so far, user and system, all its threads (/proc);
+        None where that cannot be read."""
+        try:
+            fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, ValueError, IndexError):
+            return None
+
     def poll(self) -> int | None:
         if self.popen is not None:
             return self.popen.poll()
@@ -239,6 +248,10 @@ class _RemoteProcess:
         agent's ``stacks`` request); "" if it wrote none or the agent did not answer."""
         return self._ask("stacks", "", timeout=wait + 10.0)
 
+    def cpu_seconds(self) -> float | None:
+        """Not known here: the process runs on another host."""
+        return None
+
     def poll(self) -> int | None:
         """The exit code once the engine's connection has closed (asked of the agent)."""
         if self._code is None:
@@ -292,6 +305,7 @@ class Engine:
         self.start_seconds = None
         self.started_at = 0.0  # time.monotonic() once started
         self._restart = False
+        self._waited_from: tuple = (None, {})  # (time.monotonic(), CPU seconds per process) at the last request
         self._requests = 0  # the number of the last call sent (its replies must echo it)
         # whether its processes imported the mutants package, and the mutant they compute with (EnginePool)
         self.mutants = MUTANTS_MODULE in _imports(self.env) and spec.kind != "cluster"
@@ -374,6 +388,7 @@ class Engine:
         reply to ``request`` (None: the start's ready); raise EngineError on a death, an error reply,
         a reply to another request, a garbled message or the deadline."""
         deadline = time.monotonic() + timeout
+        self._waited_from = (time.monotonic(), {i: self.procs[i].cpu_seconds() for i in indices})
         replies: list = [None] * len(self.procs)
         pending = set(indices)
         first_error = None
@@ -440,13 +455,40 @@ class Engine:
 
     def _waiting(self, indices) -> str:
         """Where each of these processes waits: the frames of the thread that runs the probe, from
-        the stacks it dumps on request (``; where it waited: ...``; per worker on a cluster)."""
+        the stacks it dumps on request (``; where it waited: ...``; per worker on a cluster), and
+        whether it was blocked or running (``_activity``)."""
         parts = []
         for i in sorted(indices):
             where = stacks.waiting_frames(self.procs[i].stacks())
             if where:
-                parts.append((f"{self.procs[i].task.name}: " if len(self.procs) > 1 else "") + where)
-        return f"; where it waited (innermost first): {'; '.join(parts)}" if parts else ""
+                parts.append(self._who(i) + where)
+        text = f"; where it waited (innermost first): {'; '.join(parts)}" if parts else ""
+        activity = self._activity(sorted(indices))
+        return text + (f"; {activity}" if activity else "")
+
+    def _who(self, i: int) -> str:
+        return f"{self.procs[i].task.name}: " if len(self.procs) > 1 else ""
+
+    def _activity(self, indices: list[int], window: float = 1.0) -> str:
+        """What each of these processes did while it was waited for: the CPU time it used since the
+        request was sent and in the ``window`` seconds after (blocked: next to none; running: about
+        the window), and the machine's load (a busy machine slows every engine); "" where /proc
+        cannot say (a process on another host)."""
+        since, at_send = self._waited_from
+        now = {i: self.procs[i].cpu_seconds() for i in indices}
+        known = [i for i in indices if since is not None and at_send.get(i) is not None and now[i] is not None]
+        if not known:
+            return ""
+        elapsed = time.monotonic() - since
+        time.sleep(window)
+        parts = []
+        for i in known:
+            after = self.procs[i].cpu_seconds()
+            if after is not None:
+                state = "blocked" if after - now[i] < 0.1 * window else "running"
+                parts.append(f"{self._who(i)}it used {now[i] - at_send[i]:.1f}s of CPU in the {elapsed:.0f}s it was "
+                             f"waited for and {after - now[i]:.2f}s in the {window:.0f}s after ({state})")
+        return "; ".join(parts) + f"; machine load {os.getloadavg()[0]:.1f}" if parts else ""
 
     def _check_in_step(self, msg, request: int | None, probe: str, i: int):
         """A reply answers the request awaited (``request``; None: the start, whose replies say ready
