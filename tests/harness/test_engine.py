@@ -16,7 +16,7 @@ import pytest
 
 from suite.common.specs import parse_spec
 from suite.harness.judging.judgment import Check
-from suite.harness.pool.pool import EngineDied, EnginePool, EngineStartError, EngineTimeout, ProbeError
+from suite.harness.pool.pool import EngineDied, EngineHangRetried, EnginePool, EngineStartError, EngineTimeout, ProbeError
 from tests.helpers import ROOT, alive, check_replaced
 
 
@@ -54,7 +54,7 @@ def test_hung_engine_times_out_and_is_replaced(pool):
     spec = parse_spec("default")
     start = time.monotonic()
     with pytest.raises(EngineTimeout, match=r"'default' did not answer probe 'engine.sleep' within 2s") as hung:
-        pool.call(spec, "engine.sleep", timeout=2, seconds=60)
+        pool.call(spec, "engine.sleep", timeout=2, hang_retries=0, seconds=60)
     elapsed = time.monotonic() - start
     check = Check(spec)
     check.that(elapsed < 20, "seconds until a 2 s deadline failed the call", elapsed, "under 20")
@@ -65,12 +65,36 @@ def test_hung_engine_times_out_and_is_replaced(pool):
     pool.call(spec, "engine.ping")
 
 
+def test_a_call_that_hung_is_asked_again_of_a_fresh_engine_with_a_warning(pool, tmp_path):
+    """The suite's own runs (--engine-hang-retries, 1 by default) ask a call whose engine timed out
+    again of a fresh engine: the answer stands, and the warning quotes the timeout."""
+    spec = parse_spec("default")
+    old = pool.get(spec).pids()
+    with pytest.warns(EngineHangRetried) as warned:
+        answer = pool.call(spec, "engine.sleep_once", marker=str(tmp_path / "slept"), seconds=60, timeout=2,
+                           hang_retries=1)
+    check = Check(spec)
+    check.equal(answer, ["again"], "the answer of the call asked again")
+    check.equal(len(warned), 1, "warnings for one retried call")
+    check.contains(str(warned[0].message), ["did not answer probe 'engine.sleep_once' within 2s (killed)",
+                                            "(blocked)", "asked again of a fresh engine"], "the warning")
+    check_replaced(check, pool, spec, old)
+
+
+def test_a_call_that_hangs_again_fails(pool):
+    """A retried call that times out again fails with the second timeout (one warning for the first)."""
+    spec = parse_spec("default")
+    with pytest.warns(EngineHangRetried), pytest.raises(EngineTimeout, match="'engine.sleep' within 2s"):
+        pool.call(spec, "engine.sleep", timeout=2, hang_retries=1, seconds=60)
+    pool.call(spec, "engine.ping")
+
+
 def test_a_timed_out_engine_that_computes_says_it_was_running(pool):
     """A probe that spins past its deadline is told apart from one that waits on something: the
     timeout says the engine used the CPU in the second after the deadline."""
     spec = parse_spec("default")
     with pytest.raises(EngineTimeout, match=r"did not answer probe 'engine.sleep' within 2s") as hung:
-        pool.call(spec, "engine.sleep", timeout=2, seconds=60, busy=True)
+        pool.call(spec, "engine.sleep", timeout=2, hang_retries=0, seconds=60, busy=True)
     running = r"it used \d+\.\ds of CPU in the \ds it was waited for and [0-9.]+s in the 1s after \(running\)"
     Check(spec).that(re.search(running, str(hung.value)) is not None, "what a spinning engine did while it was waited for",
                      str(hung.value), running)

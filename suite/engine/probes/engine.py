@@ -52,6 +52,18 @@ def sleep(ctx, seconds=1.0, busy=False):
 
 
 @probe
+def sleep_once(ctx, marker, seconds=60.0):
+    """Sleep ``seconds`` the first time (``marker``, a file path, does not exist yet: it is made);
+    answer "again" at once on every later call: a hang that does not repeat."""
+    if os.path.exists(marker):
+        return "again"
+    with open(marker, "w"):
+        pass
+    time.sleep(seconds)
+    return "first"
+
+
+@probe
 def fail(ctx, message="boom"):
     raise ValueError(message)
 

@@ -22,6 +22,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from pathlib import Path
 
 from ... import layout
@@ -58,6 +59,11 @@ class EngineDied(EngineError):
 
 class EngineTimeout(EngineError):
     """An engine did not answer within its deadline (it was killed)."""
+
+
+class EngineHangRetried(UserWarning):
+    """A call's engine did not answer within its deadline and the call was asked again of a fresh
+    engine (``EnginePool.hang_retries``); the message quotes the timeout."""
 
 
 class ProbeError(EngineError):
@@ -641,10 +647,13 @@ class EnginePool:
     all closed by ``close()`` (conftest calls it at session end, and atexit as a backstop)."""
 
     def __init__(self, python: str | None = None, start_timeout: float = 180.0,
-                 call_timeout: float = 120.0, fork: bool | None = None):
+                 call_timeout: float = 120.0, fork: bool | None = None, hang_retries: int = 0):
         self.python = python or sys.executable
         self.start_timeout = start_timeout
         self.call_timeout = call_timeout
+        # a call whose engine times out is asked again of a fresh engine this many times, each retry a
+        # warning (EngineHangRetried): the suite's own runs; a user's check reports the first hang
+        self.hang_retries = hang_retries
         self._engines: dict[str, Engine] = {}
         self._start_failures: dict[str, EngineError] = {}
         self._lock = threading.Lock()
@@ -730,8 +739,20 @@ class EnginePool:
             self._switch(engine)
         return engine
 
-    def call(self, spec: Spec, probe: str, timeout: float | None = None, **kwargs) -> list:
-        return self.get(spec).call(probe, timeout=timeout, **kwargs)
+    def call(self, spec: Spec, probe: str, timeout: float | None = None, hang_retries: int | None = None,
+             **kwargs) -> list:
+        """``probe`` run under ``spec``'s engine (started if need be); one result per worker. A
+        timeout is asked again of a fresh engine up to ``hang_retries`` times (None: the pool's),
+        each retry an ``EngineHangRetried`` warning, and raised after the last."""
+        retries = self.hang_retries if hang_retries is None else hang_retries
+        while True:
+            try:
+                return self.get(spec).call(probe, timeout=timeout, **kwargs)
+            except EngineTimeout as exc:
+                if retries <= 0 or self.interrupted:
+                    raise
+                retries -= 1
+                warnings.warn(EngineHangRetried(f"{exc}; asked again of a fresh engine"), stacklevel=2)
 
     def release(self, spec: Spec) -> None:
         """Close ``spec``'s engine if it runs (its memory back before the session ends; a later call
