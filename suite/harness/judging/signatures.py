@@ -8,10 +8,12 @@ the deviant behaviour as one of:
 
 ``model``
     ``model = "<name>"``, a function of MODELS below: the value TensorFlow computes instead,
-    from the check's expected value, its ``given`` inputs and the spec. A mismatch explained
-    by it (the observation equals the prediction, by the check's own comparison) is tolerated;
-    a result equal to the reference where the prediction differs from it is a failure that
-    says the entry must be updated.
+    from the check's expected value, its ``given`` inputs and the spec (``given`` is a
+    ``suite.common.given.Given``; each model declares the fields it reads with ``@reads``, and a
+    docstring's ``{"field": ...}`` names those fields). A mismatch explained by it (the
+    observation equals the prediction, by the check's own comparison) is tolerated; a result equal
+    to the reference where the prediction differs from it is a failure that says the entry must
+    be updated.
 ``band``
     ``rtol`` (and ``atol``): a rounding deviation. A mismatch whose error stays within the band
     is tolerated. A test in which no covered comparison ever left the reference's tolerance is
