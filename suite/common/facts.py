@@ -12,7 +12,8 @@ Values are plain data (numbers, strings, lists, dicts): the record pickles betwe
 TensorFlow version and the pytest process.
 
 The deviations' conditions (``signatures.CONDITIONS``) read some facts from a comparison's
-``given`` dict; ``named`` checks those names against the fields when the module naming them loads.
+``given`` (``suite/common/given.py``: a Given field of the same name); ``named`` checks those names
+against the fields when the module naming them loads.
 """
 
 from __future__ import annotations
@@ -90,13 +91,8 @@ class Facts:
     steps_per_execution: int | None = None  # the most steps one execution of the script's fit runs
     fit_first_split: list | None = None  # the rows per replica of fit's first batch
 
-    @classmethod
-    def of(cls, given: dict) -> Facts:
-        """The facts among a comparison's ``given`` (a deviation's condition reads it), the rest default."""
-        return cls(**{k: v for k, v in given.items() if k in FIELDS})
-
     def condition_given(self, names: tuple[str, ...]) -> dict[str, Any]:
-        """The facts ``names`` as a ``given`` dict (what a deviation's condition reads)."""
+        """The facts ``names`` as keyword arguments of a ``Given`` (what a deviation's condition reads)."""
         return {name: getattr(self, name) for name in names}
 
 

@@ -19,6 +19,7 @@ from reference import model as ref_model
 from reference import random_draws as ref_random
 from reference.rules import Rule
 from suite.common.catalog import ADAPTIVE, OPTIMIZERS
+from suite.common.given import Given
 from suite.harness.drawing import cases
 from suite.harness.drawing.cases import ARCHS, arch_dict, training_cases
 from suite.harness.judging import repro, tolerances
@@ -201,21 +202,23 @@ def _within(value, bound: float) -> tuple:
     return v - bound, v + bound
 
 
-def _one_copy_given(per_replica: list) -> dict:
+def _one_copy_given(per_replica: list) -> Given | None:
     """The deviation models' inputs for the one copy of a variable: the mean of the replicas'
     alternatives, the mean of their bounds."""
-    out = {}
-    for key in per_replica[0] or {}:
-        values = [g[key] for g in per_replica]
-        if key == "alternative":
-            out[key] = ref_bn.one_copy(values)
-        elif key == "averaged":  # one value for every copy already
-            out[key] = values[0]
-        elif key == "float32_one_pass":  # the model averages the copies itself
-            out[key] = dict(values[0], replica=None)
-        else:
-            out[key] = (ref_bn.one_copy([v[0] for v in values]), ref_bn.one_copy([v[1] for v in values]))
-    return out
+    first = per_replica[0]
+    if first is None:
+        return None
+
+    def mean_bounds(field):
+        values = [getattr(g, field) for g in per_replica]
+        return None if values[0] is None else (ref_bn.one_copy([v[0] for v in values]),
+                                               ref_bn.one_copy([v[1] for v in values]))
+    return Given(
+        alternative=None if first.alternative is None else ref_bn.one_copy([g.alternative for g in per_replica]),
+        averaged=first.averaged,  # one value for every copy already
+        # the model averages the copies itself
+        float32_one_pass=None if first.float32_one_pass is None else dict(first.float32_one_pass, replica=None),
+        one_pass=mean_bounds("one_pass"), skipped=mean_bounds("skipped"))
 
 
 def _check_batch_norm(check, results, want, bounds, spec, deviant=None):
@@ -264,8 +267,8 @@ def test_synchronized_batch_norm_uses_the_global_batch(engines, spec, data):
     skipped = ref_bn.synchronized_steps(batches, sizes, MOMENTUM, EPSILON, 2, empty="skip")
     bounds = _moving_bounds(batches, sizes, True, one_pass=False)
     one_pass = _moving_bounds(batches, sizes, True, one_pass=True)  # the deviation's rounding
-    deviant = [{name: [{"one_pass": _within(exp[name][r], wide[name if name != "outputs" else "output"][r]),
-                        "skipped": _within(other[name][r], wide[name if name != "outputs" else "output"][r])}
+    deviant = [{name: [Given(one_pass=_within(exp[name][r], wide[name if name != "outputs" else "output"][r]),
+                             skipped=_within(other[name][r], wide[name if name != "outputs" else "output"][r]))
                        for r in range(spec.replicas)] for name in ("outputs", "moving_mean", "moving_variance")}
                for exp, other, wide in zip(want, skipped, one_pass)]
     results = engines.call(spec, "blocks.batch_norm", synchronized=True, dtype="float64", batches=batches,
@@ -312,7 +315,7 @@ def test_synchronized_batch_norm_in_float32_uses_the_global_batch(engines, spec,
     bounds = _moving_bounds(batches, sizes, True, one_pass=False, dtype="float32")
     base = {"batches": batches, "sizes": sizes, "momentum": MOMENTUM, "epsilon": EPSILON,
             "keras": engine_versions["keras"][0]}
-    deviant = [{name: [{"float32_one_pass": dict(base, step=s, replica=r, name=name)} for r in range(spec.replicas)]
+    deviant = [{name: [Given(float32_one_pass=dict(base, step=s, replica=r, name=name)) for r in range(spec.replicas)]
                 for name in ("outputs", "moving_mean", "moving_variance")} for s in range(len(batches))]
     results = engines.call(spec, "blocks.batch_norm", synchronized=True, dtype="float32", batches=batches,
                            sizes=sizes, momentum=MOMENTUM, epsilon=EPSILON)
@@ -332,7 +335,7 @@ def test_unsynchronized_batch_norm_normalises_each_replica_by_itself(engines, sp
     nan = ref_bn.unsynchronized_steps(batches, sizes, MOMENTUM, EPSILON, 2, empty="nan")
     # Keras 3.7.0's mean aggregation: every copy the mean of the replicas' own (known deviation
     # keras3-variables-mean-aggregation-3.7), with an empty replica's NaN
-    deviant = [{name: [{"alternative": other[name][r], "averaged": ref_bn.one_copy(other[name])}
+    deviant = [{name: [Given(alternative=other[name][r], averaged=ref_bn.one_copy(other[name]))
                        if name != "outputs" else None for r in range(spec.replicas)]
                 for name in ("outputs", "moving_mean", "moving_variance")} for other in nan]
     results = engines.call(spec, "blocks.batch_norm", synchronized=False, dtype="float64", batches=batches,
@@ -439,18 +442,18 @@ def _check_scaled_training(check, engines, spec, policy, scale, params, steps, p
         last_worker), **last_worker)
     for w, r in enumerate(results):
         on = {"worker": w} if len(results) > 1 else {}  # Quantity.at: the field, and " (worker W)" in the text
-        if not check.returned(r, loop.at(**on), given={"poison": poison[:len(steps)], "workers": spec.workers}):
+        if not check.returned(r, loop.at(**on), given=Given(poison=poison[:len(steps)], workers=spec.workers)):
             continue  # a known deviation raised, as its signature predicts
         local = spec.replicas // len(results)
         for s, (got, exp, alt, mine) in enumerate(zip(r.steps, want, replica0, own)):
             check.equal(got.scale, exp["scale"],
                         Quantity.of("loss scale", f"loss scale after step {s + 1}", step=s + 1).at(**on),
-                        given={"alternative": alt["scale"], "unsummed": mine["scale"][w]})
+                        given=Given(alternative=alt["scale"], unsummed=mine["scale"][w]))
             finite = all(bool(np.isfinite(np.asarray(c)).all()) for copies in got.params for c in copies)
             check.equal(finite, exp["finite"],
                         Quantity.of("variables finite", f"every replica's variables finite after step {s + 1}",
                                     step=s + 1).at(**on),
-                        given={"alternative": alt["finite"], "unsummed": mine["finite"]})
+                        given=Given(alternative=alt["finite"], unsummed=mine["finite"]))
             if not finite:
                 break  # what follows a step that made the variables non-finite is not comparable
             for v, (copies, expected) in enumerate(zip(got.params, exp["params"])):
@@ -458,7 +461,7 @@ def _check_scaled_training(check, engines, spec, policy, scale, params, steps, p
                     check.close(copy, expected, Quantity.of("variable", f"variable {v} on local replica {c} after step "
                                                             f"{s + 1}", name=v, local_replica=c, step=s + 1).at(**on),
                                 override={"float32": (bounds[s], 2.0 ** -22)},
-                                given={"unsummed": mine["params"][w * local + c][v]})
+                                given=Given(unsummed=mine["params"][w * local + c][v]))
         check.equal(r.variable_dtypes, ["float32", "float32"], str(at("the variables' dtypes", **on)), rule=MP_POLICY)
         check.equal(r.output_dtype, policy.split("_")[1], str(at("the layer's compute dtype", **on)),
                     rule=MP_POLICY)
@@ -528,7 +531,7 @@ def test_embedding_sparse_updates_equal_the_dense_reference(engines, spec, optim
                 table = Quantity.of("embedding table", f"the table on local replica {c} after step {s + 1}",
                                     replica=c, step=s + 1).at(**({"worker": w} if who else {}))
                 check.close(copy, expected, table, kind="trained", n_terms=4,
-                            given={"alternative": alt, "unsummed": own[w * local + c][s]})
+                            given=Given(alternative=alt, unsummed=own[w * local + c][s]))
 
 
 @RETRACES
@@ -563,9 +566,9 @@ def test_seeded_random_draws_repeat_and_replicas_draw_their_own(engines, spec, k
         per_worker = spec.replicas // spec.workers
         check.equal(shared, [not differ] * (spec.replicas - 1),
                     Quantity.of("shared draws", "whether each replica's first draw equals replica 0's"), hint=source,
-                    given={"alternative": [True] * (spec.replicas - 1),  # every replica the same
-                           # each worker's replicas as the first worker's: replica r as replica r % per_worker
-                           "per_worker": [r % per_worker == 0 for r in range(1, spec.replicas)]})
+                    given=Given(alternative=[True] * (spec.replicas - 1),  # every replica the same
+                                # each worker's replicas as the first worker's: replica r as replica r % per_worker
+                                per_worker=[r % per_worker == 0 for r in range(1, spec.replicas)]))
 
 
 EMA_MOMENTUM = 0.75  # a binary fraction (the mutant ema_momentum_inverted uses 1 - momentum)
@@ -627,7 +630,7 @@ def test_ema_of_the_weights_is_the_reference_average_on_every_replica(engines, s
                     check.close(copy, expected, Quantity.of("variable average", f"the average of variable {v} on local "
                                                             f"replica {c} after step {s + 1}", name=v, local_replica=c,
                                                             step=s + 1).at(**on),
-                                kind="trained", n_terms=4, given={"unsummed": own_averages[w * local + c][s][v]},
+                                kind="trained", n_terms=4, given=Given(unsummed=own_averages[w * local + c][s][v]),
                                 rule=ref_model.ema)
 
 

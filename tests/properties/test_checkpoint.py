@@ -19,6 +19,7 @@ from reference import metrics as ref_metrics
 from reference import model as ref_model
 from reference.rules import Rule
 from suite.common.catalog import ADAPTIVE
+from suite.common.given import Given
 from suite.common.specs import parse_spec
 from suite.harness.drawing import cases
 from suite.harness.drawing.cases import ARCHS, arch_dict, training_cases, training_steps
@@ -88,7 +89,7 @@ def _check_state(got, history, under, check, what, state, worker, counted=False,
         for r, copy in enumerate(copies):
             check.close(copy, expected, of("variable", f"variable {v} on replica {r}", name=v, replica=r), kind="trained",
                         n_terms=4,
-                        given={"unsummed": unsummed["params"][replica + r][v]} if unsummed else None)
+                        given=Given(unsummed=unsummed["params"][replica + r][v]) if unsummed else None)
     check.equal(got.iterations, last["iterations"], of("optimizer iterations", "optimizer iterations"))
     # slots matched by shape and value (optimizer variable names and order differ across Keras
     # versions): the optimizer's variables of each slot shape, in order of their values, against
@@ -102,7 +103,7 @@ def _check_state(got, history, under, check, what, state, worker, counted=False,
         check.close(_by_value(mine), _by_value(theirs),
                     of("optimizer slots", f"optimizer slots of shape {shape}, in order of their values", shape=str(shape)),
                     kind="trained", n_terms=4,
-                    given={"unsummed": _by_value([s for s in unsummed["slots"] if s.shape == shape])}
+                    given=Given(unsummed=_by_value([s for s in unsummed["slots"] if s.shape == shape]))
                     if unsummed else None)
     increments = _increments(history)
     total, count = sum(t for t, _ in increments), sum(n for _, n in increments)
@@ -112,14 +113,14 @@ def _check_state(got, history, under, check, what, state, worker, counted=False,
         if unsummed else {}
     # the metric states read in cross-replica context: each replica's SUM-aggregated (sync-on-read)
     check.close(got.metrics["loss"], [total, count], of("loss Mean state", "loss Mean state (total, count)"), kind="trained",
-                n_terms=16, given={"start": [0.0, 0.0], "increments": [[t, n] for t, n in increments], "under": under,
-                                   "replica_increments": [[[t, n] for t, n in step] for step in per_replica],
-                                   **copies, **own}, rule=ref_metrics.cross_replica_result)
+                n_terms=16, given=Given(start=[0.0, 0.0], increments=[[t, n] for t, n in increments], under=under,
+                                    replica_increments=[[[t, n] for t, n in step] for step in per_replica],
+                                    **copies, **own), rule=ref_metrics.cross_replica_result)
     if counted:
         check.equal([int(v) for v in got.metrics["examples"]], [count],
                     of("examples seen", "int64 Sum of the examples seen"),
-                    given={"start": [0], "increments": [[n] for _, n in increments], "under": under,
-                           "replica_increments": [[[n] for _, n in step] for step in per_replica], **copies},
+                    given=Given(start=[0], increments=[[n] for _, n in increments], under=under,
+                                replica_increments=[[[n] for _, n in step] for step in per_replica], **copies),
                     rule=ref_metrics.cross_replica_result)
 
 

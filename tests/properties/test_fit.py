@@ -14,6 +14,7 @@ from hypothesis.extra import numpy as hnp
 from reference import input as ref_input
 from reference import model as ref_model
 from reference.rules import Rule
+from suite.common.given import Given
 from suite.harness.drawing import cases
 from suite.harness.drawing.cases import ARCHS, arch_dict, floats, magnitudes
 from suite.harness.judging.judgment import Check
@@ -145,7 +146,7 @@ def test_fit_trains_as_the_reference_on_the_global_batches(engines, spec, steps_
     check = Check(spec, "float32", case, rule=FIT)
     boundaries = list(range(steps_per_execution, len(steps) + 1, steps_per_execution))
     # what the conditions of the entries whose fit raises read (suite/harness/judging/signatures.py)
-    seen = {"fit_first_split": steps[0][2], "steps_per_execution": steps_per_execution}
+    seen = Given(fit_first_split=steps[0][2], steps_per_execution=steps_per_execution)
     whose = [f" (worker {w})" if len(results) > 1 else "" for w in range(len(results))]
     steps_run = [Quantity.of("step", "the step").at(**({"worker": w} if len(results) > 1 else {}))
                  for w in range(len(results))]
@@ -172,8 +173,8 @@ def test_fit_trains_as_the_reference_on_the_global_batches(engines, spec, steps_
                                    [st["params"] for st in own_steps])
     unscaled_increments = loss_increments(arch, params, unscaled)
     check_history(results, history, check, initial=params, at=boundaries, logged=logged_losses(increments),
-                  logged_given=[{"kind": "mean", "increments": increments[:s + 1], "step_mode": "fit",
-                                 "replica_logs": own[s], "replica_step_means": own_means[:s + 1],
-                                 "unscaled_increments": unscaled_increments[:s + 1],
-                                 "unscaled_replica_logs": unscaled_own[s]} for s in range(len(increments))],
+                  logged_given=[Given(kind="mean", increments=increments[:s + 1], step_mode="fit",
+                                      replica_logs=own[s], replica_step_means=own_means[:s + 1],
+                                      unscaled_increments=unscaled_increments[:s + 1],
+                                      unscaled_replica_logs=unscaled_own[s]) for s in range(len(increments))],
                   unsummed=unsummed, unscaled=unscaled)

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from reference import distribute as ref
 from reference import input as ref_input
 from reference.rules import Rule
+from suite.common.given import Given
 from suite.common.results import Raised
 from suite.harness.judging.judgment import Check
 from suite.harness.judging.quantity import Quantity
@@ -131,7 +132,7 @@ def test_replica_batches_follow_the_split_rule(engines, spec, style, data):
         check.equal([[_ids(p) for p in step] for step in result.steps], expected,
                     Quantity.of("element ids of the replica batches", f"element ids of every step's local replica "
                                 f"batches{who}", **({"worker": w} if who else {})),
-                    given={"partial": _partial(spec, case)})
+                    given=Given(partial=_partial(spec, case)))
         for s, (got, mine) in enumerate(zip(result.steps, expected)):
             for r, (part, ids) in enumerate(zip(got, mine)):
                 check.exact(part, _rows(ids, case["feature_shape"], case["dtype"]),
@@ -188,7 +189,7 @@ def test_every_element_is_delivered_exactly_once(engines, spec, data):
     # deviation models may read the elements of a last step that needs dummy batches
     last = sorted(i for steps in _expected(spec, case) if _partial(spec, case) and steps
                   for part in steps[-1] for i in part)
-    check.equal(sorted(set(kept) - set(delivered)), [], Quantity.of("elements missing"), given={"dropped": last})
+    check.equal(sorted(set(kept) - set(delivered)), [], Quantity.of("elements missing"), given=Given(dropped=last))
     check.equal(sorted(i for i in set(delivered) if delivered.count(i) != copies or i not in kept), [],
                 f"elements delivered other than {copies}x, or not in the dataset", rule=ref_input.shard_policy)
 
@@ -229,7 +230,7 @@ def test_distribute_datasets_from_function_follows_input_context(engines, spec, 
             continue
         check.equal([[_ids(p) for p in step] for step in r.steps], expected,
                     Quantity.of("element ids of every step", f"element ids of every step on worker {w}", worker=w),
-                    given={"partial": bool(expected) and any(len(part) == 0 for part in expected[-1])})
+                    given=Given(partial=bool(expected) and any(len(part) == 0 for part in expected[-1])))
 
 
 def test_values_from_function_sees_each_replica_context(engines, spec):
@@ -256,7 +257,7 @@ def test_partial_last_step_is_delivered(engines, spec, style):
     for w, result in enumerate(engines.call(spec, "input.distribute", style=style, **case)):
         check.equal([[_ids(p) for p in step] for step in result.steps], per_worker[w],
                     Quantity.of("element ids of every step", f"element ids of every step on worker {w}", worker=w),
-                    given={"partial": True})
+                    given=Given(partial=True))
 
 
 @pytest.mark.specs(lambda spec: spec.workers > 1)

@@ -12,6 +12,7 @@ from reference import distribute as ref
 from reference import losses as ref_losses
 from reference.rules import Rule
 from suite.common.catalog import LOSS_CLASSES
+from suite.common.given import Given
 from suite.harness.drawing import cases
 from suite.harness.judging import repro
 from suite.harness.judging.judgment import Check
@@ -94,11 +95,11 @@ def _check_compute_average_loss(engines, spec, dtype, weight_kind, data, jit="no
     empty = [gbs is None and s == 0 for s in sizes]
     check.per_replica(results, expected, Quantity.of("compute_average_loss", sample_weight=weighted),
                       n_terms=max(sizes + [1]),
-                      given=[{"empty": e} for e in empty])
+                      given=[Given(empty=e) for e in empty])
     check.on_workers(results, "total", sum(expected),
                      Quantity.of("compute_average_loss", "SUM of compute_average_loss" + " (with sample_weight)" * weighted,
                                  sample_weight=weighted, reduced="SUM"),
-                     n_terms=n + spec.replicas, given={"empty": any(empty)})
+                     n_terms=n + spec.replicas, given=Given(empty=any(empty)))
 
 
 @DTYPES
@@ -165,7 +166,7 @@ def _tracker_inputs(losses, sizes, global_batch_size, workers) -> list:
     (its scaled loss, one update) and the worker's first replica."""
     states = [(ref.compute_average_loss(part, global_batch_size=global_batch_size), 1.0)
               for part in ref.split(losses, sizes)]
-    return [{"kind": "mean", "replica_states": states, "replica": w * len(sizes) // workers} for w in range(workers)]
+    return [Given(kind="mean", replica_states=states, replica=w * len(sizes) // workers) for w in range(workers)]
 
 
 @DTYPES
@@ -263,4 +264,4 @@ def test_keras_loss_reduction_inside_strategy_run(engines, spec, engine_versions
     for r in results:
         check.returned(r, what)
     # for the model of deviation keras3-loss-nan-on-empty-replica-before-3.7: 0 / 0 on a replica with no rows
-    check.per_replica(results, expected, what, n_terms=8, given=[{"empty": s == 0} for s in sizes])
+    check.per_replica(results, expected, what, n_terms=8, given=[Given(empty=s == 0) for s in sizes])

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from reference import distribute as ref
 from reference import metrics as ref_metrics
 from suite.common.catalog import METRIC_CLASSES
+from suite.common.given import Given
 from suite.harness.drawing import cases
 from suite.harness.judging import repro
 from suite.harness.judging.judgment import Check
@@ -105,8 +106,8 @@ def _check_metric(engines, spec, engine_versions, kind, data, jit="none"):
     check.on_workers(results, "result", ref_metrics.cross_replica_result(kind, states),
                      Quantity.of("metric result", f"{kind}.result() in cross-replica context", metric=kind,
                                  context="cross-replica"), n_terms=n + 1,
-                     given_per_worker=[{"kind": kind, "increments": increments, "replica_states": states,
-                                        "batch_states": batch_states, "replica": w * spec.replicas // len(results)}
+                     given_per_worker=[Given(kind=kind, increments=increments, replica_states=states,
+                                             batch_states=batch_states, replica=w * spec.replicas // len(results))
                                        for w in range(len(results))])
     for w, r in enumerate(results):
         if spec.kind in ("default", "one_device", "central_storage"):
@@ -120,5 +121,5 @@ def _check_metric(engines, spec, engine_versions, kind, data, jit="none"):
         check.per_replica([r.in_replica[step] for r in results], expected,
                           Quantity.of("metric result", f"{kind}.result() inside strategy.run after batch {step + 1}",
                                       metric=kind, context="replica", batch=step + 1), attr=None, n_terms=n + 1,
-                          given=[{"kind": kind, "increments": increments[:step + 1],
-                                  "batch_states": batch_states[:step + 1], "replica": r} for r in range(spec.replicas)])
+                          given=[Given(kind=kind, increments=increments[:step + 1],
+                                       batch_states=batch_states[:step + 1], replica=r) for r in range(spec.replicas)])

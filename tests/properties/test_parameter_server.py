@@ -17,6 +17,7 @@ from reference import parameter_server as ref_ps
 from reference.losses import Raises
 from reference.rules import Rule
 from suite.common.catalog import ADAPTIVE
+from suite.common.given import Given
 from suite.common.specs import parse_spec
 from suite.harness.drawing import cases
 from suite.harness.drawing.cases import ARCHS, arch_dict, training_cases
@@ -108,7 +109,7 @@ def test_optimizer_iterations_count_every_scheduled_step(engines, ps_spec, steps
     if r.steps is not None:
         hint += f"; [worker, value written] per step: {r.steps}"
     check.equal(r.iterations, steps, Quantity.of("optimizer iterations", "optimizer.iterations after the scheduled steps"),
-                hint, given={"steps": r.steps})
+                hint, given=Given(steps=r.steps))
     check.equal(r.count, steps, "the step counter after the scheduled steps", hint, rule=ONCE)
     check.exact(r.w, (w0 - 0.25 * steps).astype("float32"), "the weights after the scheduled steps (loss c.w, lr 0.25)",
                 hint, rule=ONCE)

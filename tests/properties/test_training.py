@@ -13,6 +13,7 @@ from reference import distribute as ref
 from reference import model as ref_model
 from reference.rules import Rule
 from suite.common.catalog import ADAPTIVE, OPTIMIZERS
+from suite.common.given import Given
 from suite.harness.drawing import cases
 from suite.harness.drawing.cases import ARCHS, arch_dict, training_cases
 from suite.harness.judging import repro
@@ -28,22 +29,22 @@ def check_history(results, history, check, initial=None, alternative=None, itera
     ``initial`` (the parameters before the steps), first that trained variables changed: every
     element the reference's steps move by more than the tolerance differs from its initial value
     (a step that updates nothing fails by name, before the value comparisons). ``alternative``:
-    the history under another rule, handed to each comparison as ``given={"alternative": ...}``
+    the history under another rule, handed to each comparison as ``given=Given(alternative=...)``
     for a known deviation's model (suite/harness/judging/signatures.py: alternative_rule). ``iterations``:
     the optimizer's expected count (default: one per step). ``nan_losses``: the steps (from 1)
     whose reported loss a deviation's model may predict NaN for (a replica with no rows divided
     by its batch: signatures.nan_on_an_empty_replica). ``unsummed``: the steps as
     reference/model.py train_unsummed takes them, each replica applying its own gradient (the
     model of keras3-gradients-not-summed-before-3.5), handed to each comparison as
-    ``given={"unsummed": ...}`` (``first``: the global index of the first result's first replica,
+    ``given=Given(unsummed=...)`` (``first``: the global index of the first result's first replica,
     where ``results`` holds one worker's). ``calls``: the apply_gradients calls made, the count
-    a deviation's model may predict for ``iterations`` (``given={"alternative": calls}``). ``at``: the
+    a deviation's model may predict for ``iterations`` (``given=Given(alternative=calls)``). ``at``: the
     steps (from 1) the results' entries were read after, where not after every step (Model.fit's
     boundaries); ``logged``: the loss fit's logs should report after each step, compared in place
     of the step's summed loss (``logged_given``: per step, what a deviation's model reads).
     ``unscaled``: the history of reference/model.py train with ``unscaled=True`` (the model of
     keras3-loss-unscaled-before-3.8 where the optimizer sums), handed to each variable's comparison
-    as ``given={"unscaled": ...}``."""
+    as ``given=Given(unscaled=...)``."""
     __tracebackhide__ = True
     own = None
     if unsummed is not None:
@@ -70,8 +71,8 @@ def check_history(results, history, check, initial=None, alternative=None, itera
                         visible = np.abs(mine - before) > tol.bound(mine)
                         # changed where its own steps visibly move every such element; unchanged where the
                         # elements it kept are ones its own steps do not visibly move; else no prediction
-                        given = {"unsummed": True if visible[moved].all() else None if changed
-                                 else not (~visible[kept]).all()}
+                        given = Given(unsummed=True if visible[moved].all() else None if changed
+                                      else not (~visible[kept]).all())
                     check.equal(changed, True, Quantity.of("variable changed", f"variable {v} on local replica {r} after "
                                                            f"{len(history)} steps{who}: changed", name=v, local_replica=r,
                                                            steps=len(history), **on),
@@ -83,30 +84,29 @@ def check_history(results, history, check, initial=None, alternative=None, itera
         for got, step in zip(result.history, steps):
             s, want = step - 1, history[step - 1]
             other = alternative[s] if alternative is not None else None
-            empty = {"empty": True} if s + 1 in nan_losses else {}
+            empty = True if s + 1 in nan_losses else None
             mine = own[s] if own is not None else None
             if logged is not None:
                 check.close(got.loss, logged[s], Quantity.of("fit logged loss", f"fit's logged loss after step {s + 1}",
                                                              step=s + 1).at(**on), kind="trained",
                             given=logged_given[s] if logged_given else None)
             else:
-                given = dict(empty, **({"alternative": other["loss"]} if other else {}),
-                             **({"unsummed": mine["loss"]} if mine else {}))
+                given = Given(empty=empty, alternative=other["loss"] if other else None,
+                              unsummed=mine["loss"] if mine else None)
                 check.close(got.loss, want["loss"], Quantity.of("summed loss", f"summed loss at step {s + 1}",
-                                                                step=s + 1).at(**on), kind="trained",
-                            given=given or None)
+                                                                step=s + 1).at(**on), kind="trained", given=given)
             for v, (copies, expected) in enumerate(zip(got.params, want["params"])):
                 for r, copy in enumerate(copies):
-                    given = dict(**({"alternative": other["params"][v]} if other else {}),
-                                 **({"unsummed": mine["params"][first + w * local + r][v]} if mine else {}),
-                                 **({"unscaled": unscaled[s]["params"][v]} if unscaled is not None else {}))
+                    given = Given(alternative=other["params"][v] if other else None,
+                                  unsummed=mine["params"][first + w * local + r][v] if mine else None,
+                                  unscaled=unscaled[s]["params"][v] if unscaled is not None else None)
                     check.close(copy, expected, Quantity.of("variable", f"variable {v} on local replica {r} after step "
                                                             f"{s + 1}", name=v, local_replica=r, step=s + 1).at(**on),
-                                kind="trained", n_terms=4, given=given or None)
+                                kind="trained", n_terms=4, given=given)
         check.equal(result.iterations, len(history) if iterations is None else iterations,
                     Quantity.of("optimizer iterations", f"optimizer.iterations{who} (one increment per applied step)",
                                 per="applied step", **on),
-                    given={"alternative": calls} if calls is not None else None)
+                    given=Given(alternative=calls) if calls is not None else None)
 
 
 @pytest.mark.parametrize("dtype", cases.DTYPES)
@@ -194,10 +194,10 @@ def _check_lazy(engines, spec, name: str, check: Check, lazy_model: bool = False
         who = f"{name} (worker {w})"
         # the probe never builds the optimizer before its first step (the condition of a deviation that raises)
         if not check.returned(r, Quantity.of("two distributed steps", f"{who}: two distributed steps", name=name, worker=w),
-                              given={"optimizer_built": False}):
+                              given=Given(optimizer_built=False)):
             continue  # a known deviation raised, as its signature predicts
         check.equal(r.disagreeing, [], Quantity.of("replica copies differ", f"{who}: variables whose replica copies differ",
-                                                   name=name, worker=w), given={"variables": r.names})
+                                                   name=name, worker=w), given=Given(variables=r.names))
         check.equal(r.iterations, 2, f"{who}: optimizer.iterations after two steps")
         check.that(r.n_variables >= 1, f"{who}: optimizer variables created", r.n_variables, "at least 1")
         if spec.kind not in ("default", "one_device"):
@@ -235,8 +235,8 @@ def test_short_last_batch_training_matches_the_reference_split(engines, spec, de
     assume(cases.well_conditioned(history, dtype, False))
     own = ref_model.train_unsummed(arch, params, "sgd", steps, g if denominator == "constant" else "default")
     # rows per worker at each step: a step that leaves one worker none (a deadlock's condition on TF 2.13)
-    check_given = {"worker_rows": [[sum(len(p) for p in ref.local_results(list(s), w, spec.workers))
-                                    for w in range(spec.workers)] for s in split]}
+    check_given = Given(worker_rows=[[sum(len(p) for p in ref.local_results(list(s), w, spec.workers))
+                                      for w in range(spec.workers)] for s in split])
     results = engines.call(spec, "training.train_dataset", arch=arch_dict(arch), optimizer="sgd", dtype=dtype,
                            params=params, x=x, y=y, global_batch=g, epochs=epochs, denominator=denominator)
     per_epoch = len(split)
@@ -254,5 +254,5 @@ def test_short_last_batch_training_matches_the_reference_split(engines, spec, de
                 for c, copy in enumerate(copies):
                     check.close(copy, want, Quantity.of("variable", f"variable {v} on replica {c} after epoch {e + 1} "
                                                         f"(worker {w})", name=v, local_replica=c, epoch=e + 1, worker=w),
-                                kind="trained", n_terms=4, given={"unsummed": mine[w * local + c][v]})
+                                kind="trained", n_terms=4, given=Given(unsummed=mine[w * local + c][v]))
 

@@ -11,6 +11,7 @@ import numpy as np
 
 from reference import input as ref_input
 from reference.rules import Rule
+from suite.common.given import Given
 from suite.common.specs import parse_spec
 from suite.harness.judging.judgment import Check
 from suite.harness.judging.quantity import Quantity
@@ -62,8 +63,8 @@ def test_tutorial_flow_trains_checkpoints_and_restores_without_a_strategy(engine
     split = ref_input.distribute(len(correct), 64, False, spec.replicas, "AUTO", True, spec.workers)
     per_replica = [(float(sum(correct[i].sum() for i in (s[r] for s in split))),
                     float(sum(len(s[r]) for s in split))) for r in range(spec.replicas)]
-    given = {"kind": "accuracy", "replica_states": per_replica, "replica": 0,
-             "increments": [(float(sum(correct[p].sum() for p in s)), float(sum(len(p) for p in s))) for s in split]}
+    given = Given(kind="accuracy", replica_states=per_replica, replica=0,
+                  increments=[(float(sum(correct[p].sum() for p in s)), float(sum(len(p) for p in s))) for s in split])
     Check(spec, "float32", check.case, rule=RESTORES).close(
         under, plain, Quantity.of("test accuracy restored", "test accuracy under the strategy vs test accuracy restored "
                                   "without a strategy"), given=given)

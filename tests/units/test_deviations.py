@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from suite.common.given import Given
 from suite.common.results import Raised
 from suite.common.specs import DEFAULT_SPECS, parse_spec
 from suite.harness.judging import deviations
@@ -163,96 +164,96 @@ MODEL_CASES = {
     "replica_scale_rounded_to_float32": ("mirrored:3", 0.7, None, 0.7 * 3 * float(np.float32(1 / 3))),
     "local_mean_not_scaled_by_replicas": ("mirrored:2", 0.5, None, 1.0),
     "metric_state_assigned_by_every_replica": (  # total 2 * 1 + 3, count 2 * 2 + 2
-        "central_storage:2", 1.0, {"kind": "mean", "increments": [(1.0, 2.0), (3.0, 2.0)]}, 5 / 6),
+        "central_storage:2", 1.0, Given(kind="mean", increments=[(1.0, 2.0), (3.0, 2.0)]), 5 / 6),
     "metric_variables_assigned_by_every_replica": (  # total 2 * (2 * 0 + 1) + 3, count 2 * 2 + 2
-        "central_storage:2", [4.0, 4.0], {"start": [0.0, 0.0], "increments": [[1.0, 2.0], [3.0, 2.0]],
-                                          "under": [parse_spec("central_storage:2")] * 2}, [5.0, 6.0]),
-    "partial_last_step_dropped": ("central_storage:2", [[[0], [1]], [[2], []]], {"partial": True}, [[[0], [1]]]),
-    "partial_last_step_missing": ("central_storage:2", [], {"dropped": [14]}, [14]),
+        "central_storage:2", [4.0, 4.0], Given(start=[0.0, 0.0], increments=[[1.0, 2.0], [3.0, 2.0]],
+                                               under=[parse_spec("central_storage:2")] * 2), [5.0, 6.0]),
+    "partial_last_step_dropped": ("central_storage:2", [[[0], [1]], [[2], []]], Given(partial=True), [[[0], [1]]]),
+    "partial_last_step_missing": ("central_storage:2", [], Given(dropped=[14]), [14]),
     "integer_sum_restored_by_division": ("mirrored:2", [1, 2, 3], None, [0, 2, 2]),
     # two workers in lockstep for one step (both read 0), then alternating: last writes 6 (worker 0), 7
-    "increments_lost_between_workers": ("parameter_server:2w1ps", 8, {"steps": [
-        [0, 1], [1, 1], [0, 2], [1, 3], [0, 4], [1, 5], [0, 6], [1, 7]]}, frozenset({6, 7})),
-    "momentum_set_on_the_building_replica_only": ("mirrored:2:reduce_to_one", [], {"variables": [
+    "increments_lost_between_workers": ("parameter_server:2w1ps", 8, Given(steps=[
+        [0, 1], [1, 1], [0, 2], [1, 3], [0, 4], [1, 5], [0, 6], [1, 7]]), frozenset({6, 7})),
+    "momentum_set_on_the_building_replica_only": ("mirrored:2:reduce_to_one", [], Given(variables=[
         "schedule_free_adam_w/iteration", "schedule_free_adam_w/sequential_dense_bias_momentum",
-        "schedule_free_adam_w/sequential_dense_kernel_momentum", "sequential/dense/bias", "sequential/dense/kernel"]},
+        "schedule_free_adam_w/sequential_dense_kernel_momentum", "sequential/dense/bias", "sequential/dense/kernel"]),
         ["schedule_free_adam_w/sequential_dense_kernel_momentum", "sequential/dense/kernel"]),
     # repros/keras3_clipping_per_replica.py: one device -1.0, Keras 3's per-replica clipping 0.0
-    "alternative_rule": ("mirrored:2", -1.0, {"alternative": 0.0}, 0.0),
+    "alternative_rule": ("mirrored:2", -1.0, Given(alternative=0.0), 0.0),
     # repros/keras3_loss_scale_finiteness_replica_0.py: the scale 16384 after a skipped step, Keras 3 keeps 32768
-    "alternative_outcome": ("mirrored:2", 16384.0, {"alternative": 32768.0}, 32768.0),
-    "replicas_apply_their_own_gradients": ("mirrored:2", -1.0, {"unsummed": -0.5}, -0.5),
+    "alternative_outcome": ("mirrored:2", 16384.0, Given(alternative=32768.0), 32768.0),
+    "replicas_apply_their_own_gradients": ("mirrored:2", -1.0, Given(unsummed=-0.5), -0.5),
     # the multi-worker tutorial's fit on tf-keras 2.21, two workers: a loss of 2.2979 logged as 4.5958
-    "fit_logs_summed_over_replicas": ("multi_worker:2x1", 2.2979, {}, 4.5958),
+    "fit_logs_summed_over_replicas": ("multi_worker:2x1", 2.2979, Given(), 4.5958),
     # two replicas' own running means (each on its own copy) against the global mean of 0.6
-    "fit_logs_sum_of_replica_trackers": ("mirrored:2", 0.6, {"replica_logs": [0.5, 0.75]}, 1.25),
-    "fit_logs_mean_of_replica_trackers": ("mirrored:2", 0.6, {"replica_logs": [0.5, 0.75]}, 0.625),
+    "fit_logs_sum_of_replica_trackers": ("mirrored:2", 0.6, Given(replica_logs=[0.5, 0.75]), 1.25),
+    "fit_logs_mean_of_replica_trackers": ("mirrored:2", 0.6, Given(replica_logs=[0.5, 0.75]), 0.625),
     # Keras 3.0-3.1 on mirrored:3, split [2, 2, 0]: each tracker the mean of its steps' losses, the third's 0 / 0
     "fit_logs_sum_of_replica_trackers_counting_each_step": (
-        "mirrored:3", 0.5, {"replica_step_means": [[0.5, 1.0, float("nan")], [1.5, 1.0, float("nan")]]},
+        "mirrored:3", 0.5, Given(replica_step_means=[[0.5, 1.0, float("nan")], [1.5, 1.0, float("nan")]]),
         float("nan")),
     # a script's Mean on Keras 3.0-3.6, two steps of [1, 3] on two replicas: copies (2, 2) and (6, 2) hold one device's
     # (8, 4) between them; the read copy's 1.0 where one device reads 2.0
-    "first_replica_copy_of_the_summed_state": ("mirrored:2", 2.0, {
-        "kind": "mean", "increments": [(4.0, 2.0), (4.0, 2.0)], "replica_states": [(2.0, 2.0), (6.0, 2.0)],
-        "replica": 0}, 1.0),
+    "first_replica_copy_of_the_summed_state": ("mirrored:2", 2.0, Given(
+        kind="mean", increments=[(4.0, 2.0), (4.0, 2.0)], replica_states=[(2.0, 2.0), (6.0, 2.0)],
+        replica=0), 1.0),
     # Keras 3.5-3.6: the replicas' own running means on the weights of the unscaled steps
-    "fit_logs_mean_of_unscaled_replica_trackers": ("mirrored:2", 0.6, {"unscaled_replica_logs": [0.5, 0.9]}, 0.7),
+    "fit_logs_mean_of_unscaled_replica_trackers": ("mirrored:2", 0.6, Given(unscaled_replica_logs=[0.5, 0.9]), 0.7),
     # Keras 3.7: the summed-on-write state over the unscaled steps' losses, (2 * 4 + 40) / (2 * 2 + 2)
     "fit_logs_summed_on_write_of_unscaled_steps": (
-        "mirrored:2", 11.0, {"kind": "mean", "unscaled_increments": [(4.0, 2.0), (40.0, 2.0)]}, 8.0),
+        "mirrored:2", 11.0, Given(kind="mean", unscaled_increments=[(4.0, 2.0), (40.0, 2.0)]), 8.0),
     # the fit property on TF 2.18.1 / Keras 3.6.0, linear_l2 with every weight 1, x = 1, y = 0, one row per
     # replica: kernel 0.21875 after the global batch's SGD step, -0.5625 after the sum of the unscaled losses'
-    "replica_losses_unscaled_then_summed": ("mirrored:2", 0.21875, {"unscaled": -0.5625}, -0.5625),
+    "replica_losses_unscaled_then_summed": ("mirrored:2", 0.21875, Given(unscaled=-0.5625), -0.5625),
     # the repro on Keras 3.7.0: replica 0's own update 0.5, replica 1's 6.0, both copies their mean
-    "replica_copies_averaged": ("mirrored:2", np.array([0.5, 0.5]), {"averaged": np.array([3.25, 3.25])},
+    "replica_copies_averaged": ("mirrored:2", np.array([0.5, 0.5]), Given(averaged=np.array([3.25, 3.25])),
                                 np.array([3.25, 3.25])),
     # two replicas per worker: replica 2 draws replica 0's mask, replicas 1 and 3 their own
-    "same_on_every_worker": ("multi_worker:2x2", [False, False, False], {"per_worker": [False, True, False]},
+    "same_on_every_worker": ("multi_worker:2x2", [False, False, False], Given(per_worker=[False, True, False]),
                              [False, True, False]),
     # the one-pass variance's bounds around the exact value (repros/synchronized_bn_one_pass_variance.py)
-    "one_pass_variance_bounds": ("mirrored:2", 0.0125489, {"one_pass": (0.0, 0.02)}, (0.0, 0.02)),
+    "one_pass_variance_bounds": ("mirrored:2", 0.0125489, Given(one_pass=(0.0, 0.02)), (0.0, 0.02)),
     # repros/synchronized_bn_one_pass_variance.py's column in float32 (split [3, 1], momentum 0.75):
     # Keras 3 clamps the variance -8 to 0, so the moving variance is 0.75, not 0.75 + 0.25 * 0.0125489
-    "one_pass_variance_in_float32": ("mirrored:2", np.array([0.75 + 0.25 * 0.012548923]), {"float32_one_pass": {
+    "one_pass_variance_in_float32": ("mirrored:2", np.array([0.75 + 0.25 * 0.012548923]), Given(float32_one_pass={
         "batches": [np.float32(1e4 + np.array([[0.1], [0.2], [0.3], [0.4]])).astype(np.float64)],
         "sizes": [[3, 1]], "momentum": 0.75, "epsilon": 1 / 1024, "keras": 3, "step": 0, "replica": 0,
-        "name": "moving_variance"}}, np.array([0.75])),
+        "name": "moving_variance"}), np.array([0.75])),
     # repros/batch_norm_empty_replica.py: the empty replica's copy stays 0 where one device gives 2.25
-    "empty_replica_skipped_bounds": ("mirrored:2", 2.25, {"skipped": (-1e-12, 1e-12)}, (-1e-12, 1e-12)),
+    "empty_replica_skipped_bounds": ("mirrored:2", 2.25, Given(skipped=(-1e-12, 1e-12)), (-1e-12, 1e-12)),
     # repros/compute_average_loss_empty_replica.py under XLA on TF 2.12: 0 / 0 on the empty replica
-    "nan_on_an_empty_replica": ("mirrored:2", 0.0, {"empty": True}, float("nan")),
+    "nan_on_an_empty_replica": ("mirrored:2", 0.0, Given(empty=True), float("nan")),
     # repros/keras3_gradients_not_summed_before_3_5.py: w on a replica moved by its own gradient only
     # repros/keras3_metric_state_not_sync_on_read.py: the state's type before Keras 3.10
     "mirrored_metric_variables": ("mirrored:2", ["SyncOnReadVariable"], None, ["MirroredVariable"]),
     # the repro on Keras 3.0-3.6 after [1, 3]: replica 0's copy, 1.0, where the sum gives 2.0
     "metric_state_of_the_first_local_replica": (
-        "mirrored:2", 2.0, {"kind": "mean", "replica_states": [(1.0, 1.0), (3.0, 1.0)], "replica": 0}, 1.0),
+        "mirrored:2", 2.0, Given(kind="mean", replica_states=[(1.0, 1.0), (3.0, 1.0)], replica=0), 1.0),
     # [1, 3], [10, 30], a checkpoint restored under mirrored:2, [100, 300] (Keras 3.6.0): replica 0's
     # copy 1 + 10 + 100 over 3, where the sync-on-read state is 444 over 6
-    "metric_variables_per_replica_copy": ("mirrored:2", [444.0, 6.0], {
-        "start": [0.0, 0.0], "replica_increments": [[[1.0, 1], [3.0, 1]], [[10.0, 1], [30.0, 1]],
-                                                    [[100.0, 1], [300.0, 1]]],
-        "restored_after": 2, "replica": 0}, [111.0, 3.0]),
+    "metric_variables_per_replica_copy": ("mirrored:2", [444.0, 6.0], Given(
+        start=[0.0, 0.0], replica_increments=[[[1.0, 1], [3.0, 1]], [[10.0, 1], [30.0, 1]],
+                                              [[100.0, 1], [300.0, 1]]],
+        restored_after=2, replica=0), [111.0, 3.0]),
     # two steps on mirrored:2 whose second step's losses differ between the copies (their parameters
     # parted after step 1): replica 0's copy tracks its own losses, 1 + 10 over 2
-    "per_replica_metric_copies_of_unsummed_steps": ("mirrored:2", [45.0, 4.0], {
-        "start": [0.0, 0.0], "replica_increments": [[[1.0, 1], [3.0, 1]], [[10.0, 1], [30.0, 1]]],
-        "unsummed_replica_increments": [[[1.0, 1], [3.0, 1]], [[10.0, 1], [31.0, 1]]],
-        "restored_after": None, "replica": 0}, [11.0, 2.0]),
+    "per_replica_metric_copies_of_unsummed_steps": ("mirrored:2", [45.0, 4.0], Given(
+        start=[0.0, 0.0], replica_increments=[[[1.0, 1], [3.0, 1]], [[10.0, 1], [30.0, 1]]],
+        unsummed_replica_increments=[[[1.0, 1], [3.0, 1]], [[10.0, 1], [31.0, 1]]],
+        restored_after=None, replica=0), [11.0, 2.0]),
     # repros/keras3_accuracy_counts_each_update_before_3_4.py: 1 of 3 right, then 1 of 1, on one replica;
     # Keras 3.0-3.3 average the two batches' accuracies, (1/3 + 1) / 2 (1/3 a float32 mean), where
     # the examples give 2/4
     "metric_counts_each_update_as_one_example": (
-        "default", 0.5, {"kind": "accuracy", "batch_states": [[(1.0, 3.0)], [(1.0, 1.0)]], "replica": 0},
+        "default", 0.5, Given(kind="accuracy", batch_states=[[(1.0, 3.0)], [(1.0, 1.0)]], replica=0),
         (float(np.float32(1 / 3)) + 1) / 2),
     # the repro on Keras 3.7-3.9 after [1, 3] and [10, 30]: (2 * 4 + 40) / (2 * 2 + 2), not 44 / 4
-    "metric_state_summed_on_write": ("mirrored:2", 11.0, {"kind": "mean", "increments": [(4.0, 2.0), (40.0, 2.0)]},
+    "metric_state_summed_on_write": ("mirrored:2", 11.0, Given(kind="mean", increments=[(4.0, 2.0), (40.0, 2.0)]),
                                      8.0),
     # the same with [100, 300] after a restore under mirrored:2 (Keras 3.7.0): 2 * 48 + 400 over 2 * 6 + 2
-    "metric_variables_summed_on_write": ("mirrored:2", [444.0, 6.0], {
-        "start": [0.0, 0.0], "increments": [[4.0, 2.0], [40.0, 2.0], [400.0, 2.0]],
-        "under": [parse_spec("mirrored:2")] * 3}, [496.0, 14.0]),
+    "metric_variables_summed_on_write": ("mirrored:2", [444.0, 6.0], Given(
+        start=[0.0, 0.0], increments=[[4.0, 2.0], [40.0, 2.0], [400.0, 2.0]],
+        under=[parse_spec("mirrored:2")] * 3), [496.0, 14.0]),
 }
 
 
@@ -262,16 +263,22 @@ USERS_FRAMES = ("user/train.py:<module>", "tensorflow/python/distribute/distribu
 
 # per condition: given where it held, given where it did not
 CONDITION_CASES = {
-    "non_finite_off_replica_0_on_another_worker": ({"poison": [[1.0, 1.0], [1.0, float("inf")]], "workers": 2},
-                                                   {"poison": [[float("inf"), 1.0], [1.0, 1.0]], "workers": 2}),
-    "a_worker_without_rows_beside_one_with_rows": ({"worker_rows": [[2, 2], [1, 0]]}, {"worker_rows": [[2, 2], [1, 1]]}),
-    "optimizer_not_built_before_the_step": ({"optimizer_built": False}, {"optimizer_built": True}),
-    "the_optimizer_clips": ({"optimizer_clips": True}, {"optimizer_clips": False}),
-    "replica_copies_differ_in_the_control": ({"control_copies_differ": True}, {"control_copies_differ": False}),
-    "fits_first_batch_split_unevenly": ({"fit_first_split": [2, 1]}, {"fit_first_split": [2, 2]}),
-    "fit_runs_several_steps_per_execution": ({"steps_per_execution": 2}, {"steps_per_execution": 1}),
-    "trained_by_keras_fit": ({"step_mode": "fit"}, {"step_mode": "call"}),
+    "non_finite_off_replica_0_on_another_worker": (Given(poison=[[1.0, 1.0], [1.0, float("inf")]], workers=2),
+                                                   Given(poison=[[float("inf"), 1.0], [1.0, 1.0]], workers=2)),
+    "a_worker_without_rows_beside_one_with_rows": (Given(worker_rows=[[2, 2], [1, 0]]), Given(worker_rows=[[2, 2], [1, 1]])),
+    "optimizer_not_built_before_the_step": (Given(optimizer_built=False), Given(optimizer_built=True)),
+    "the_optimizer_clips": (Given(optimizer_clips=True), Given(optimizer_clips=False)),
+    "replica_copies_differ_in_the_control": (Given(control_copies_differ=True), Given(control_copies_differ=False)),
+    "fits_first_batch_split_unevenly": (Given(fit_first_split=[2, 1]), Given(fit_first_split=[2, 2])),
+    "fit_runs_several_steps_per_execution": (Given(steps_per_execution=2), Given(steps_per_execution=1)),
+    "trained_by_keras_fit": (Given(step_mode="fit"), Given(step_mode="call")),
 }
+
+
+def _with(given, more: Given) -> Given:
+    """``given`` (a Given or None) with the fields ``more`` hands too."""
+    return dataclasses.replace(given or Given(), **{f.name: getattr(more, f.name) for f in dataclasses.fields(more)
+                                                   if getattr(more, f.name) is not None})
 
 
 def _a_frame(pattern: str) -> str:
@@ -322,8 +329,8 @@ def test_signature_explains_its_deviation_and_not_a_foreign_error(entry, signatu
     spec, expected, given, want = MODEL_CASES[signature.model]
     if signature.condition:  # the model applies only where its condition held
         held, not_held = CONDITION_CASES[signature.condition]
-        given = {**given, **held}
-        off = Seen("q", None, expected, _close, parse_spec(spec), {**given, **not_held})
+        given = _with(given, held)
+        off = Seen("q", None, expected, _close, parse_spec(spec), _with(given, not_held))
         check.equal(signature.explains(dataclasses.replace(off, actual=signature.predicts(off))), False,
                     f"the predicted value where {signature.condition} did not hold")
     seen = lambda actual: Seen("q", actual, expected, _close if isinstance(expected, (float, np.ndarray)) else  # noqa: E731
@@ -348,12 +355,12 @@ def test_the_per_step_tracker_model_weighs_steps_not_rows():
     """Keras 3.0-3.1's loss trackers count each step as one: the sum over replicas of each one's
     mean of its steps' losses (finite where every replica had rows), NaN once a replica had none."""
     model = MODELS["fit_logs_sum_of_replica_trackers_counting_each_step"]
-    seen = lambda means: Seen("q", None, 0.0, _close, parse_spec("mirrored:3"), {"replica_step_means": means})  # noqa: E731
+    seen = lambda means: Seen("q", None, 0.0, _close, parse_spec("mirrored:3"), Given(replica_step_means=means))  # noqa: E731
     check = Check("fit_logs_sum_of_replica_trackers_counting_each_step", "float64")
     check.close(model(seen([[0.5, 1.0, 2.0], [1.5, 1.0, 4.0]])), 1.0 + 1.0 + 3.0, "three replicas' means of two steps")
     check.that(np.isnan(model(seen([[0.5, 1.0, 2.0], [1.5, 1.0, float("nan")]]))), "a replica without rows at step 2",
                model(seen([[0.5, 1.0, 2.0], [1.5, 1.0, float("nan")]])), "NaN")
-    check.that(model(Seen("q", None, 0.0, _close, parse_spec("mirrored:3"), {})) is NOTHING, "no given",
+    check.that(model(Seen("q", None, 0.0, _close, parse_spec("mirrored:3"), Given())) is NOTHING, "no given",
                "a prediction", "none")
 
 
@@ -383,7 +390,7 @@ def test_the_float32_one_pass_model_excuses_the_one_pass_value_and_nothing_else(
               "outputs", want["outputs"][0], bound["output"][0], off_out)]
     with deviations.in_force(deviations.Ledger((entry,))) as ledger:
         for what, name, expected, tol, foreign in cases:
-            given = {"float32_one_pass": dict(base, replica=0, name=name)}
+            given = Given(float32_one_pass=dict(base, replica=0, name=name))
             predicted = MODELS["one_pass_variance_in_float32"](Seen(what, None, expected, None, None, given))
             check = Check(parse_spec("mirrored:2"), "float32", {"quantity": str(what)})
             check.close(predicted, expected, what, override={"float32": (tol, 1e-15)}, given=given)
@@ -622,7 +629,7 @@ def test_the_central_storage_metric_models_predict_nothing_elsewhere():
     increments = [[1.0, 2.0], [3.0, 2.0], [1.0, 1.0]]
     mirrored, central = parse_spec("mirrored:2"), parse_spec("central_storage:2")
     seen = lambda under: Seen("q", None, [5.0, 5.0], lambda a, b: a == b, mirrored,  # noqa: E731
-                              {"start": [0.0, 0.0], "increments": increments, "under": under})
+                              Given(start=[0.0, 0.0], increments=increments, under=under))
     check = Check("checkpoint")
     check.equal(model(seen([mirrored] * 3)), [5.0, 5.0], "the state of updates under mirrored:2")
     # saved under central_storage:2 after two updates (2 * 1 + 3, 2 * 2 + 2), one more update elsewhere
@@ -632,7 +639,7 @@ def test_the_central_storage_metric_models_predict_nothing_elsewhere():
 def _interleaved(events: list) -> tuple[list, int]:
     """Run Keras 3's ``assign(iterations + 1)`` steps as the interleaving ``events`` says: each
     event is a worker index, and a worker's events alternate between its step's read and its write
-    (read + 1). Returns ``given["steps"]`` as the probe reports it ([worker, value written] per
+    (read + 1). Returns ``given.steps`` as the probe reports it ([worker, value written] per
     step, in the order the steps started, which is the order workers take them from the queue)
     and the counter's final value."""
     value, reading, steps, index = 0, {}, [], {}
@@ -653,7 +660,7 @@ RACE = next(s for d in ENTRIES if d.id == "keras3-ps-optimizer-iterations-race" 
 
 def _race_explains(final, steps: int, observed, spec="parameter_server:2w1ps") -> bool:
     return RACE.explains(Seen(RACE.quantity, final, steps, lambda a, b: a == b, parse_spec(spec),
-                              {"steps": observed}))
+                              Given(steps=observed)))
 
 
 def test_the_iterations_race_excuses_lost_increments_that_the_writes_show():
@@ -729,7 +736,7 @@ def test_a_bounds_signature_goes_stale_like_a_band():
         for _ in range(deviations.BAND_JUDGED_AFTER):
             Check(parse_spec("mirrored:2"), "float32").close(0.5, 0.5, Quantity.of(
                 "batch norm statistic", "moving_variance after step 1", name="moving_variance", step=1),
-                                                             given={"one_pass": (0.49, 0.51)})
+                                                             given=Given(one_pass=(0.49, 0.51)))
     deviations.merge_bands(totals, ledger.band_counts())
     stale = deviations.stale_bands(totals)
     Check("deviations.stale_bands").contains(stale[0] if stale else "", [
@@ -780,7 +787,7 @@ def test_a_model_with_a_condition_predicts_nothing_where_the_condition_does_not_
     held, not_held = CONDITION_CASES["replica_copies_differ_in_the_control"]
     ledger = deviations.Ledger((entry,))
     seen = lambda given: Seen(VARIABLE, 1.0, 1.0, _close, parse_spec("mirrored:2"),  # noqa: E731
-                              {"alternative": 2.0, **given})
+                              _with(Given(alternative=2.0), given))
     check = Check("conditioned model")
     check.equal([d.id for d, _ in ledger.stale(seen(not_held))], [], "stale where the condition did not hold")
     check.equal([d.id for d, _ in ledger.stale(seen(held))], ["conditioned"], "stale where it held")
@@ -796,12 +803,12 @@ def test_an_entry_whose_model_lands_on_the_reference_speaks_for_it():
     composed = deviations.Deviation("composed", ("*",), ">=2", ">=2", "s", (), "now", (
         Signature(VARIABLES, "model", model="replicas_apply_their_own_gradients"),))
     seen = Seen(VARIABLE, 1.0, 1.0, _close, parse_spec("mirrored:2"),
-                {"alternative": 2.0, "unsummed": 1.0})
+                Given(alternative=2.0, unsummed=1.0))
     check = Check("stale")
     check.equal([d.id for d, _ in deviations.Ledger((alone,)).stale(seen)], ["alone"], "the entry alone")
     check.equal([d.id for d, _ in deviations.Ledger((alone, composed)).stale(seen)], [], "beside the composed model")
     check.equal([d.id for d, _ in deviations.Ledger((alone, composed)).stale(
-        dataclasses.replace(seen, given={"alternative": 2.0, "unsummed": 3.0}))], ["alone", "composed"],
+        dataclasses.replace(seen, given=Given(alternative=2.0, unsummed=3.0)))], ["alone", "composed"],
         "beside a model that predicts another value too")
 
 

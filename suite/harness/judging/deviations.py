@@ -109,7 +109,7 @@ class Ledger:
     explained: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     compared: collections.Counter = dataclasses.field(default_factory=collections.Counter)
 
-    given: dict = dataclasses.field(default_factory=dict)  # quantity -> what a condition reads (Check.given_for)
+    given: dict = dataclasses.field(default_factory=dict)  # quantity -> its Given, what a condition reads (Check.given_for)
     scope: str = ""  # the test id (or ``loop-check[SPEC]``) the entries were chosen for
 
     def covering(self, what) -> list[tuple[Deviation, Signature]]:

@@ -15,7 +15,8 @@ the same parts whatever failed::
 Inside a running test every comparison consults the known deviations in scope
 (``deviations.ledger_in_force()``, entered by the suite's plugin): a mismatch is tolerated only when an entry's signature
 explains what was observed (suite/harness/judging/signatures.py); a result equal to the reference where an
-entry predicts otherwise fails. ``given`` hands a comparison's inputs to deviation models.
+entry predicts otherwise fails. ``given`` hands a comparison's inputs to deviation models: a
+``suite.common.given.Given`` (or None; a list of them per replica or worker), anything else a TypeError.
 
 ``rule`` names the reference function (or a ``reference.rules.Rule``) the expected values come
 from; a failure cites it (``rule: documented (SOURCE)``, or observed behaviour pinned on the
@@ -31,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from ... import layout
+from ...common.given import handed
 from ...common.results import Raised
 from . import deviations
 from .quantity import at, part
@@ -155,6 +157,7 @@ class Check:
         the entries in scope that did not explain it. A pass where an entry predicts another
         value fails here: the entry is out of date."""
         __tracebackhide__ = True
+        handed(given, f"{what}")
         ledger = deviations.ledger_in_force()
         covering = [(d, s) for d, s in ledger.covering(what) if s.kind != "raises"] if ledger else []
         if not covering:
@@ -254,6 +257,7 @@ class Check:
         that a known deviation in scope predicts, from its origin and, for a deadlock, under its
         condition (``given``: what the condition reads) (the caller skips what needs the value)."""
         __tracebackhide__ = True
+        handed(given, f"{what}")
         me = self.citing(rule)
         ledger = deviations.ledger_in_force()
         covering = [(d, s) for d, s in ledger.covering(what) if s.kind == "raises"] if ledger else []
@@ -274,6 +278,7 @@ class Check:
     def given_for(self, what: str, given) -> None:
         """Hand a raises signature's condition what it reads, for a probe that may raise as a
         whole (a ProbeError, judged after the test: deviations.Ledger.explains_error)."""
+        handed(given, f"{what}")
         ledger = deviations.ledger_in_force()
         if ledger is not None:
             ledger.given[what] = given
@@ -286,6 +291,7 @@ class Check:
         values for the replicas that worker holds (``given``: per-replica inputs of deviation
         models, in the same order as ``expected``)."""
         __tracebackhide__ = True
+        handed(given, f"{what}", many=True)
         workers = len(results)
         for w, result in enumerate(results):
             mine = local_results(expected, w, workers)
@@ -301,6 +307,7 @@ class Check:
         """A cross-replica value (a reduce, a metric result) equals the reference on every worker
         (``given_per_worker``: each worker's inputs of deviation models, instead of ``given``)."""
         __tracebackhide__ = True
+        handed(given_per_worker, f"{what}", many=True)
         for w, result in enumerate(results):
             if given_per_worker is not None:
                 tol["given"] = given_per_worker[w]

@@ -8,10 +8,12 @@ the deviant behaviour as one of:
 
 ``model``
     ``model = "<name>"``, a function of MODELS below: the value TensorFlow computes instead,
-    from the check's expected value, its ``given`` inputs and the spec. A mismatch explained
-    by it (the observation equals the prediction, by the check's own comparison) is tolerated;
-    a result equal to the reference where the prediction differs from it is a failure that
-    says the entry must be updated.
+    from the check's expected value, its ``given`` inputs and the spec (``given`` is a
+    ``suite.common.given.Given``; each model declares the fields it reads with ``@reads``, and a
+    docstring's ``{"field": ...}`` names those fields). A mismatch explained by it (the
+    observation equals the prediction, by the check's own comparison) is tolerated; a result equal
+    to the reference where the prediction differs from it is a failure that says the entry must
+    be updated.
 ``band``
     ``rtol`` (and ``atol``): a rounding deviation. A mismatch whose error stays within the band
     is tolerated. A test in which no covered comparison ever left the reference's tolerance is
@@ -46,6 +48,7 @@ import numpy as np
 
 from ... import layout
 from ...common.facts import Facts, optimizer_built_lazily
+from ...common.given import Given, fields_named
 from ...common.results import Raised
 from .quantity import Pattern, glob
 
@@ -65,11 +68,30 @@ class Seen:
     expected: Any
     same: Callable[[Any, Any], bool]
     spec: Any
-    given: Any = None
+    given: Given | None = None  # what the test handed (suite/common/given.py); None: nothing
+
+    @property
+    def inputs(self) -> Given:
+        """``given``, or an empty Given where the test handed nothing (every field None)."""
+        return self.given if self.given is not None else NO_GIVEN
+
+
+NO_GIVEN = Given()
+
+
+def reads(*names: str):
+    """Declare the fields of ``given`` a model or condition reads (itself, or through a model it
+    calls); each must be a field of Given, checked when this module loads
+    (tests/units/test_given.py checks that the function reads no other)."""
+    def declare(f):
+        f.reads = fields_named(names, f.__name__)
+        return f
+    return declare
 
 
 # -- models: what TensorFlow computes instead, as a function of the case --------------------
 
+@reads()
 def replica_scale_rounded_to_float32(seen: Seen):
     """Keras 3 ``scale_loss_for_distribution``: ``loss * ops.cast(1.0 / replicas, dtype)``, the
     factor built as a float32 constant first; the reference's value is ``mean / replicas``."""
@@ -77,6 +99,7 @@ def replica_scale_rounded_to_float32(seen: Seen):
     return np.asarray(seen.expected, np.float64) * r * float(np.float32(1.0 / r))
 
 
+@reads()
 def local_mean_not_scaled_by_replicas(seen: Seen):
     """Keras 3.0-3.7 ``sum_over_batch_size`` inside ``strategy.run``: the local mean, which is
     the reference's value (mean / replicas) times the replica count."""
@@ -94,6 +117,7 @@ def _assigned_by_every_replica(start, increments, under, strategies=("central_st
     return state
 
 
+@reads("kind", "increments")
 def metric_state_assigned_by_every_replica(seen: Seen):
     """Keras 3 metrics under CentralStorage: ``assign_add(v)`` is ``assign(self + v)`` on a SUM
     AggregatingVariable, so each replica assigns old + its increment and the strategy sums them:
@@ -101,21 +125,23 @@ def metric_state_assigned_by_every_replica(seen: Seen):
     ``given``: ``{"kind": metric, "increments": [(total, count) summed over replicas, per batch]}``."""
     if seen.spec.strategy != "central_storage":
         return NOTHING  # no deviation of this entry's outside CentralStorage
-    if not isinstance(seen.given, dict) or "increments" not in seen.given:
+    g = seen.inputs
+    if g.increments is None:
         return NOTHING  # a metric whose state is not (total, count): no prediction
-    increments = seen.given["increments"]
-    total, count = _assigned_by_every_replica([0.0, 0.0], increments, [seen.spec] * len(increments))
-    return ref_metrics.result(seen.given["kind"], total, count)
+    total, count = _assigned_by_every_replica([0.0, 0.0], g.increments, [seen.spec] * len(g.increments))
+    return ref_metrics.result(g.kind, total, count)
 
 
+@reads("start", "increments", "under")
 def metric_variables_assigned_by_every_replica(seen: Seen):
     """The same CentralStorage mechanism, on the state variables themselves: each update under
     CentralStorage makes every variable ``replicas * old + increment`` (other strategies add the
     increment); a checkpoint carries the state across. ``given``: ``{"start": the initial state,
     "increments": [per update, each variable's increment], "under": [per update, its spec]}``."""
-    return _assigned_by_every_replica(seen.given["start"], seen.given["increments"], seen.given["under"])
+    return _assigned_by_every_replica(seen.given.start, seen.given.increments, seen.given.under)
 
 
+@reads()
 def mirrored_metric_variables(seen: Seen):
     """Keras 3.0-3.9 create metric state with ``synchronization`` left AUTO (the TensorFlow
     backend's Variable passes none to tf.Variable before keras-team/keras#21072), which
@@ -123,6 +149,7 @@ def mirrored_metric_variables(seen: Seen):
     return ["MirroredVariable"]
 
 
+@reads("kind", "replica_states", "replica")
 def metric_state_of_the_first_local_replica(seen: Seen):
     """Keras 3.0-3.6 metric state under a mirrored strategy: MirroredVariables with aggregation
     NONE (the TensorFlow backend passed no aggregation to tf.Variable before keras-team/keras#20541),
@@ -132,12 +159,13 @@ def metric_state_of_the_first_local_replica(seen: Seen):
     So ``result()`` is the metric of that replica's data alone. ``given``: ``{"kind": metric,
     "replica_states": [(total, count) of each replica's own updates], "replica": the worker's
     first replica}``; no prediction without it."""
-    g = seen.given if isinstance(seen.given, dict) else {}
-    if "replica_states" not in g or "replica" not in g:
+    g = seen.inputs
+    if g.replica_states is None or g.replica is None:
         return NOTHING
-    return ref_metrics.result(g["kind"], *g["replica_states"][g["replica"]])
+    return ref_metrics.result(g.kind, *g.replica_states[g.replica])
 
 
+@reads("kind", "increments", "replica_states", "replica")
 def first_replica_copy_of_the_summed_state(seen: Seen):
     """The Keras 3.0-3.6 copies as the check of a script sees them: each replica's update writes its
     own copy of the state and a read in cross-replica context returns the first local copy. ``given``:
@@ -146,18 +174,19 @@ def first_replica_copy_of_the_summed_state(seen: Seen):
     copies between them hold one device's state (their counts sum to its count and their totals to
     its total, by the check's own comparison of the results), the value is the read copy's; else no
     prediction (the copies hold something else: not this deviation alone)."""
-    g = seen.given if isinstance(seen.given, dict) else {}
-    if "replica_states" not in g or "increments" not in g or "replica" not in g:
+    g = seen.inputs
+    if g.replica_states is None or g.increments is None or g.replica is None:
         return NOTHING
-    total, count = (float(np.sum([inc[i] for inc in g["increments"]])) for i in (0, 1))
-    copies = np.asarray(g["replica_states"], np.float64)
+    total, count = (float(np.sum([inc[i] for inc in g.increments])) for i in (0, 1))
+    copies = np.asarray(g.replica_states, np.float64)
     if not count or not np.isclose(copies[:, 1].sum(), count, rtol=1e-12, atol=0.0) or not seen.same(
-            ref_metrics.result(g["kind"], copies[:, 0].sum(), copies[:, 1].sum()),
-            ref_metrics.result(g["kind"], total, count)):
+            ref_metrics.result(g.kind, copies[:, 0].sum(), copies[:, 1].sum()),
+            ref_metrics.result(g.kind, total, count)):
         return NOTHING
-    return ref_metrics.result(g["kind"], *copies[g["replica"]])
+    return ref_metrics.result(g.kind, *copies[g.replica])
 
 
+@reads("start", "replica_increments", "restored_after", "replica")
 def metric_variables_per_replica_copy(seen: Seen):
     """The same Keras 3.0-3.6 copies on the state variables across a checkpoint: each replica
     adds its own increments to its copy; a checkpoint saves the primary copy (replica 0's: the
@@ -166,19 +195,20 @@ def metric_variables_per_replica_copy(seen: Seen):
     state, "replica_increments": [per update, each replica's increment of each variable],
     "restored_after": the updates before the restore (None: no restore), "replica": the read
     copy}``; no prediction without it."""
-    g = seen.given if isinstance(seen.given, dict) else {}
-    if "replica_increments" not in g:
+    g = seen.inputs
+    if g.replica_increments is None:
         return NOTHING
-    copies = [list(g["start"])]
-    for step, incs in enumerate(g["replica_increments"]):
-        if step == g["restored_after"] or len(copies) != len(incs):
+    copies = [list(g.start)]
+    for step, incs in enumerate(g.replica_increments):
+        if step == g.restored_after or len(copies) != len(incs):
             copies = [copies[0]] * len(incs)  # a restore, or the first update: every copy alike
         copies = [[old + inc for old, inc in zip(copy, inc_r)] for copy, inc_r in zip(copies, incs)]
-    if g["restored_after"] == len(g["replica_increments"]):
+    if g.restored_after == len(g.replica_increments):
         return copies[0]  # read right after the restore: the saved primary copy on every copy
-    return copies[g["replica"]]
+    return copies[g.replica]
 
 
+@reads("unsummed_replica_increments", "start", "restored_after", "replica")
 def per_replica_metric_copies_of_unsummed_steps(seen: Seen):
     """metric_variables_per_replica_copy where each replica's increments are the losses on its own
     copy of the parameters: Keras 3.0-3.4 train each replica's copy with its own gradient
@@ -186,13 +216,14 @@ def per_replica_metric_copies_of_unsummed_steps(seen: Seen):
     metric state is each replica's copy (keras3-metric-state-per-replica-before-3.7, whose range
     holds 3.0-3.4). ``given``: as metric_variables_per_replica_copy, with
     ``"unsummed_replica_increments"`` (reference/model.py train_unsummed's ``replica_losses``)."""
-    g = seen.given if isinstance(seen.given, dict) else {}
-    if "unsummed_replica_increments" not in g:
+    g = seen.inputs
+    if g.unsummed_replica_increments is None:
         return NOTHING
     return metric_variables_per_replica_copy(
-        dataclasses.replace(seen, given=dict(g, replica_increments=g["unsummed_replica_increments"])))
+        dataclasses.replace(seen, given=dataclasses.replace(g, replica_increments=g.unsummed_replica_increments)))
 
 
+@reads("kind", "batch_states", "replica")
 def metric_counts_each_update_as_one_example(seen: Seen):
     """Keras 3.0-3.3 ``Accuracy`` and ``BinaryAccuracy`` on rank-1 labels: ``accuracy()`` and
     ``binary_accuracy()`` took ``ops.mean(..., axis=-1)`` of the matches, which for rank-1
@@ -207,16 +238,17 @@ def metric_counts_each_update_as_one_example(seen: Seen):
     ``{"kind": metric, "batch_states": [per update, each replica's (total, count) of its slice],
     "replica": the replica read}``; no prediction without it, for other metrics, or under the
     strategies whose metric state is one copy (CentralStorage, parameter servers)."""
-    g = seen.given if isinstance(seen.given, dict) else {}
-    if ("batch_states" not in g or "replica" not in g or g["kind"] not in ("accuracy", "binary_accuracy")
+    g = seen.inputs
+    if (g.batch_states is None or g.replica is None or g.kind not in ("accuracy", "binary_accuracy")
             or seen.spec.kind not in ("default", "one_device", "mirrored", "multi_worker")):
         return NOTHING
     # the mean in Keras' floatx (float32), as ops.mean of the float32 matches computes it
     means = [float(np.float32(t) / np.float32(c)) if c else float("nan")
-             for t, c in (step[g["replica"]] for step in g["batch_states"])]
-    return ref_metrics.result(g["kind"], float(np.sum(means)), float(len(means)))
+             for t, c in (step[g.replica] for step in g.batch_states)]
+    return ref_metrics.result(g.kind, float(np.sum(means)), float(len(means)))
 
 
+@reads("kind", "increments")
 def metric_state_summed_on_write(seen: Seen):
     """Keras 3.7-3.9 metric state under a mirrored strategy: MirroredVariables with aggregation
     SUM (keras-team/keras#20541) but ON_WRITE, and Keras' ``assign_add(v)`` is ``assign(self +
@@ -224,33 +256,37 @@ def metric_state_summed_on_write(seen: Seen):
     them into every copy, ``new = replicas * old + sum of the increments`` for total and count
     alike; every replica then reads that (global) value. ``given``: ``{"kind": metric,
     "increments": [(total, count) summed over replicas, per batch]}``."""
-    if not isinstance(seen.given, dict) or "increments" not in seen.given:
+    g = seen.inputs
+    if g.increments is None:
         return NOTHING
-    increments = seen.given["increments"]
-    total, count = _assigned_by_every_replica([0.0, 0.0], increments, [seen.spec] * len(increments), None)
-    return ref_metrics.result(seen.given["kind"], total, count)
+    total, count = _assigned_by_every_replica([0.0, 0.0], g.increments, [seen.spec] * len(g.increments), None)
+    return ref_metrics.result(g.kind, total, count)
 
 
+@reads("start", "increments", "under")
 def metric_variables_summed_on_write(seen: Seen):
     """The Keras 3.7-3.9 mechanism on the state variables across a checkpoint: each update under
     a spec of R replicas makes every variable ``R * old + increment`` (R = 1 with no strategy);
     a restore gives every copy the saved value. ``given``: as metric_variables_assigned_by_every_replica."""
-    return _assigned_by_every_replica(seen.given["start"], seen.given["increments"], seen.given["under"], None)
+    return _assigned_by_every_replica(seen.given.start, seen.given.increments, seen.given.under, None)
 
 
+@reads("partial")
 def partial_last_step_dropped(seen: Seen):
     """The element ids of every step without a last step that needs dummy (empty) batches for
     some replicas. ``given``: ``{"partial": whether the reference's last step needs them}``."""
     steps = list(seen.expected)
-    return steps[:-1] if seen.given["partial"] and steps else steps
+    return steps[:-1] if seen.given.partial and steps else steps
 
 
+@reads("dropped")
 def partial_last_step_missing(seen: Seen):
     """The elements missing from a whole epoch: those of a last step that needed dummy batches.
     ``given``: ``{"dropped": the element ids of that step (on every worker), or []}``."""
-    return sorted(set(seen.given["dropped"]) | set(seen.expected))
+    return sorted(set(seen.given.dropped) | set(seen.expected))
 
 
+@reads()
 def integer_sum_restored_by_division(seen: Seen):
     """``get_on_read_restore_ops``: each of N copies of a sync-on-read variable gets
     ``cast(value / N, int64)`` (N the replicas in sync), so the restored sum is ``N * (value // N)``.
@@ -259,18 +295,20 @@ def integer_sum_restored_by_division(seen: Seen):
     return [n * (v // n) for v in seen.expected]
 
 
+@reads("variables")
 def momentum_set_on_the_building_replica_only(seen: Seen):
     """ScheduleFreeAdamW's lazy ``build()`` runs on replica 0 only and assigns each variable's
     value to its ``momentum`` slot there (aggregation NONE: one copy written); the first update
     then sets each replica's variable to its own momentum. Variables that start at zero (biases)
     stay equal; those with random initial values (kernels) and their momentum slots differ.
     ``given``: ``{"variables": names of every model and optimizer variable}``."""
-    names = seen.given["variables"]
+    names = seen.given.variables
     kernels = [n for n in names if n.endswith("/kernel")]
     slots = [n for n in names if n.rsplit("/", 1)[-1] in {k.replace("/", "_") + "_momentum" for k in kernels}]
     return sorted(kernels + slots)
 
 
+@reads("steps")
 def increments_lost_between_workers(seen: Seen):
     """Lost read-modify-write updates of a Keras 3 optimizer's ``iterations`` under a
     ClusterCoordinator: the set of final values the race can leave, given what each step wrote.
@@ -300,7 +338,7 @@ def increments_lost_between_workers(seen: Seen):
     steps = int(seen.expected)
     if steps == 0:
         return frozenset({0})
-    observed = seen.given.get("steps") if isinstance(seen.given, dict) else None
+    observed = seen.inputs.steps
     if not observed or len(observed) != steps:
         return frozenset()
     writers: dict[int, set] = {}
@@ -322,24 +360,27 @@ def increments_lost_between_workers(seen: Seen):
     return frozenset(previous.values())  # 3: each worker's last write
 
 
+@reads("alternative")
 def alternative_rule(seen: Seen):
     """What the reference computes under the rule the deviation states TensorFlow follows
     instead (a reference function the test ran too, e.g. ``reference/model.train(...,
     clip_at="replica")``). ``given``: ``{"alternative": that value}`` (no prediction without it)."""
-    if not isinstance(seen.given, dict) or "alternative" not in seen.given:
+    if seen.inputs.alternative is None:
         return NOTHING
-    return np.asarray(seen.given["alternative"], np.float64)
+    return np.asarray(seen.inputs.alternative, np.float64)
 
 
+@reads("alternative")
 def alternative_outcome(seen: Seen):
     """Like alternative_rule, for an exact comparison of plain data (a flag, a count, a scale):
     the value as the test computed it. ``given``: ``{"alternative": that value}`` (no prediction
     without it)."""
-    if not isinstance(seen.given, dict) or "alternative" not in seen.given:
+    if seen.inputs.alternative is None:
         return NOTHING
-    return seen.given["alternative"]
+    return seen.inputs.alternative
 
 
+@reads()
 def fit_logs_summed_over_replicas(seen: Seen):
     """Keras 2's fit on several workers: train_function reduces each replica's logs (the metrics'
     results, already the global ones) with strategy.reduce("SUM") over every replica of the cluster
@@ -351,15 +392,17 @@ def fit_logs_summed_over_replicas(seen: Seen):
     return np.asarray(seen.expected, np.float64) * seen.spec.replicas
 
 
+@reads("replica_logs")
 def fit_logs_sum_of_replica_trackers(seen: Seen):
     """Keras 3.0-3.2's fit: each replica's loss tracker is its own copy (metric state not
     sync-on-read), and train_function reduces the replicas' results with "sum" (reduce_per_replica,
     "auto" before keras-team/keras commit 779facd): the log is the sum over the replicas of each
     one's own running mean. ``given``: ``{"replica_logs": [per replica, its own running mean]}``."""
-    logs = seen.given.get("replica_logs") if isinstance(seen.given, dict) else None
+    logs = seen.inputs.replica_logs
     return NOTHING if logs is None else float(np.sum(logs))
 
 
+@reads("replica_step_means")
 def fit_logs_sum_of_replica_trackers_counting_each_step(seen: Seen):
     """Keras 3.0-3.1's fit: each replica's loss tracker is updated with its step's loss and no
     sample weight, so it counts each step as one, whatever its rows (keras-team/keras#19363, first
@@ -368,21 +411,23 @@ def fit_logs_sum_of_replica_trackers_counting_each_step(seen: Seen):
     sum over the replicas of each one's mean of its steps' losses, as fit_logs_sum_of_replica_trackers.
     ``given``: ``{"replica_step_means": [per step so far, per replica, its batch's mean loss plus the
     regularization on its own copy (NaN for no rows)]}`` (tests/properties/test_fit.py)."""
-    means = seen.given.get("replica_step_means") if isinstance(seen.given, dict) else None
+    means = seen.inputs.replica_step_means
     if not means:
         return NOTHING
     return float(np.sum(np.mean(np.asarray(means, np.float64), axis=0)))
 
 
+@reads("replica_logs")
 def fit_logs_mean_of_replica_trackers(seen: Seen):
     """Keras 3.3-3.4's fit: each replica's loss tracker is its own copy and train_function reduces
     the replicas' results with "mean": the log is the mean over the replicas of each one's own
     running mean (its own examples, on its own copy of the weights). ``given``: as
     fit_logs_sum_of_replica_trackers."""
-    logs = seen.given.get("replica_logs") if isinstance(seen.given, dict) else None
+    logs = seen.inputs.replica_logs
     return NOTHING if logs is None else float(np.mean(logs))
 
 
+@reads("unscaled_replica_logs")
 def fit_logs_mean_of_unscaled_replica_trackers(seen: Seen):
     """Keras 3.5-3.6's fit, two deviations at once: each replica's loss not scaled by the replicas
     (keras3-loss-unscaled-before-3.8: the summed step is too large from the first step on) and each
@@ -390,22 +435,25 @@ def fit_logs_mean_of_unscaled_replica_trackers(seen: Seen):
     the log is the mean over the replicas of each one's own running mean, on the weights of the
     unscaled steps. ``given``: ``{"unscaled_replica_logs": [per replica, its own running mean]}``
     (tests/properties/test_fit.py)."""
-    logs = seen.given.get("unscaled_replica_logs") if isinstance(seen.given, dict) else None
-    return fit_logs_mean_of_replica_trackers(dataclasses.replace(seen, given={"replica_logs": logs}))
+    logs = seen.inputs.unscaled_replica_logs
+    return fit_logs_mean_of_replica_trackers(dataclasses.replace(seen, given=Given(replica_logs=logs)))
 
 
+@reads("kind", "unscaled_increments")
 def fit_logs_summed_on_write_of_unscaled_steps(seen: Seen):
     """Keras 3.7's fit, two deviations at once: each replica's loss not scaled by the replicas
     (keras3-loss-unscaled-before-3.8) and the loss tracker's state summed on write
     (keras3-metric-state-mirrored-sum-before-3.10, metric_state_summed_on_write) over the losses of
     the unscaled steps. ``given``: ``{"kind": metric, "unscaled_increments": [(total, count) summed
     over replicas, per batch, on the weights of the unscaled steps]}``."""
-    if not isinstance(seen.given, dict) or "unscaled_increments" not in seen.given:
+    g = seen.inputs
+    if g.unscaled_increments is None:
         return NOTHING
     return metric_state_summed_on_write(dataclasses.replace(
-        seen, given=dict(seen.given, increments=seen.given["unscaled_increments"])))
+        seen, given=dataclasses.replace(g, increments=g.unscaled_increments)))
 
 
+@reads("unscaled")
 def replica_losses_unscaled_then_summed(seen: Seen):
     """Keras 3.5-3.7's fit: each replica's loss is its own batch's mean plus the whole
     regularization, not divided by the replicas (keras-team/keras#20609 added the scaling in 3.8),
@@ -413,51 +461,55 @@ def replica_losses_unscaled_then_summed(seen: Seen):
     the replicas of their mean losses (reference/model.py train with ``unscaled=True``), replicas x
     the global batch's step on an even split. ``given``: ``{"unscaled": the value under that rule}``;
     no prediction without it."""
-    if not isinstance(seen.given, dict) or seen.given.get("unscaled") is None:
+    if seen.inputs.unscaled is None:
         return NOTHING
-    return np.asarray(seen.given["unscaled"], np.float64)
+    return np.asarray(seen.inputs.unscaled, np.float64)
 
 
+@reads("unsummed")
 def replicas_apply_their_own_gradients(seen: Seen):
     """Keras 3.0-3.4's TensorFlow optimizer: nothing sums the replicas' gradients, and each replica's
     copy of a mirrored variable moves by that replica's own gradient, with its own optimizer state
     (reference/model.py train_unsummed). ``given``: ``{"unsummed": the value under that rule}`` (for
     whether a variable changed: True, False, or None where the rule does not decide it);
     no prediction without it."""
-    if not isinstance(seen.given, dict) or seen.given.get("unsummed") is None:
+    value = seen.inputs.unsummed
+    if value is None:
         return NOTHING
-    value = seen.given["unsummed"]
     return value if isinstance(value, bool) else np.asarray(value, np.float64)
 
 
+@reads("averaged")
 def replica_copies_averaged(seen: Seen):
     """Keras 3.7.0 hands tf.Variable each keras.Variable's aggregation, "mean" by default
     (keras-team/keras#20695): a mirrored variable assigned in replica context (an unsynchronized
     BatchNormalization's moving statistics) takes on every copy the mean of what the replicas
     assigned. ``given``: ``{"averaged": the mean over the replicas of each one's own value}``
     (no prediction without it)."""
-    if not isinstance(seen.given, dict) or "averaged" not in seen.given:
+    if seen.inputs.averaged is None:
         return NOTHING
-    return np.asarray(seen.given["averaged"], np.float64)
+    return np.asarray(seen.inputs.averaged, np.float64)
 
 
+@reads("per_worker")
 def same_on_every_worker(seen: Seen):
     """Each worker draws what the first worker draws (the same seed in every worker process):
     whether replica r's draw equals replica 0's is whether r is the first replica of its worker.
     ``given``: ``{"per_worker": those flags}`` (no prediction without it)."""
-    if not isinstance(seen.given, dict) or "per_worker" not in seen.given:
+    if seen.inputs.per_worker is None:
         return NOTHING
-    return seen.given["per_worker"]
+    return seen.inputs.per_worker
 
 
+@reads("one_pass")
 def one_pass_variance_bounds(seen: Seen):
     """The value within the rounding bounds of a variance computed as ``E[x^2] - E[x]^2``
     (suite/harness/judging/tolerances.py batch_norm_bounds, one_pass). ``given``: ``{"one_pass": (low,
     high)}``, the reference's value with those bounds (nothing is excused without it: the
     float32 property hands one_pass_variance_in_float32 its inputs instead)."""
-    if not isinstance(seen.given, dict) or "one_pass" not in seen.given:
+    if seen.inputs.one_pass is None:
         return frozenset()
-    return seen.given["one_pass"]
+    return seen.inputs.one_pass
 
 
 def _sum_float32(terms) -> np.float32:
@@ -490,6 +542,7 @@ def one_pass_moments_float32(x, split, clamp: bool) -> tuple[np.ndarray, np.ndar
     return np.array(mean, np.float32), np.array(var, np.float32)
 
 
+@reads("float32_one_pass")
 def one_pass_variance_in_float32(seen: Seen):
     """What BatchNormalization(synchronized=True) computes in float32: each step's statistics by
     the one-pass formula in float32 arithmetic (one_pass_moments_float32), the outputs
@@ -513,7 +566,7 @@ def one_pass_variance_in_float32(seen: Seen):
     "moving_variance")}}``; no prediction without it. The rows are the float32 numbers the
     probe feeds; the error left to the check's own comparison is the rounding of the output
     formula (rsqrt's last bit): measured at most 0.0064 u |x| inv."""
-    g = seen.given.get("float32_one_pass") if isinstance(seen.given, dict) else None
+    g = seen.inputs.float32_one_pass
     if g is None:
         return NOTHING
     f32 = np.float32
@@ -541,77 +594,89 @@ def one_pass_variance_in_float32(seen: Seen):
     return rows[g["replica"]] if g["replica"] is not None else y
 
 
+@reads("skipped")
 def empty_replica_skipped_bounds(seen: Seen):
     """A replica with no rows kept its copy of the moving statistics (the reference's values
     with that replica's update skipped, within the one-pass rounding bounds). ``given``:
     ``{"skipped": (low, high)}``."""
-    return seen.given["skipped"]
+    return seen.given.skipped
 
 
+@reads("empty")
 def nan_on_an_empty_replica(seen: Seen):
     """``x / 0`` where ``div_no_nan`` belongs: NaN for a value computed from a replica with no
     rows (and for a sum that includes one), else no prediction. ``given``: ``{"empty": whether
     the value divided by an empty replica's batch}``."""
-    return float("nan") if isinstance(seen.given, dict) and seen.given.get("empty") else NOTHING
+    return float("nan") if seen.inputs.empty else NOTHING
 
 
 # -- conditions: what must have held for a raises signature (a deadlock) to apply -----------
 
+@reads("poison", "workers")
 def non_finite_off_replica_0_on_another_worker(seen: Seen) -> bool:
     """Some step's gradients were finite on replica 0 and non-finite on a replica of another
     worker (Keras 3's LossScaleOptimizer decides finiteness per replica: the workers take
     different branches). ``given``: ``{"poison": [per step, each replica's factor], "workers": W}``."""
-    given = seen.given if isinstance(seen.given, dict) else {}
-    poison, workers = given.get("poison"), given.get("workers", 1)
+    given = seen.inputs
+    poison, workers = given.poison, given.workers if given.workers is not None else 1
     if not poison or workers < 2:
         return False
     per = len(poison[0]) // workers
     return any(np.isfinite(step[0]) and not all(np.isfinite(step[per:])) for step in poison)
 
 
+@reads("worker_rows")
 def a_worker_without_rows_beside_one_with_rows(seen: Seen) -> bool:
     """Some step left one worker no rows while another had some (that worker retraces for its
     empty batch and the others do not). ``given``: ``{"worker_rows": [per step, rows per worker]}``."""
-    given = seen.given if isinstance(seen.given, dict) else {}
-    return any(0 in rows and any(rows) for rows in given.get("worker_rows", ()))
+    return any(0 in rows and any(rows) for rows in seen.inputs.worker_rows or ())
 
 
+@reads("optimizer_built", "optimizer_variables_before_step", "optimizer_variables_after")
 def optimizer_not_built_before_the_step(seen: Seen) -> bool:
     """The optimizer had not made its variables when the first distributed step began (they are
     made in that step, inside strategy.run). ``given``: ``{"optimizer_built": False}`` (the probe
     made it so) or the engine's counts ``{"optimizer_variables_before_step": n, "optimizer_variables_after": m}``."""
-    return optimizer_built_lazily(Facts.of(seen.given if isinstance(seen.given, dict) else {}))
+    g = seen.inputs
+    return optimizer_built_lazily(Facts(optimizer_built=g.optimizer_built,
+                                        optimizer_variables_before_step=g.optimizer_variables_before_step,
+                                        optimizer_variables_after=g.optimizer_variables_after))
 
 
+@reads("optimizer_clips")
 def the_optimizer_clips(seen: Seen) -> bool:
     """The optimizer was given clipnorm, global_clipnorm or clipvalue. ``given``:
     ``{"optimizer_clips": True}`` (the engine's fact about a user's optimizer)."""
-    return isinstance(seen.given, dict) and seen.given.get("optimizer_clips") is True
+    return seen.inputs.optimizer_clips is True
 
 
+@reads("fit_first_split")
 def fits_first_batch_split_unevenly(seen: Seen) -> bool:
     """Model.fit's first global batch gave the replicas different numbers of rows. ``given``:
     ``{"fit_first_split": [rows per replica]}`` (the probe's split, or the engine's fact)."""
-    split = seen.given.get("fit_first_split") if isinstance(seen.given, dict) else None
+    split = seen.inputs.fit_first_split
     return bool(split) and len(set(split)) > 1
 
 
+@reads("steps_per_execution")
 def fit_runs_several_steps_per_execution(seen: Seen) -> bool:
     """Model.fit ran with ``steps_per_execution`` above 1. ``given``: ``{"steps_per_execution": k}``."""
-    k = seen.given.get("steps_per_execution") if isinstance(seen.given, dict) else None
+    k = seen.inputs.steps_per_execution
     return isinstance(k, int) and k > 1
 
 
+@reads("step_mode")
 def trained_by_keras_fit(seen: Seen) -> bool:
     """The run trained with Model.fit (its logs are what was compared). ``given``: ``{"step_mode": "fit"}``."""
-    return isinstance(seen.given, dict) and seen.given.get("step_mode") == "fit"
+    return seen.inputs.step_mode == "fit"
 
 
+@reads("control_copies_differ")
 def replica_copies_differ_in_the_control(seen: Seen) -> bool:
     """In the check of a user's loop: after this step, the control's (the suite's known-right
     step's) replica copies of some variable differ, which no summing optimizer lets happen to a
     mirrored variable. ``given``: ``{"control_copies_differ": True}`` (differential.compare)."""
-    return isinstance(seen.given, dict) and seen.given.get("control_copies_differ") is True
+    return seen.inputs.control_copies_differ is True
 
 
 CONDITIONS: dict[str, Callable[[Seen], bool]] = {f.__name__: f for f in (
@@ -642,6 +707,11 @@ MODELS: dict[str, Callable[[Seen], Any]] = {f.__name__: f for f in (
     one_pass_variance_bounds,
     one_pass_variance_in_float32,
     empty_replica_skipped_bounds, nan_on_an_empty_replica)}
+
+# every model and condition declares the fields of ``given`` it reads (``reads``): checked as this module loads
+_UNDECLARED = sorted(name for name, f in {**MODELS, **CONDITIONS}.items() if not hasattr(f, "reads"))
+if _UNDECLARED:
+    raise TypeError(f"signatures: {_UNDECLARED} declare no fields of given they read: decorate each with @reads(...)")
 
 NOTHING = object()  # a signature that predicts no particular value for this comparison
 

@@ -22,6 +22,7 @@ import math
 import numpy as np
 
 from ...common.facts import named as facts_named
+from ...common.given import Given, fields_named
 from ...common.results import FACTORY_RAISED, SCRIPT_RAISED, Raised
 from ..judging import deviations
 from ..judging.quantity import Quantity
@@ -208,11 +209,11 @@ def compare(ref, dist, rtol: float = RTOL, atol: float = ATOL, metrics: bool = T
     difference (``Ledger.judge``), or None; an explained difference is no mismatch, and is listed
     in ``explained`` as ``(entry id, line)``. ``control``: the suite's known-right step trained
     on the same spec (usercheck's control): its value of each quantity is what a deviation
-    model of the rule TensorFlow follows instead is handed (``given["alternative"]``)."""
+    model of the rule TensorFlow follows instead is handed (``given.alternative``)."""
     worst = 0.0
     zero_opt = [np.zeros_like(np.asarray(v[0], np.float64)) for v in (ref.steps[0].optimizer if ref.steps else [])]
     increments = _metric_increments(ref)
-    facts = dist.facts.condition_given(CONDITION_FACTS)  # what a deviation's condition reads
+    facts = Given(**dist.facts.condition_given(CONDITION_FACTS))  # what a deviation's condition reads
     for k, (r, d) in enumerate(zip(ref.steps, dist.steps), 1):
         found, rels = [], []
         c = control.steps[k - 1] if control is not None and k <= len(control.steps) else None
@@ -235,7 +236,7 @@ def compare(ref, dist, rtol: float = RTOL, atol: float = ATOL, metrics: bool = T
                                        for copies in c.variables for copy in copies[1:])
 
         def alternative(value, c=c, spread=spread, facts=facts):
-            return facts if c is None else {"alternative": value, "control_copies_differ": spread, **facts}
+            return facts if c is None else dataclasses.replace(facts, alternative=value, control_copies_differ=spread)
 
         if r.named and d.named:  # a loss per model: each compared on its own
             for name, value in r.named.items():
@@ -245,7 +246,7 @@ def compare(ref, dist, rtol: float = RTOL, atol: float = ATOL, metrics: bool = T
         else:
             tracker = _mean_of(ref, "loss")  # fit's logged loss: its loss tracker's result
             take(_scalar(k, Compared("loss"), d.loss, r.loss, rtol, atol), (d.loss, r.loss), _same(rtol, atol),
-                 {**facts, "kind": "mean", "increments": increments[tracker][:k]} if tracker in increments
+                 dataclasses.replace(facts, kind="mean", increments=increments[tracker][:k]) if tracker in increments
                  else alternative(c.loss if c else None))
         for i, (name, init, rv, dv) in enumerate(zip(ref.names, ref.initial, r.variables, d.variables)):
             for rep, copy in enumerate(dv):
@@ -263,8 +264,8 @@ def compare(ref, dist, rtol: float = RTOL, atol: float = ATOL, metrics: bool = T
         for name, value in (r.metrics if metrics else {}).items():
             mean = _mean_of(ref, name)
             upto = None if name.startswith("evaluate ") else k  # an evaluate's batches are its own
-            given = {**facts, "kind": "mean", "increments": increments[mean][:upto],
-                     **_copies(dist, mean, k if upto else -1)} if mean in increments else facts
+            given = dataclasses.replace(facts, kind="mean", increments=increments[mean][:upto],
+                                        **_copies(dist, mean, k if upto else -1)) if mean in increments else facts
             got = d.metrics.get(name, math.nan)
             take(_scalar(k, Compared("metric", name), got, value, rtol, atol), (got, value), _same(rtol, atol), given)
         for i, (name, init, rv, dv) in enumerate(zip(ref.names, ref.initial, r.variables, d.variables)):
@@ -282,10 +283,11 @@ def compare(ref, dist, rtol: float = RTOL, atol: float = ATOL, metrics: bool = T
 
 
 # what the engine saw of the workload that a deviation's condition may read (signatures.CONDITIONS)
-# (each a field of Facts: checked when this module loads, one line naming an unknown one)
+# (each a field of Facts and of Given: checked when this module loads, one line naming an unknown one)
 CONDITION_FACTS = facts_named(("optimizer_clips", "optimizer_built", "optimizer_variables_before_step",
                                "optimizer_variables_after", "steps_per_execution", "step_mode", "fit_first_split"),
                               "differential.CONDITION_FACTS")
+fields_named(CONDITION_FACTS, "differential.CONDITION_FACTS")
 
 
 def _same_array(base, rtol: float, atol: float):
@@ -456,7 +458,7 @@ def verdict_of(spec: str, ref, runs: list, global_batch: int, rtol: float = RTOL
         keras_own = bool(dist.facts.random_layers_keras)
         per = dist.replicas // max(1, len(runs))
         seen = Seen(DRAWS_SHARED, shared, [False] * len(shared), lambda a, b: list(a) == list(b), spec_obj,
-                    {"alternative": [True] * len(shared), "per_worker": [r % per == 0 for r in range(1, dist.replicas)]}
+                    Given(alternative=[True] * len(shared), per_worker=[r % per == 0 for r in range(1, dist.replicas)])
                     if keras_own else None)  # only Keras' own random layers are what an entry describes
         entry = led.judge(seen)
         if entry is not None:
@@ -486,7 +488,7 @@ def verdict_of(spec: str, ref, runs: list, global_batch: int, rtol: float = RTOL
                                                                                               FACTORY) else STEP
         # a deviation's condition reads what the engine saw of the workload (an optimizer built in the step)
         entry = led.judge(Seen(RAISED_IN[what], raised, None, lambda a, b: a == b, spec_obj,
-                                 dist.facts.condition_given(CONDITION_FACTS)), raised=True)
+                                 Given(**dist.facts.condition_given(CONDITION_FACTS))), raised=True)
         if entry is not None:
             # the cause whose fix avoids the deviation is the way around it, not the loop's mistake
             around = [d for d in v.diagnoses if d.cause == entry.workaround]
