@@ -457,7 +457,14 @@ def test_a_result_equal_to_the_reference_where_a_model_predicts_otherwise_fails(
 
 # -- end to end: a foreign wrong value in a covered test is a FAIL --------------------------
 
-# entry -> a test id it covers (the spec is the id's first parameter)
+# entry -> a test id it covers (the spec is the id's first parameter). Chosen, not derived: an entry's
+# `tests` globs say where it may apply, not where it shows (the deviation shows only for some of the
+# ids, drawn examples and versions a glob covers: a split, a dtype, a metric), and no committed record
+# names the ids a run saw it excuse (docs/measured_runs.json counts them per entry). What a choice
+# must hold is checked instead: the id is in the entry's scope (test_every_entry_has_a_covered_test),
+# and, where the entry applies to the installed versions, its run against a foreign value fails
+# saying the entry's signature saw the value and refused it, which only a test that asks the
+# signature can say (test_a_foreign_wrong_value_in_each_covered_test_fails, the deep step).
 COVERED = {
     "keras3-fit-logs-summed-over-replicas-before-3.3":
         "tests/properties/test_fit.py::test_fit_trains_as_the_reference_on_the_global_batches[mirrored:2-1-even]",
