@@ -481,8 +481,10 @@ class Engine:
         the window), and the machine's load (a busy machine slows every engine); "" where /proc
         cannot say (a process on another host)."""
         since, at_send = self._waited_from
+        if since is None:
+            return ""
         now = {i: self.procs[i].cpu_seconds() for i in indices}
-        known = [i for i in indices if since is not None and at_send.get(i) is not None and now[i] is not None]
+        known = [i for i in indices if at_send.get(i) is not None and now[i] is not None]
         if not known:
             return ""
         elapsed = time.monotonic() - since
