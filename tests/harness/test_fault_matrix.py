@@ -4,9 +4,9 @@ then once with every fault, each in one engine call of its own test or spec (tes
 the engine SIGKILLed mid-call, SIGSTOPped past the call's deadline, the call interrupted by a raising
 handler, a reply frame cut short, a garbled frame). Every test or spec no fault touched keeps its
 outcome; each touched one is an error (the test fails or errors, the spec is ERROR), except that pytest
-asks a timed-out call again of a fresh engine (--engine-hang-retries): the test struck by the fault
-that ends in a timeout passes, with a warning quoting it; no engine process and no engine folder is
-left. Ctrl-C and SIGTERM of both are tests/workloads/test_interrupts.py, a
+asks a call whose engine timed out or was killed again of a fresh engine (--engine-retries): the tests
+struck by those two faults pass, each with a warning quoting its error; no engine process and no engine
+folder is left. Ctrl-C and SIGTERM of both are tests/workloads/test_interrupts.py, a
 results folder a killed run left is tests/units/test_matrix_report.py.
 ``PYTHONPATH=. python tests/harness/test_fault_matrix.py`` prints the table."""
 
@@ -48,10 +48,11 @@ PYTEST_FAULTS = {
 # the check of the guide's loop; per fault, the spec whose run of the loop (its first call) it strikes.
 # A raising handler mid-call is a test's failure under pytest; the check's interruptions are Ctrl-C and
 # SIGTERM, whose run ends with 130 / 143 (test_interrupts.py)
-# the fault that ends in a timeout: pytest's session asks the call again of a fresh engine, which the
-# fault does not strike (the check reports it: ERROR). A reply cut short here is completed by the
-# engine's own reply, a garbled message: an error at once
-RETRIED = {"SIGSTOP past the deadline"}
+# the faults that end in a timeout or a dead engine: pytest's session asks the call again of a fresh
+# engine, which the fault does not strike (the check reports them: ERROR). A reply cut short here is
+# completed by the engine's own reply, a garbled message: an error at once (not retried: an engine
+# whose replies are out of step is not a crash)
+RETRIED = {"SIGSTOP past the deadline", "SIGKILL mid-call"}
 CHECK_FAULTS = {"SIGKILL mid-call": "mirrored:2", "SIGSTOP past the deadline": "mirrored:1",
                 "reply cut short": "one_device", "garbled reply": "central_storage:2"}
 CHECK = ["examples.guide:workload", "--strategies", "default,mirrored:1,mirrored:2,one_device,central_storage:2",
@@ -138,10 +139,10 @@ def test_each_fault_is_an_error_of_the_test_or_spec_it_struck(runs, kind, fault)
     check.that(got in want, f"the struck {'test' if kind == 'pytest' else 'spec'}'s outcome", got,
                " or ".join(sorted(want)), run["output"][-3000:])
     if retried:  # pytest's warnings summary: the test's id, then the warning
-        warned = re.search(re.escape(where) + r"\n\s+\S+: EngineHangRetried: engine 'mirrored:2' [^\n]*"
+        warned = re.search(re.escape(where) + r"\n\s+\S+: EngineCallRetried: engine 'mirrored:2' [^\n]*"
                            r"asked again of a fresh engine", run["output"])
         check.that(warned is not None, "the warning of the retried call", run["output"][-3000:],
-                   f"EngineHangRetried under {where} in the warnings summary")
+                   f"EngineCallRetried under {where} in the warnings summary")
 
 
 @pytest.mark.parametrize("kind", ["pytest", "check"])

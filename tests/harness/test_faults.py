@@ -40,7 +40,7 @@ def test_worker_killed_mid_step_fails_the_call_naming_it(pool, any_spec):
     if spec.synchronous:
         victim = spec.workers - 1
         with pytest.raises(EngineDied) as info:
-            pool.call(spec, "engine.collective_fault", victim=victim, how="kill")
+            pool.call(spec, "engine.collective_fault", victim=victim, how="kill", retries=0)
         name = f"worker {victim}"
     else:
         name = "worker 0" if spec.workers == 1 else "worker 1"
@@ -49,7 +49,7 @@ def test_worker_killed_mid_step_fails_the_call_naming_it(pool, any_spec):
         killer.start()
         try:
             with pytest.raises(EngineDied) as info:
-                pool.call(spec, "engine.endless_steps")
+                pool.call(spec, "engine.endless_steps", retries=0)
         finally:
             killer.cancel()
     elapsed = time.monotonic() - start
@@ -71,7 +71,7 @@ def test_hung_collective_fails_within_the_configured_time(spec):
         old = pool.get(spec).pids()
         start = time.monotonic()
         with pytest.raises(EngineError) as info:
-            pool.call(spec, "engine.collective_fault", victim=1, how="hang")
+            pool.call(spec, "engine.collective_fault", victim=1, how="hang", retries=0)
         elapsed = time.monotonic() - start
         message = str(info.value)
         check = Check(spec, case={"engine timeout": HUNG_TIMEOUT})

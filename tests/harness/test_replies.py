@@ -95,7 +95,7 @@ def test_a_bad_frame_fails_the_call_by_its_deadline_and_replaces_the_engine(pool
         os.close(fd)
     start = time.monotonic()
     with pytest.raises(error) as info:
-        pool.call(SPEC, "engine.sleep", seconds=30, timeout=3, hang_retries=0)
+        pool.call(SPEC, "engine.sleep", seconds=30, timeout=3, retries=0)
     elapsed = time.monotonic() - start
     check.contains(str(info.value), ["'default'", "'engine.sleep'", says], f"the error of a frame {frame}")
     check.that(elapsed < 10, "seconds until the call failed", elapsed, "under 10 (its deadline is 3 s)")

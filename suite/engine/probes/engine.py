@@ -30,9 +30,16 @@ def trace_counts(ctx):
 
 
 @probe
-def crash(ctx, how="kill", worker_index=0):
-    """Die the way a TF abort does (SIGKILL/SIGABRT/exit) on one worker; others answer."""
+def crash(ctx, how="kill", worker_index=0, marker=None):
+    """Die the way a TF abort does (SIGKILL/SIGABRT/exit) on one worker; others answer. With
+    ``marker`` (a file path), only while it does not exist (it is made first): a crash that does not
+    repeat."""
     if ctx.worker_index == worker_index:
+        if marker is not None:
+            if os.path.exists(marker):
+                return Ping(os.getpid(), ctx.worker_index)
+            with open(marker, "w"):
+                pass
         if how == "exit":
             os._exit(7)
         os.kill(os.getpid(), {"kill": signal.SIGKILL, "abort": signal.SIGABRT}[how])

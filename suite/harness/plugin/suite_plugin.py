@@ -41,10 +41,10 @@ def pytest_addoption(parser):
                          "(default: this one)")
     group.addoption("--engine-timeout", type=float, default=float(os.environ.get("TFDS_ENGINE_TIMEOUT", 120)),
                     help="seconds a probe call may take before its engine is killed (default 120)")
-    group.addoption("--engine-hang-retries", type=int, default=1,
-                    help="times a call whose engine timed out is asked again of a fresh engine before the "
-                         "test fails, each retry a warning quoting the timeout (default 1; 0: the first "
-                         "timeout fails the test)")
+    group.addoption("--engine-retries", type=int, default=1,
+                    help="times a call whose engine timed out or crashed is asked again of a fresh engine "
+                         "before the test fails, each retry a warning quoting the error (default 1; 0: the "
+                         "first timeout or crash fails the test)")
     group.addoption("--engine-start-timeout", type=float, default=180.0,
                     help="seconds an engine may take to start (default 180)")
     group.addoption("--deep", action="store_true", default=False,
@@ -287,7 +287,7 @@ def pool(request):
     p = EnginePool(python=cfg.getoption("--engine-python"),
                    start_timeout=cfg.getoption("--engine-start-timeout"),
                    call_timeout=cfg.getoption("--engine-timeout"),
-                   hang_retries=cfg.getoption("--engine-hang-retries"))
+                   retries=cfg.getoption("--engine-retries"))
     atexit.register(p.close)  # backstop if the session is interrupted
     state.of(cfg).pools.append(p)
     yield p

@@ -57,13 +57,21 @@ class EngineDied(EngineError):
     """An engine process exited or was killed while the parent waited on it."""
 
 
+class EngineCrashed(EngineDied):
+    """An engine process exited or was killed while it ran a call (not a message it sent out of
+    step or garbled: those are EngineDied)."""
+
+
 class EngineTimeout(EngineError):
     """An engine did not answer within its deadline (it was killed)."""
 
 
-class EngineHangRetried(UserWarning):
-    """A call's engine did not answer within its deadline and the call was asked again of a fresh
-    engine (``EnginePool.hang_retries``); the message quotes the timeout."""
+class EngineCallRetried(UserWarning):
+    """A call's engine timed out or crashed (EngineTimeout, EngineCrashed) and the call was asked
+    again of a fresh engine (``EnginePool.retries``); the message quotes the error."""
+
+
+RETRIED = (EngineTimeout, EngineCrashed)  # what EnginePool.call asks again of a fresh engine
 
 
 class ProbeError(EngineError):
@@ -437,13 +445,13 @@ class Engine:
                         continue
                     others = pending - {i}
                     waiting = f" (still waiting for {self._names(others)})" if others else ""
-                    self._fail(EngineDied, f"{self._where(i)} {_describe_exit(code)} "
-                                           f"while running probe {probe!r}{waiting}", i)
+                    self._fail(EngineCrashed, f"{self._where(i)} {_describe_exit(code)} "
+                                              f"while running probe {probe!r}{waiting}", i)
             if first_error is None:
                 for i, proc in enumerate(self.procs):  # servers answer nothing: watch them
                     if i not in pending and replies[i] is None and proc.poll() is not None:
-                        self._fail(EngineDied, f"{self._where(i)} {_describe_exit(proc.poll())} "
-                                               f"while the engine ran probe {probe!r}", i)
+                        self._fail(EngineCrashed, f"{self._where(i)} {_describe_exit(proc.poll())} "
+                                                  f"while the engine ran probe {probe!r}", i)
             if pending and time.monotonic() > deadline:
                 if first_error is not None:
                     break
@@ -560,8 +568,8 @@ class Engine:
                 try:
                     proc.send_conn.send((protocol.CALL, request, probe, kwargs))
                 except OSError:
-                    self._fail(EngineDied, f"{self._where(i)} {_describe_exit(proc.poll())} "
-                                           f"before probe {probe!r} could be sent", i)
+                    self._fail(EngineCrashed, f"{self._where(i)} {_describe_exit(proc.poll())} "
+                                              f"before probe {probe!r} could be sent", i)
             self._restart = False
             replies = self._gather(probe, timeout or self.call_timeout, targets, request)
         except ProbeError:
@@ -649,13 +657,13 @@ class EnginePool:
     all closed by ``close()`` (conftest calls it at session end, and atexit as a backstop)."""
 
     def __init__(self, python: str | None = None, start_timeout: float = 180.0,
-                 call_timeout: float = 120.0, fork: bool | None = None, hang_retries: int = 0):
+                 call_timeout: float = 120.0, fork: bool | None = None, retries: int = 0):
         self.python = python or sys.executable
         self.start_timeout = start_timeout
         self.call_timeout = call_timeout
-        # a call whose engine times out is asked again of a fresh engine this many times, each retry a
-        # warning (EngineHangRetried): the suite's own runs; a user's check reports the first hang
-        self.hang_retries = hang_retries
+        # a call whose engine times out or crashes is asked again of a fresh engine this many times, each
+        # retry a warning (EngineCallRetried): the suite's own runs; a user's check reports the first one
+        self.retries = retries
         self._engines: dict[str, Engine] = {}
         self._start_failures: dict[str, EngineError] = {}
         self._lock = threading.Lock()
@@ -741,20 +749,21 @@ class EnginePool:
             self._switch(engine)
         return engine
 
-    def call(self, spec: Spec, probe: str, timeout: float | None = None, hang_retries: int | None = None,
+    def call(self, spec: Spec, probe: str, timeout: float | None = None, retries: int | None = None,
              **kwargs) -> list:
-        """``probe`` run under ``spec``'s engine (started if need be); one result per worker. A
-        timeout is asked again of a fresh engine up to ``hang_retries`` times (None: the pool's),
-        each retry an ``EngineHangRetried`` warning, and raised after the last."""
-        retries = self.hang_retries if hang_retries is None else hang_retries
+        """``probe`` run under ``spec``'s engine (started if need be); one result per worker. A call
+        whose engine timed out or crashed (``RETRIED``) is asked again of a fresh engine up to
+        ``retries`` times (None: the pool's), each retry an ``EngineCallRetried`` warning, and the
+        error raised after the last."""
+        retries = self.retries if retries is None else retries
         while True:
             try:
                 return self.get(spec).call(probe, timeout=timeout, **kwargs)
-            except EngineTimeout as exc:
+            except RETRIED as exc:
                 if retries <= 0 or self.interrupted:
                     raise
                 retries -= 1
-                warnings.warn(EngineHangRetried(f"{exc}; asked again of a fresh engine"), stacklevel=2)
+                warnings.warn(EngineCallRetried(f"{exc}; asked again of a fresh engine"), stacklevel=2)
 
     def release(self, spec: Spec) -> None:
         """Close ``spec``'s engine if it runs (its memory back before the session ends; a later call
