@@ -83,16 +83,19 @@ def _run(kind: str, faulted: bool, scratch: Path) -> dict:
         cmd = [sys.executable, "-m", "tests.harness.faults", *CHECK, "-q", "--accept-known", "--json", str(report)]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     if kind == "pytest":
-        outcomes = {}
+        outcomes, retried = {}, {}
         for case in ET.parse(junit).getroot().iter("testcase") if junit.exists() else ():
             name = f"{case.get('classname')}::{case.get('name')}"
             kinds = [child.tag for child in case if child.tag in ("failure", "error", "skipped")]
             outcomes[name] = kinds[0] if kinds else "passed"
+            retried[name] = "\n".join(p.get("value") for p in case.iter("property") if p.get("name") == "tfds_retried")
     else:
+        retried = {}
         outcomes = ({v["spec"]: v["status"] for v in json.loads(report.read_text())["specs"]}
                     if report.exists() else {})
     touched = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
-    return {"outcomes": outcomes, "touched": touched, "exit": proc.returncode, "output": proc.stdout + proc.stderr,
+    return {"outcomes": outcomes, "retried": retried, "touched": touched, "exit": proc.returncode,
+            "output": proc.stdout + proc.stderr,
             "processes": marked(mark), "folders": sorted(p.name for p in tmp.iterdir())}
 
 
@@ -143,6 +146,11 @@ def test_each_fault_is_an_error_of_the_test_or_spec_it_struck(runs, kind, fault)
                            r"asked again of a fresh engine", run["output"])
         check.that(warned is not None, "the warning of the retried call", run["output"][-3000:],
                    f"EngineCallRetried under {where} in the warnings summary")
+        summary = re.search(r"^retried: \S*" + re.escape(where) + r": engine 'mirrored:2' ", run["output"], re.MULTILINE)
+        check.that(summary is not None, "the line of the retried call in the engines summary", run["output"][-3000:],
+                   f"retried: ...{where}: engine 'mirrored:2' ...")
+        check.contains(run["retried"].get(_key(kind, struck[0])) or "", ["engine 'mirrored:2'"],
+                       "the retried call's error in the test's JUnit property tfds_retried")
 
 
 @pytest.mark.parametrize("kind", ["pytest", "check"])

@@ -20,7 +20,8 @@ class SuiteState:
     draws: dict = dataclasses.field(default_factory=dict)  # test id -> tally.Tally of its examples
     budgets: dict = dataclasses.field(default_factory=dict)  # property -> examples per spec without --deep
     findings: Findings = dataclasses.field(default_factory=Findings)
-    engines: dict = dataclasses.field(default_factory=lambda: {"starts": {}, "traces": {}})
+    # engine starts and traces per spec; "retried": "test id: error" per call asked again (EngineCallRetried)
+    engines: dict = dataclasses.field(default_factory=lambda: {"starts": {}, "traces": {}, "retried": []})
     bands: dict = dataclasses.field(default_factory=dict)  # (deviation, quantity, band) -> [compared, explained]
     stale: list = dataclasses.field(default_factory=list)  # stale rounding bands, found at the session's end
     mutant: str | None = None  # the mutant the engines compute with (tools/mutation.py)

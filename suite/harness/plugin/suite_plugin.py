@@ -263,6 +263,12 @@ def pytest_runtest_makereport(item, call):
     ledger = item.stash.get(state.LEDGER, None)
     bands = state.of(item.config).bands
     rep = outcome.get_result()
+    retried = [error for p in state.of(item.config).pools for error in p.take_retried()]
+    if retried:  # a call of this phase whose engine hung or crashed, asked again: in JUnit and the summary
+        # JUnit writes the properties of a test's last report, its teardown's, which copies the item's
+        (rep.user_properties if call.when == "teardown" else item.user_properties).append(
+            ("tfds_retried", "\n".join(retried)))
+        state.of(item.config).engines["retried"].extend(f"{item.nodeid}: {error}" for error in retried)
     if (rep.failed and call.when == "call" and ledger is not None and call.excinfo is not None
             and ledger.explains_error(call.excinfo.value)):  # a probe raised what a known deviation raises
         rep.outcome, rep.wasxfail = "skipped", ledger.expected_failure()
@@ -358,6 +364,7 @@ class XdistController:
             s.engines["starts"][f"{key} ({worker})"] = n
         for key, counts in part["engines"]["traces"].items():
             s.engines["traces"][f"{key} ({worker})"] = counts
+        s.engines["retried"].extend(part["engines"].get("retried", ()))
 
 
 def pytest_terminal_summary(terminalreporter, config):
@@ -385,6 +392,11 @@ def pytest_terminal_summary(terminalreporter, config):
         for key, counts in sorted(engines["traces"].items()):
             if counts:
                 tr.write_line(f"traces under {key}: " + ", ".join(f"{k}={v}" for k, v in sorted(counts.items())))
+        # a call whose engine hung or crashed, asked again of a fresh one (--engine-retries): the test
+        # kept the outcome of the second call; each error whole is in the warnings summary
+        for line in engines["retried"]:
+            text = " ".join(line.split())
+            tr.write_line(f"retried: {text if len(text) <= 300 else text[:297] + '...'}", yellow=True)
     # last, so that a log cut to its head and tail still shows it: each failed test's root
     # causes, a line each (a hypothesis FlakyFailure's or an exception group's members too)
     failed = [rep for rep in tr.stats.get("failed", ()) if rep.when in ("setup", "call", "teardown")]

@@ -664,6 +664,7 @@ class EnginePool:
         # a call whose engine times out or crashes is asked again of a fresh engine this many times, each
         # retry a warning (EngineCallRetried): the suite's own runs; a user's check reports the first one
         self.retries = retries
+        self.retried: list[str] = []  # each retried call's error, until take_retried()
         self._engines: dict[str, Engine] = {}
         self._start_failures: dict[str, EngineError] = {}
         self._lock = threading.Lock()
@@ -763,7 +764,13 @@ class EnginePool:
                 if retries <= 0 or self.interrupted:
                     raise
                 retries -= 1
+                self.retried.append(str(exc))
                 warnings.warn(EngineCallRetried(f"{exc}; asked again of a fresh engine"), stacklevel=2)
+
+    def take_retried(self) -> list[str]:
+        """The errors of the calls retried since the last take (the plugin files them under the test)."""
+        taken, self.retried = self.retried, []
+        return taken
 
     def release(self, spec: Spec) -> None:
         """Close ``spec``'s engine if it runs (its memory back before the session ends; a later call
