@@ -71,7 +71,7 @@ def test_hung_collective_fails_within_the_configured_time(spec):
         old = pool.get(spec).pids()
         start = time.monotonic()
         with pytest.raises(EngineError) as info:
-            pool.call(spec, "engine.collective_fault", victim=1, how="hang", retries=0)
+            pool.call(spec, "engine.collective_fault", victim=1, how="hang")
         elapsed = time.monotonic() - start
         message = str(info.value)
         check = Check(spec, case={"engine timeout": HUNG_TIMEOUT})

@@ -29,17 +29,21 @@ def trace_counts(ctx):
     return dict(ctx.traces)
 
 
+def _first_time(marker: str) -> bool:
+    """Whether ``marker`` (a file path) did not exist yet; it does now: a fault that does not repeat."""
+    if os.path.exists(marker):
+        return False
+    with open(marker, "w"):
+        pass
+    return True
+
+
 @probe
 def crash(ctx, how="kill", worker_index=0, marker=None):
     """Die the way a TF abort does (SIGKILL/SIGABRT/exit) on one worker; others answer. With
     ``marker`` (a file path), only while it does not exist (it is made first): a crash that does not
     repeat."""
-    if ctx.worker_index == worker_index:
-        if marker is not None:
-            if os.path.exists(marker):
-                return Ping(os.getpid(), ctx.worker_index)
-            with open(marker, "w"):
-                pass
+    if ctx.worker_index == worker_index and (marker is None or _first_time(marker)):
         if how == "exit":
             os._exit(7)
         os.kill(os.getpid(), {"kill": signal.SIGKILL, "abort": signal.SIGABRT}[how])
@@ -62,10 +66,8 @@ def sleep(ctx, seconds=1.0, busy=False):
 def sleep_once(ctx, marker, seconds=60.0):
     """Sleep ``seconds`` the first time (``marker``, a file path, does not exist yet: it is made);
     answer "again" at once on every later call: a hang that does not repeat."""
-    if os.path.exists(marker):
+    if not _first_time(marker):
         return "again"
-    with open(marker, "w"):
-        pass
     time.sleep(seconds)
     return "first"
 

@@ -261,14 +261,15 @@ def pytest_runtest_makereport(item, call):
     failure naming them. Rounding bands are counted for the session (pytest_sessionfinish)."""
     outcome = yield
     ledger = item.stash.get(state.LEDGER, None)
-    bands = state.of(item.config).bands
+    s = state.of(item.config)
+    bands = s.bands
     rep = outcome.get_result()
-    retried = [error for p in state.of(item.config).pools for error in p.take_retried()]
+    retried = [error for p in s.pools for error in p.take_retried()]
     if retried:  # a call of this phase whose engine hung or crashed, asked again: in JUnit and the summary
         # JUnit writes the properties of a test's last report, its teardown's, which copies the item's
         (rep.user_properties if call.when == "teardown" else item.user_properties).append(
             ("tfds_retried", "\n".join(retried)))
-        state.of(item.config).engines["retried"].extend(f"{item.nodeid}: {error}" for error in retried)
+        s.engines["retried"].extend(f"{item.nodeid}: {error}" for error in retried)
     if (rep.failed and call.when == "call" and ledger is not None and call.excinfo is not None
             and ledger.explains_error(call.excinfo.value)):  # a probe raised what a known deviation raises
         rep.outcome, rep.wasxfail = "skipped", ledger.expected_failure()
