@@ -5,7 +5,10 @@
 
 - docs/known_deviations.md: a row per entry of known_deviations.toml (``deviations.table``);
 - docs/mutants.md: a row per property, the mutants that kill it (``tests/mutation/test_mutants.matrix``);
-- docs/check.md: a row per cause the loop check diagnoses (``suite/harness/loopcheck/causes.table``).
+- docs/check.md: a row per cause the loop check diagnoses (``suite/harness/loopcheck/causes.table``);
+- docs/ci_timings.md: where the README's test command spends its time, from the committed cost table
+  docs/cost_table.json (``suite/harness/tools/cost_table.page``; the table is a run's, written by
+  ``python -m suite.harness.tools.cost_table RUN.xml --json docs/cost_table.json``).
 
 Each page's prose is written by hand; only the lines between its two markers are generated.
 ``tests/lint/test_docs.py`` fails when a table differs from what this writes.
@@ -13,6 +16,7 @@ Each page's prose is written by hand; only the lines between its two markers are
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -26,11 +30,13 @@ def tables() -> dict[Path, list[str]]:
     """Each generated page and the table it must hold."""
     from suite.harness.judging import deviations
     from suite.harness.loopcheck import causes
+    from suite.harness.tools import cost_table
     from tests.mutation.test_mutants import matrix
 
     return {ROOT / "docs" / "known_deviations.md": deviations.table(deviations.load()),
             ROOT / "docs" / "mutants.md": matrix(),
-            ROOT / "docs" / "check.md": causes.table()}
+            ROOT / "docs" / "check.md": causes.table(),
+            ROOT / "docs" / "ci_timings.md": cost_table.page(json.loads((ROOT / "docs" / "cost_table.json").read_text()))}
 
 
 def generated(text: str) -> list[str]:

@@ -17,6 +17,7 @@ from suite.harness.drawing.profiles import PROFILES
 from suite.harness.judging.judgment import Check
 from suite.harness.plugin import scheduling, suite_plugin
 from suite.harness.plugin.scheduling import CROSS_SPEC, auto_workers, engine_processes, scope_of
+from suite.harness.tools import cost_table
 from tests.helpers import ROOT, run_pytest
 
 SPECS = frozenset({"default", "mirrored:2", "parameter_server:2w1ps"})
@@ -69,9 +70,10 @@ def test_each_module_of_shared_setup_has_a_module_scoped_fixture():
     check.equal(sorted(SHARED_SETUP), shared, "the modules whose module-scoped fixture runs child processes")
 
 
-def test_two_workers_start_each_engine_once_and_report_every_draw():
-    r = run_pytest(["-n", "2", "tests/properties/test_reduce.py", "--strategies", "default,mirrored:2"], timeout=600,
-                   HYPOTHESIS_PROFILE="ci")
+def test_two_workers_start_each_engine_once_and_report_every_draw(tmp_path):
+    junit = tmp_path / "run.xml"
+    r = run_pytest(["-n", "2", "tests/properties/test_reduce.py", "--strategies", "default,mirrored:2",
+                    f"--junitxml={junit}"], timeout=600, HYPOTHESIS_PROFILE="ci")
     check = Check("pytest -n 2", case={"output": r.stdout[-3000:]})
     check.equal(r.returncode, 0, "exit status")
     starts = re.findall(r"^(\S+) \((gw\d)\): started (\d+)x$", r.stdout, re.M)
@@ -85,6 +87,18 @@ def test_two_workers_start_each_engine_once_and_report_every_draw():
     check.equal(sorted(cells), ["default", "mirrored:2"], "specs in the reduce property's draws")
     check.that(all(int(n) >= PROFILES["ci"] for n in cells.values()), "accepted draws per spec", cells,
                f"at least {PROFILES['ci']} (the ci profile's examples per spec)")
+    # the cost of each test in its JUnit: each engine's start filed under the one test that began it,
+    # every call under the test that made it, and the run's probes (their traces read as engines close)
+    table = cost_table.read([junit])
+    tests = table["slowest_tests"]
+    check.equal(sum(t["engine_starts"] for t in tests), 2, "engine starts over the JUnit's tests (one per spec)")
+    check.that(all(t["calls"] >= 1 for t in tests), "probe calls of each test", [(t["test"], t["calls"]) for t in tests],
+               "at least one")
+    probes = {p["probe"]: p for p in table["probes"]}
+    check.equal(sum(p["calls"] for p in probes.values()), sum(t["calls"] for t in tests),
+                "the calls of the run's probes and of its tests")
+    check.that(all(probes[p]["traces"] >= 1 for p in probes if p.startswith("reduce.")), "traces of the reduce probes",
+               probes, "at least one each")
 
 
 def test_the_summary_ends_with_each_failure_cause_from_every_worker():

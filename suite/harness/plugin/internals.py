@@ -4,6 +4,9 @@ the job. Everything else in the project uses public pytest, xdist and hypothesis
 - ``SpecScheduling``: xdist's load-scope scheduling keyed by strategy spec. xdist offers no
   public hook for the scope of a test; ``LoadScopeScheduling._split_scope`` is the method xdist's
   own ``LoadFileScheduling`` overrides to the same end.
+- ``junit_suite_property``: a property of the whole run in the JUnit file, written by the process
+  that writes the file (pytest-xdist's controller). ``record_testsuite_property`` is a fixture, and a
+  fixture runs in a worker; ``LogXML.add_global_property`` is what it calls.
 - ``run_again``: run a collected item once more in the same session (the mutation matrix runs
   one item under several mutants). pytest has no public API to re-run an item: a fresh fixture
   request (``Item._initrequest``) and ``_pytest.runner.runtestprotocol``.
@@ -11,6 +14,7 @@ the job. Everything else in the project uses public pytest, xdist and hypothesis
 
 from __future__ import annotations
 
+from _pytest.junitxml import xml_key
 from _pytest.runner import runtestprotocol
 from xdist.scheduler import LoadScopeScheduling
 
@@ -32,3 +36,10 @@ def run_again(item, nextitem) -> list:
     """Run ``item``'s setup, call and teardown again with a fresh fixture request; its reports."""
     item._initrequest()
     return runtestprotocol(item, nextitem=nextitem, log=False)
+
+
+def junit_suite_property(config, name: str, value: str) -> None:
+    """``name=value`` among the JUnit file's testsuite properties (nothing without ``--junitxml``)."""
+    xml = config.stash.get(xml_key, None)
+    if xml is not None:
+        xml.add_global_property(name, value)

@@ -9,6 +9,7 @@ import dataclasses
 import pytest
 
 from ..judging.findings import Findings
+from ..pool.cost import Cost
 
 
 @dataclasses.dataclass
@@ -28,12 +29,15 @@ class SuiteState:
     pools: list = dataclasses.field(default_factory=list)  # the session's engine pools (killed on SIGINT/SIGTERM)
     interrupted: int | None = None  # the signal that interrupted the session (engines/interrupts.py)
     restore_signals: object = None  # puts back the handlers pytest_configure replaced
+    cost: Cost = dataclasses.field(default_factory=Cost)  # the workers' engine costs, summed (the controller's)
     results_run: dict | None = None  # what results_dir.finish renames and records at the session's end
 
 
 SUITE = pytest.StashKey[SuiteState]()
 IN_SCOPE = pytest.StashKey[tuple]()  # item -> the deviations whose tests match it, for its versions
 LEDGER = pytest.StashKey[object]()  # item -> the deviations.Ledger of its call
+# item -> the process's engine cost (pool/cost.py) and its own CPU seconds as its setup began
+COST_AT = pytest.StashKey[tuple]()
 
 
 def of(config) -> SuiteState:

@@ -10,9 +10,11 @@ import atexit
 import collections
 import contextlib
 import dataclasses
+import json
 import os
 import shutil
 import signal
+import time
 import zlib
 
 import hypothesis
@@ -21,12 +23,12 @@ import pytest
 from ...common.specs import DEFAULT_SPECS, SpecError, parse_specs
 from ..drawing import profiles, tally
 from ..judging import deviations
-from ..pool import agent, interrupts, machine, topology, versions
+from ..pool import agent, cost, interrupts, machine, topology, versions
 from ..pool.handle import EngineHandle
 from ..pool.pool import EnginePool
 from ..reporting import results_dir
 from . import scheduling, state
-from .internals import SpecScheduling
+from .internals import SpecScheduling, junit_suite_property
 
 PROFILE = profiles.load()
 
@@ -120,6 +122,7 @@ def pytest_configure(config):
     s.results_run = results_dir.configure(config, config.getoption("--results-dir"), here)
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistController(), "tfds-xdist")
+    config.pluginmanager.register(CostProperties(), "tfds-cost")
 
 
 def pytest_unconfigure(config):
@@ -237,6 +240,15 @@ def running(test, nodeid: str, in_scope: tuple, counted: tally.Tally):
         yield ledger
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    # what the test's engines cost is counted from here to its teardown, its command-line children's
+    # too (the process that runs tests collects their totals: cost.adopt)
+    cost.adopt()
+    cost.absorb()
+    item.stash[state.COST_AT] = cost.COUNTED.snapshot(), time.process_time()
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item):
     counted = state.of(item.config).draws.setdefault(item.nodeid, tally.Tally())
@@ -264,6 +276,12 @@ def pytest_runtest_makereport(item, call):
     s = state.of(item.config)
     bands = s.bands
     rep = outcome.get_result()
+    if call.when == "teardown" and state.COST_AT in item.stash:  # JUnit writes the teardown's properties
+        cost.absorb()
+        at, cpu_at = item.stash[state.COST_AT]
+        spent = cost.COUNTED.minus(at)
+        spent.harness_cpu_s += time.process_time() - cpu_at  # this process's own (its children's: absorbed)
+        rep.user_properties.append(("tfds_cost", spent.text()))
     retried = [error for p in s.pools for error in p.take_retried()]
     if retried:  # a call of this phase whose engine hung or crashed, asked again: in JUnit and the summary
         # JUnit writes the properties of a test's last report, its teardown's, which copies the item's
@@ -327,6 +345,20 @@ def engine_versions(request):
     return {"tensorflow": versions.as_tuple(v["tensorflow"]), "keras": versions.as_tuple(v["keras"])}
 
 
+class CostProperties:
+    """The session's engine cost per probe (calls, seconds, traces) as a JUnit property of the run,
+    ``tfds_probes``: its own and its xdist workers' (tools/cost.py reads it)."""
+
+    @pytest.hookimpl(tryfirst=True)  # before junitxml writes its file
+    def pytest_sessionfinish(self, session):
+        s = state.of(session.config)
+        if not hasattr(session.config, "workeroutput"):
+            cost.absorb()
+            s.cost.add(cost.COUNTED)
+            if s.cost.probes:
+                junit_suite_property(session.config, "tfds_probes", json.dumps(s.cost.dump()["probes"]))
+
+
 @pytest.hookimpl(trylast=True)  # after junitxml and pytest-benchmark wrote their files: finish renames them
 def pytest_sessionfinish(session):
     config = session.config
@@ -336,6 +368,7 @@ def pytest_sessionfinish(session):
         config.workeroutput["tfds"] = {
             "draws": {k: t.dump() for k, t in s.draws.items() if t.examples},
             "budgets": s.budgets, "findings": s.findings.dump(), "engines": s.engines,
+            "cost": (cost.absorb(), cost.COUNTED.dump())[1],
             "bands": [[*key, *v] for key, v in s.bands.items()]}
         return
     if s.interrupted:  # Ctrl-C or SIGTERM, through the handlers pytest_configure installed
@@ -366,6 +399,7 @@ class XdistController:
         for key, counts in part["engines"]["traces"].items():
             s.engines["traces"][f"{key} ({worker})"] = counts
         s.engines["retried"].extend(part["engines"].get("retried", ()))
+        s.cost.add(part.get("cost", {}))
 
 
 def pytest_terminal_summary(terminalreporter, config):

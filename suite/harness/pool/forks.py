@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ... import layout
+from . import cost
 
 # set per engine, after the fork: they do not change what the server's imports do (the modules named in
 # TFDS_ENGINE_IMPORTS, and the mutant they start with, are imported by each fork: suite/engine/worker.py)
@@ -145,6 +146,7 @@ class ForkServers:
             return server
 
     def _start(self, python: str, env: dict) -> ForkServer | None:
+        cost.COUNTED.imports += 1
         try:
             server = ForkServer(python, {k: v for k, v in env.items() if k not in PER_ENGINE}, self.log_dir,
                                 self.start_timeout, self.preexec_fn)

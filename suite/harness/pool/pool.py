@@ -29,7 +29,7 @@ from ... import layout
 from ...common import authframe, protocol
 from ...common.results import Raised
 from ...common.specs import Spec
-from . import agent, forks, stacks, topology, versions
+from . import agent, cost, forks, stacks, topology, versions
 
 # what every engine process imports at start, comma-separated (suite/engine/worker.py)
 IMPORTS_ENV = "TFDS_ENGINE_IMPORTS"
@@ -335,17 +335,21 @@ class Engine:
             try:
                 replies = self._gather("start", start_timeout, range(len(self.procs)))
             except (EngineDied, EngineTimeout) as exc:  # a start that fails will fail again...
+                cost.COUNTED.start_failed(time.monotonic() - began, timed_out=isinstance(exc, EngineTimeout))
                 self.close()
                 if attempt < start_attempts and _port_taken(str(exc)):
                     continue  # ...unless another process took one of its ports: new ports
                 raise EngineStartError(f"{exc} (while starting)") from None
             except EngineError as exc:
+                cost.COUNTED.start_failed(time.monotonic() - began)
                 self.close()
                 if attempt < start_attempts and _port_taken(str(exc)):
                     continue
                 raise
             self.started_at = time.monotonic()
             self.start_seconds = self.started_at - began
+            cost.COUNTED.started(self.start_seconds, len(self.procs))
+            cost.COUNTED.engine_cpu(self._cpu())  # a fork's CPU from its start
             self.start_attempts = attempt
             break
         self.infos = [replies[i] for i in self.callees]
@@ -376,6 +380,7 @@ class Engine:
         self.procs = []
         try:
             for task, env in topology.local_envs(self.spec, base_env):
+                cost.COUNTED.imports += server is None  # a process of its own imports TensorFlow
                 self.procs.append(_Process(self.spec, task, task.worker_args(self.spec, self.collective_timeout),
                                            python, env, log_dir, server))
         except forks.ForkServerError as exc:
@@ -562,6 +567,7 @@ class Engine:
             raise EngineError(f"engine {self.spec.text!r} has no {'evaluator' if evaluator else 'probe-answering'} task")
         self._requests += 1
         request = self._requests
+        began, cpu_before = time.monotonic(), self._cpu()
         try:
             for i in targets:
                 proc = self.procs[i]
@@ -573,15 +579,26 @@ class Engine:
             self._restart = False
             replies = self._gather(probe, timeout or self.call_timeout, targets, request)
         except ProbeError:
+            cost.COUNTED.called(probe, time.monotonic() - began)
+            cost.COUNTED.engine_cpu(self._cpu() - cpu_before)
             raise  # its reply was read whole: the channel is in step (a cluster's engine closed itself)
-        except BaseException:
+        except BaseException as exc:
+            cost.COUNTED.called(probe, time.monotonic() - began, timed_out=isinstance(exc, EngineTimeout))
+            cost.COUNTED.engine_cpu(self._cpu() - cpu_before)  # (read before the close below kills them)
             # anything else between the request and its reply (a death, a timeout, a signal handler's
             # exception, Ctrl-C) leaves the channel's state unknown: the engine is never used again
             self.close(graceful=False)
             raise
+        cost.COUNTED.called(probe, time.monotonic() - began)
+        cost.COUNTED.engine_cpu(self._cpu() - cpu_before)
         if self._restart:
             self.close()  # the pool starts a fresh one for the next call
         return [replies[i] for i in targets]
+
+    def _cpu(self) -> float:
+        """The CPU seconds its local processes have used so far (a remote one's are not read: that
+        would be a round trip to its agent per call)."""
+        return sum(p.cpu_seconds() or 0.0 for p in self.procs if isinstance(p, _Process))
 
     def trace_counts(self) -> dict | None:
         """The engine's traces per probe; None when it is closed, failing, or busy with a call
@@ -780,6 +797,7 @@ class EnginePool:
             counts = engine.trace_counts()
             if counts is not None:
                 self.trace_report[spec.text] = counts
+                cost.COUNTED.traced(counts)
             engine.close()
 
     def release_all(self) -> None:
@@ -811,6 +829,7 @@ class EnginePool:
             counts = None if self.interrupted else engine.trace_counts()
             if counts is not None:
                 self.trace_report[key] = counts
+                cost.COUNTED.traced(counts)
             engine.close()
         self._engines.clear()
         if self.fork_servers:
