@@ -231,6 +231,26 @@ def test_engines_are_forked_from_one_tensorflow_import_and_configure_their_own_d
         spawned.close()
 
 
+def test_engines_started_in_later_tests_fork_from_the_same_import(monkeypatch):
+    """pytest names the running test in the environment (PYTEST_CURRENT_TEST), which the engines
+    inherit: an engine started again in the next test (released, a cluster, another env's) forks from
+    the server that imported TensorFlow already, not from a new import."""
+    pool = EnginePool(start_timeout=180, call_timeout=120)
+    spec = parse_spec("default")
+    try:
+        servers, pids = [], []
+        for test in ("tests/t.py::test_one (call)", "tests/t.py::test_two (call)"):
+            monkeypatch.setenv("PYTEST_CURRENT_TEST", test)
+            pids.append(pool.call(spec, "engine.info")[0].pid)
+            servers.append(pool.fork_servers.pids())
+            pool.release(spec)
+        check = Check("default", case={"PYTEST_CURRENT_TEST": "changed between the two starts"})
+        check.that(pids[0] != pids[1], "the engine's processes", pids, "two (released after each test)")
+        check.equal(servers[1], servers[0], "the fork servers the second engine was forked from")
+    finally:
+        pool.close()
+
+
 def test_a_killed_fork_server_takes_its_engines_and_is_replaced():
     """SIGKILL to the fork server: its engines die with it (PR_SET_PDEATHSIG), the next call on
     one fails naming the spec, and the call after it gets an engine from a new server."""

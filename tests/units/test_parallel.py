@@ -41,6 +41,10 @@ def test_scope_is_the_spec_of_a_test_else_the_test_itself():
         # tests of a module that share a costly module-scoped set-up: one scope
         ("tests/workloads/test_hangs.py::test_h[the reference]", "module tests/workloads/test_hangs.py"),
         ("tests/workloads/test_hangs.py::test_h[a one-process spec]", "module tests/workloads/test_hangs.py"),
+        # tests of a module that run engines of other envs from the session's pool: one scope
+        ("tests/workloads/test_upgrade.py::test_u[tf215]", "module tests/workloads/test_upgrade.py"),
+        ("tests/workloads/test_upgrade.py::test_u[tf219-keras39]", "module tests/workloads/test_upgrade.py"),
+        ("tests/workloads/test_other_versions.py::test_o", "module tests/workloads/test_other_versions.py"),
     ]:
         check.equal(scope_of(nodeid, SPECS), want or nodeid, f"scope of {nodeid}")
 
@@ -68,6 +72,17 @@ def test_each_module_of_shared_setup_has_a_module_scoped_fixture():
         if any(re.search(r"subprocess|_run\(|run_pytest|check_cli|_collect\(|venv", body) for body in bodies):
             shared.append(str(path.relative_to(ROOT)))
     check.equal(sorted(SHARED_SETUP), shared, "the modules whose module-scoped fixture runs child processes")
+
+
+def test_the_modules_that_run_other_envs_engines_are_one_scope_each():
+    """OTHER_ENVS names exactly the test modules that hand the session's pool another env's
+    interpreter (a loop or script checker with ``env=``, the upgrade check), so that each env's
+    TensorFlow is imported and its engines started in one worker."""
+    from suite.harness.plugin.scheduling import OTHER_ENVS
+
+    runs = sorted(str(p.relative_to(ROOT)) for p in sorted((ROOT / "tests").rglob("test_*.py"))
+                  if re.search(r"Checker\(pool\b[^\n]*\benv=|upgrade\.run\([^\n]*\bpool\b", p.read_text()))
+    Check("scheduling").equal(sorted(OTHER_ENVS), runs, "the modules that run other envs' engines from the pool")
 
 
 def test_two_workers_start_each_engine_once_and_report_every_draw(tmp_path):

@@ -37,12 +37,22 @@ SHARED_SETUP = ("tests/harness/test_fault_matrix.py", "tests/workloads/test_hang
                 "tests/harness/test_bench_selection.py", "tests/lint/test_packaging.py")
 
 
+# Modules whose tests run, from the session's pool, engines of other tox envs' interpreters (SPEC@ENV: the
+# loop check on other Keras releases, the upgrade check): all their tests form one scope, so each env's
+# fork server imports its TensorFlow once and its engines start once. Test by test, each was a scope of its
+# own, the two workers took them in turn, and each module boundary closed the engines
+# (tests/workloads/conftest.py): 36 imports and 64 engine starts, 265 s of engine starts in 646 s
+# (docs/cost_table.json). tests/units/test_parallel.py keeps the list equal to the modules that do so.
+OTHER_ENVS = ("tests/workloads/test_other_versions.py", "tests/workloads/test_upgrade.py")
+
+
 def scope_of(nodeid: str, specs: frozenset[str]) -> str:
-    """"cross-spec" for a test of CROSS_SPEC; the module for a test of SHARED_SETUP; else the spec
-    a test runs under (its first parameter, when that is a selected spec), else the test id itself."""
+    """"cross-spec" for a test of CROSS_SPEC; the module for a test of SHARED_SETUP or OTHER_ENVS;
+    else the spec a test runs under (its first parameter, when that is a selected spec), else the test
+    id itself."""
     if nodeid.split("[", 1)[0] in CROSS_SPEC:
         return "cross-spec"
-    if nodeid.split("::", 1)[0] in SHARED_SETUP:
+    if nodeid.split("::", 1)[0] in SHARED_SETUP + OTHER_ENVS:
         return f"module {nodeid.split('::', 1)[0]}"
     spec = split_nodeid(nodeid)[1]
     return f"spec {spec}" if spec in specs else nodeid

@@ -29,8 +29,10 @@ from ... import layout
 from . import cost
 
 # set per engine, after the fork: they do not change what the server's imports do (the modules named in
-# TFDS_ENGINE_IMPORTS, and the mutant they start with, are imported by each fork: suite/engine/worker.py)
-PER_ENGINE = ("TF_CONFIG", "TMPDIR", "CUDA_VISIBLE_DEVICES", "TFDS_ENGINE_IMPORTS", "TFDS_MUTANT")
+# TFDS_ENGINE_IMPORTS, and the mutant they start with, are imported by each fork: suite/engine/worker.py).
+# PYTEST_CURRENT_TEST is pytest's name of the test running, new at each test: as part of the server's key
+# it started a server, a TensorFlow import, for each test that started an engine
+PER_ENGINE = ("TF_CONFIG", "TMPDIR", "CUDA_VISIBLE_DEVICES", "TFDS_ENGINE_IMPORTS", "TFDS_MUTANT", "PYTEST_CURRENT_TEST")
 REQUEST_TIMEOUT = 30.0  # a fork or a poll; the server does nothing else
 
 
