@@ -39,10 +39,9 @@ SHARED_SETUP = ("tests/harness/test_fault_matrix.py", "tests/workloads/test_hang
 
 # Modules whose tests run, from the session's pool, engines of other tox envs' interpreters (SPEC@ENV: the
 # loop check on other Keras releases, the upgrade check): all their tests form one scope, so each env's
-# fork server imports its TensorFlow once and its engines start once. Test by test, each was a scope of its
-# own, the two workers took them in turn, and each module boundary closed the engines
-# (tests/workloads/conftest.py): 36 imports and 64 engine starts, 265 s of engine starts in 646 s
-# (docs/cost_table.json). tests/units/test_parallel.py keeps the list equal to the modules that do so.
+# fork server imports its TensorFlow in one worker, not in both (test by test, each was a scope of its own
+# and the two workers took them in turn). tests/units/test_parallel.py keeps the list equal to the modules
+# that do so.
 OTHER_ENVS = ("tests/workloads/test_other_versions.py", "tests/workloads/test_upgrade.py")
 
 

@@ -347,7 +347,7 @@ def engine_versions(request):
 
 class CostProperties:
     """The session's engine cost per probe (calls, seconds, traces) as a JUnit property of the run,
-    ``tfds_probes``: its own and its xdist workers' (tools/cost.py reads it)."""
+    ``tfds_probes``: its own and its xdist workers' (tools/cost_table.py reads it)."""
 
     @pytest.hookimpl(tryfirst=True)  # before junitxml writes its file
     def pytest_sessionfinish(self, session):
@@ -365,10 +365,11 @@ def pytest_sessionfinish(session):
     s = state.of(config)
     results_dir.finish(s.results_run)  # the controller's (or a run without pytest-xdist's); None elsewhere
     if hasattr(config, "workeroutput"):  # a pytest-xdist worker: hand the summary to the controller
+        cost.absorb()  # the commands its last test ran
         config.workeroutput["tfds"] = {
             "draws": {k: t.dump() for k, t in s.draws.items() if t.examples},
             "budgets": s.budgets, "findings": s.findings.dump(), "engines": s.engines,
-            "cost": (cost.absorb(), cost.COUNTED.dump())[1],
+            "cost": cost.COUNTED.dump(),
             "bands": [[*key, *v] for key, v in s.bands.items()]}
         return
     if s.interrupted:  # Ctrl-C or SIGTERM, through the handlers pytest_configure installed

@@ -8,8 +8,8 @@ command) gets their costs too: ``adopt()`` points ``TFDS_COST_FILE`` at a file o
 process that imported this module appends its totals there as one JSON line when it exits (its
 own CPU among them), and
 ``absorb()`` adds the lines that arrived since the last call. The pytest plugin files each test's
-difference of ``COUNTED`` under the test in JUnit (``tfds_cost``); ``tools/cost.py`` makes the
-table from it.
+difference of ``COUNTED`` under the test in JUnit (``tfds_cost``); ``tools/cost_table.py`` makes
+the table from it.
 """
 
 from __future__ import annotations
@@ -57,10 +57,12 @@ class Cost:
         self.start_s += seconds
         self.timeout_s += seconds if timed_out else 0.0
 
-    def called(self, probe: str, seconds: float, timed_out: bool = False):
+    def called(self, probe: str, seconds: float, cpu: float | None = None, timed_out: bool = False):
+        """A call of ``probe`` that took ``seconds`` and ``cpu`` seconds of its engine's CPU."""
         self.calls += 1
         self.call_s += seconds
         self.timeout_s += seconds if timed_out else 0.0
+        self.engine_cpu(cpu)
         entry = self.probes.setdefault(probe, [0, 0.0, 0])
         entry[0] += 1
         entry[1] += seconds
@@ -86,9 +88,6 @@ class Cost:
 
     def snapshot(self) -> Cost:
         return Cost(**{name: getattr(self, name) for name in FIELDS})
-
-    def counted(self) -> bool:
-        return bool(self.engine_starts or self.calls or self.probes)
 
     def dump(self) -> dict:
         out = {name: round(v, 3) if isinstance(v, float) else v for name in FIELDS for v in [getattr(self, name)]}

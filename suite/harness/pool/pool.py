@@ -579,18 +579,17 @@ class Engine:
             self._restart = False
             replies = self._gather(probe, timeout or self.call_timeout, targets, request)
         except ProbeError:
-            cost.COUNTED.called(probe, time.monotonic() - began)
-            cost.COUNTED.engine_cpu(self._cpu() - cpu_before)
+            cost.COUNTED.called(probe, time.monotonic() - began, self._cpu() - cpu_before)
             raise  # its reply was read whole: the channel is in step (a cluster's engine closed itself)
         except BaseException as exc:
-            cost.COUNTED.called(probe, time.monotonic() - began, timed_out=isinstance(exc, EngineTimeout))
-            cost.COUNTED.engine_cpu(self._cpu() - cpu_before)  # (read before the close below kills them)
+            # (its CPU read before the close below kills its processes)
+            cost.COUNTED.called(probe, time.monotonic() - began, self._cpu() - cpu_before,
+                                timed_out=isinstance(exc, EngineTimeout))
             # anything else between the request and its reply (a death, a timeout, a signal handler's
             # exception, Ctrl-C) leaves the channel's state unknown: the engine is never used again
             self.close(graceful=False)
             raise
-        cost.COUNTED.called(probe, time.monotonic() - began)
-        cost.COUNTED.engine_cpu(self._cpu() - cpu_before)
+        cost.COUNTED.called(probe, time.monotonic() - began, self._cpu() - cpu_before)
         if self._restart:
             self.close()  # the pool starts a fresh one for the next call
         return [replies[i] for i in targets]

@@ -47,7 +47,9 @@ def read(paths: list[Path]) -> dict:
             wall += float(suite.get("time", 0) or 0)
             for prop in suite.iterfind("properties/property"):
                 if prop.get("name") == "tfds_probes":
-                    Cost(probes=probes).add({"probes": json.loads(prop.get("value", "{}"))})  # into probes
+                    for probe, (calls, seconds, traces) in json.loads(prop.get("value", "{}")).items():
+                        entry = probes.setdefault(probe, [0, 0.0, 0])
+                        entry[0], entry[1], entry[2] = entry[0] + calls, entry[1] + seconds, entry[2] + traces
         for case in root.iter("testcase"):
             module = case.get("classname", "?").replace(".", "/") + ".py"
             seconds = float(case.get("time", 0) or 0)
