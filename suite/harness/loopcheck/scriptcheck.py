@@ -22,7 +22,7 @@ import numpy as np
 
 from ...common.results import SCRIPT_RAISED
 from ...common.specs import parse_spec
-from ..pool import versions
+from ..pool import memo, versions
 from ..pool.pool import EngineError, EnginePool, EngineUnavailable, ProbeError
 from ..pool.versions import engine_versions
 from . import controls, differential, render
@@ -136,8 +136,13 @@ class ScriptChecker:
 
     def _run(self, spec, **kwargs) -> list:
         s = self.script
-        return self.pool.call(spec, "script.run", target=s.target, folder=s.folder, path=s.path, entry=s.entry,
-                              root=s.root, args=self.args, steps=self.steps, seed=self.seed, **kwargs)
+        kwargs = dict(target=s.target, folder=s.folder, path=s.path, entry=s.entry, root=s.root, args=self.args,
+                      steps=self.steps, seed=self.seed, **kwargs)
+        if spec.kind != "default":
+            return self.pool.call(spec, "script.run", **kwargs)
+        # one device's runs (the references, their replays) are the same in every test that checks this
+        # script: in a pytest session, computed once (memo.py); a spec's own runs always run
+        return memo.MEMO.call(self.pool, spec, "script.run", kwargs, content=lambda: memo.folder_digest(s.folder, s.path))
 
     def _run_against(self, spec, ref, **kwargs) -> list:
         """``spec``'s runs from the reference ``ref``'s initial values (``kwargs``: the probe's options)."""
@@ -408,8 +413,11 @@ def _reference_key(spec) -> tuple:
 
 
 def _stand_in_run(checker: ScriptChecker, spec, global_batch: int, described: dict, init=None) -> list:
-    return checker.pool.call(spec, "workload.run", target="stand-in", steps=checker.steps, global_batch=global_batch,
-                             seed=checker.seed, stand_in_of=described, init=init)
+    """The stand-in control (the suite's own model, the script's optimizer) under ``spec``: a function of
+    its arguments alone, so computed once in a pytest session (memo.py) for every script it stands in for."""
+    return memo.MEMO.call(checker.pool, spec, "workload.run", dict(
+        target="stand-in", steps=checker.steps, global_batch=global_batch, seed=checker.seed, stand_in_of=described,
+        init=init))
 
 
 def _variables_apart(ref, run) -> str | None:

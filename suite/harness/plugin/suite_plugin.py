@@ -14,8 +14,10 @@ import json
 import os
 import shutil
 import signal
+import tempfile
 import time
 import zlib
+from pathlib import Path
 
 import hypothesis
 import pytest
@@ -23,7 +25,7 @@ import pytest
 from ...common.specs import DEFAULT_SPECS, SpecError, parse_specs
 from ..drawing import profiles, tally
 from ..judging import deviations
-from ..pool import agent, cost, interrupts, machine, topology, versions
+from ..pool import agent, cost, interrupts, machine, memo, topology, versions
 from ..pool.handle import EngineHandle
 from ..pool.pool import EnginePool
 from ..reporting import results_dir
@@ -31,6 +33,7 @@ from . import scheduling, state
 from .internals import SpecScheduling, junit_suite_property
 
 PROFILE = profiles.load()
+MEMO_DIR = pytest.StashKey[str]()  # the session's memo folder (the controller's, or -n 0's)
 
 
 def pytest_addoption(parser):
@@ -123,9 +126,18 @@ def pytest_configure(config):
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistController(), "tfds-xdist")
     config.pluginmanager.register(CostProperties(), "tfds-cost")
+    # the check's one-device runs, computed once in the session and shared by its xdist workers
+    # (suite/harness/pool/memo.py): the controller's folder, which it removes at the end
+    shared = getattr(config, "workerinput", {}).get("tfds_memo")
+    if shared is None:
+        shared = config.stash[MEMO_DIR] = tempfile.mkdtemp(prefix="tfds-memo-")
+    memo.MEMO.enable(Path(shared))
 
 
 def pytest_unconfigure(config):
+    memo.MEMO.disable()
+    if MEMO_DIR in config.stash:
+        shutil.rmtree(config.stash[MEMO_DIR], ignore_errors=True)
     s = config.stash.get(state.SUITE, None)
     if s is not None and s.restore_signals is not None:
         s.restore_signals()
@@ -382,7 +394,11 @@ def pytest_sessionfinish(session):
 
 
 class XdistController:
-    """Gathers the workers' draws, findings and engine counts for the terminal summary."""
+    """Gives the workers the session's memo folder; gathers their draws, findings and engine counts
+    for the terminal summary."""
+
+    def pytest_configure_node(self, node):
+        node.workerinput["tfds_memo"] = node.config.stash[MEMO_DIR]
 
     def pytest_testnodedown(self, node, error):
         s = state.of(node.config)
