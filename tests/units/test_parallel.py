@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections import OrderedDict
 from types import SimpleNamespace
 
 import pytest
@@ -16,6 +17,7 @@ from suite.common.specs import DEFAULT_SPECS
 from suite.harness.drawing.profiles import PROFILES
 from suite.harness.judging.judgment import Check
 from suite.harness.plugin import scheduling, suite_plugin
+from suite.harness.plugin.internals import SpecScheduling
 from suite.harness.plugin.scheduling import CROSS_SPEC, auto_workers, engine_processes, scope_of
 from suite.harness.tools import cost_table
 from tests.helpers import ROOT, run_pytest
@@ -47,6 +49,52 @@ def test_scope_is_the_spec_of_a_test_else_the_test_itself():
         ("tests/workloads/test_other_versions.py::test_o", "module tests/workloads/test_other_versions.py"),
     ]:
         check.equal(scope_of(nodeid, SPECS), want or nodeid, f"scope of {nodeid}")
+
+
+def test_scopes_go_out_costliest_first_by_the_committed_table():
+    """Longest first: a scope's seconds are its tests' in the cost table (a listed slow test's own, else
+    its file's mean per test, else the mean of all tests), so a scope of few slow tests goes out before
+    one of many quick ones; without a table, xdist's order (most tests first). The committed table
+    reads, and orders the slowest test it lists before a scope of ten quick unit tests."""
+    table = {"tests": 4, "tests_s": 40.0,
+             "files": [{"file": "tests/units/test_q.py", "tests": 10, "wall_s": 5.0},
+                       {"file": "tests/workloads/test_w.py", "tests": 2, "wall_s": 60.0}],
+             "slowest_tests": [{"test": "tests/workloads/test_w.py::test_slow", "wall_s": 50.0}]}
+    scopes = {"quick": [f"tests/units/test_q.py::test_{i}" for i in range(10)],  # 10 x 0.5 s
+              "slow": ["tests/workloads/test_w.py::test_slow"],  # 50 s, listed
+              "mean": ["tests/workloads/test_w.py::test_other"],  # 30 s, its file's mean
+              "unknown": ["tests/units/test_new.py::test_n"] * 2}  # 2 x 10 s, the mean of all
+    check = Check("scheduling")
+    check.equal(scheduling.by_cost(scopes, table), ["slow", "mean", "unknown", "quick"], "the order by cost")
+    check.equal(scheduling.by_cost(scopes, None), ["quick", "unknown", "slow", "mean"], "the order without a table")
+    committed = scheduling.committed_table()
+    slowest = committed["slowest_tests"][0]["test"]
+    check.equal(scheduling.by_cost({"units": [f"tests/units/test_cost.py::t{i}" for i in range(10)],
+                                    "slowest": [slowest]}, committed), ["slowest", "units"],
+                "the committed table's order of its slowest test and ten unit tests")
+
+
+def test_the_scheduler_sends_the_costliest_scope_first():
+    """SpecScheduling (internals.py) puts xdist's queue in by_cost's order before the first unit goes out:
+    the first worker gets the one slow test, though the quick scope was queued first and is larger."""
+    class Node:
+        def __init__(self):
+            self.sent = []
+
+        def send_runtest_some(self, indices):
+            self.sent.append(indices)
+
+    table = {"tests": 2, "tests_s": 2.0, "files": [],
+             "slowest_tests": [{"test": "tests/workloads/test_w.py::test_slow", "wall_s": 50.0}]}
+    collection = [f"tests/units/test_q.py::test_{i}" for i in range(3)] + ["tests/workloads/test_w.py::test_slow"]
+    sched = SpecScheduling.__new__(SpecScheduling)  # its state as xdist's schedule() leaves it
+    sched.specs, sched.table, sched._ordered = frozenset(), table, False
+    sched.workqueue = OrderedDict([("quick", dict.fromkeys(collection[:3], False)), ("slow", {collection[3]: False})])
+    node = Node()
+    sched.assigned_work, sched.registered_collections = {}, {node: collection}
+    sched._assign_work_unit(node)
+    Check("scheduling").equal((node.sent, list(sched.workqueue)), ([[3]], ["quick"]),
+                              "the indices sent to the first worker, and the scopes left")
 
 
 def test_the_cross_spec_scope_is_every_property_that_calls_other_specs():

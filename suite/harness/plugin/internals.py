@@ -3,7 +3,8 @@ the job. Everything else in the project uses public pytest, xdist and hypothesis
 
 - ``SpecScheduling``: xdist's load-scope scheduling keyed by strategy spec. xdist offers no
   public hook for the scope of a test; ``LoadScopeScheduling._split_scope`` is the method xdist's
-  own ``LoadFileScheduling`` overrides to the same end.
+  own ``LoadFileScheduling`` overrides to the same end. Nor for the order scopes go out in:
+  ``_assign_work_unit`` reorders its ``workqueue`` before the first unit is taken.
 - ``junit_suite_property``: a property of the whole run in the JUnit file, written by the process
   that writes the file (pytest-xdist's controller). ``record_testsuite_property`` is a fixture, and a
   fixture runs in a worker; ``LogXML.add_global_property`` is what it calls.
@@ -18,18 +19,30 @@ from _pytest.junitxml import xml_key
 from _pytest.runner import runtestprotocol
 from xdist.scheduler import LoadScopeScheduling
 
-from .scheduling import scope_of
+from .scheduling import by_cost, scope_of
 
 
 class SpecScheduling(LoadScopeScheduling):
-    """Load-scope scheduling whose scope is the strategy spec (scheduling.scope_of)."""
+    """Load-scope scheduling whose scope is the strategy spec (scheduling.scope_of), the scopes taken
+    costliest first by the committed cost table (scheduling.by_cost)."""
 
-    def __init__(self, config, specs: list[str], log=None):
+    def __init__(self, config, specs: list[str], log=None, table: dict | None = None):
         super().__init__(config, log)
         self.specs = frozenset(specs)
+        self.table = table
+        self._ordered = False
 
     def _split_scope(self, nodeid: str) -> str:
         return scope_of(nodeid, self.specs)
+
+    def _assign_work_unit(self, node) -> None:
+        # xdist fills ``workqueue`` (scope -> its node ids) in ``schedule`` and pops it from the front
+        # here, with no hook between: the queue is put in cost order before its first unit goes out
+        if not self._ordered:
+            self._ordered = True
+            order = by_cost(self.workqueue, self.table)
+            self.workqueue = type(self.workqueue)((scope, self.workqueue[scope]) for scope in order)
+        super()._assign_work_unit(node)
 
 
 def run_again(item, nextitem) -> list:

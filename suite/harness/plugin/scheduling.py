@@ -16,8 +16,10 @@ decided here (``scope_of``); the xdist scheduler that applies it is in internals
 
 from __future__ import annotations
 
+import json
 import os
 
+from ... import layout
 from ...common.specs import SpecError, parse_spec
 from ..drawing.tally import split_nodeid
 from ..pool import topology
@@ -55,6 +57,40 @@ def scope_of(nodeid: str, specs: frozenset[str]) -> str:
         return f"module {nodeid.split('::', 1)[0]}"
     spec = split_nodeid(nodeid)[1]
     return f"spec {spec}" if spec in specs else nodeid
+
+
+def committed_table() -> dict | None:
+    """The checkout's committed cost table (docs/cost_table.json), None where there is none (an
+    installed suite) or it does not read."""
+    if layout.REPO_ROOT is None:
+        return None
+    try:
+        return json.loads((layout.REPO_ROOT / "docs" / "cost_table.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def estimates(table: dict) -> tuple[dict, dict, float]:
+    """From a cost table (tools/cost_table.py's JSON: docs/cost_table.json): each listed slow test's
+    seconds, each file's mean seconds per test, and the mean over all tests (for a file it lacks)."""
+    slow = {row["test"]: row["wall_s"] for row in table.get("slowest_tests", [])}
+    per_file = {row["file"]: row["wall_s"] / row["tests"] for row in table.get("files", []) if row.get("tests")}
+    overall = table.get("tests_s", 0.0) / table["tests"] if table.get("tests") else 1.0
+    return slow, per_file, overall
+
+
+def by_cost(scopes: dict, table: dict | None) -> list:
+    """The scopes (scope -> its node ids) in the order workers should take them: the costliest first by
+    the committed cost table's seconds (a test it does not list: its file's mean, else the mean of all),
+    so the long scopes start early and the short ones fill the end (the longest-first rule); by their
+    number of tests, as xdist orders them, without a table."""
+    if not table:
+        return sorted(scopes, key=lambda scope: -len(scopes[scope]))
+    slow, per_file, overall = estimates(table)
+
+    def seconds(nodeid: str) -> float:
+        return slow.get(nodeid, per_file.get(nodeid.split("::", 1)[0], overall))
+    return sorted(scopes, key=lambda scope: (-sum(map(seconds, scopes[scope])), -len(scopes[scope])))
 
 
 def usable_cores() -> int:

@@ -235,9 +235,10 @@ def pytest_xdist_auto_num_workers(config):
 
 
 def pytest_xdist_make_scheduler(config, log):
-    """``--dist loadscope`` (the default): the scope of a test is its strategy spec."""
+    """``--dist loadscope`` (the default): the scope of a test is its strategy spec; scopes go out
+    costliest first by the checkout's committed cost table (docs/cost_table.json)."""
     if config.getoption("dist") == "loadscope":
-        return SpecScheduling(config, [s.text for s in state.of(config).specs], log)
+        return SpecScheduling(config, [s.text for s in state.of(config).specs], log, scheduling.committed_table())
     return None
 
 
