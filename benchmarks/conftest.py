@@ -11,7 +11,7 @@ import pytest
 
 from suite.harness.loopcheck.usercheck import CheckInputError, validate_target
 from suite.harness.plugin import state
-from suite.harness.pool import machine
+from suite.harness.pool import machine, memo
 from suite.harness.tools import bench
 
 WORKLOAD_BENCH = "bench_workload.py"  # the user's step per spec and TensorFlow version: only with --workload
@@ -49,7 +49,10 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     """A ``--workload`` that names no importable module is a usage error (one line) before any
-    engine starts: the check's own validation (the module is imported only in engines)."""
+    engine starts: the check's own validation (the module is imported only in engines). Benchmarks
+    time real runs: the session memo of the check's one-device runs (suite/harness/pool/memo.py),
+    which the suite's plugin enabled, is off."""
+    memo.MEMO.disable()
     target = config.getoption("--workload")
     if not target:
         return

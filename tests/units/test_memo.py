@@ -14,6 +14,7 @@ import pytest
 
 from suite.common.specs import parse_spec
 from suite.harness.judging.judgment import Check
+from suite.harness.loopcheck import usercheck
 from suite.harness.pool import memo
 from suite.harness.pool.pool import EnginePool, ProbeError
 
@@ -98,6 +99,19 @@ def test_a_folders_digest_follows_its_files(tmp_path):
     check.that(before != after, "the digests before and after a sibling module changed", (before, after), "differ")
     entry = memo.folder_digest(str(tmp_path), None)  # an entry function's: its package's folder, no file of its own
     check.that(entry not in (before, after), "an entry function's digest", entry, "its folder's files alone")
+
+
+def test_a_workloads_digest_follows_its_modules_folder(tmp_path, pools):
+    """The workload check's one-device runs are keyed by the files of its module's folder."""
+    (tmp_path / "loops_memo_a").mkdir()
+    (tmp_path / "loops_memo_a" / "__init__.py").write_text("")
+    (tmp_path / "loops_memo_a" / "loop.py").write_text("from .parts import MODEL\n")
+    (tmp_path / "loops_memo_a" / "parts.py").write_text("MODEL = 1\n")
+    checker = usercheck.Checker(pools(), "loops_memo_a.loop:workload", path=str(tmp_path))
+    before = checker._content()
+    (tmp_path / "loops_memo_a" / "parts.py").write_text("MODEL = 2\n")
+    Check(SPEC).that(checker._content() != before, "the workload's digest after a module beside it changed",
+                     checker._content(), f"not {before}")
 
 
 def test_errors_and_pools_of_a_tests_own_are_not_kept(monkeypatch, shared, pools):

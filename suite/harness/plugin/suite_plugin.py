@@ -130,7 +130,7 @@ def pytest_configure(config):
     # (suite/harness/pool/memo.py): the controller's folder, which it removes at the end
     shared = getattr(config, "workerinput", {}).get("tfds_memo")
     if shared is None:
-        shared = config.stash[MEMO_DIR] = tempfile.mkdtemp(prefix="tfds-memo-")
+        shared = config.stash[MEMO_DIR] = tempfile.mkdtemp(prefix="tfds-memo-", dir=memo.scratch())
     memo.MEMO.enable(Path(shared))
 
 

@@ -27,6 +27,7 @@ import fcntl
 import hashlib
 import os
 import pickle
+import shutil
 import threading
 import time
 from collections import defaultdict
@@ -38,6 +39,7 @@ from .pool import EnginePool
 # variables that differ between the session's processes and say nothing of what an engine computes
 VOLATILE = (*forks.PER_ENGINE, "PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "TFDS_COST_FILE", "COLUMNS", "LINES")
 LARGE = 1 << 20  # bytes: a file in a script's folder larger than this is digested by its size and time
+SHM, SHM_FREE = "/dev/shm", 4 << 30  # bytes free there before the memo goes there
 WAIT = 1800.0  # seconds a process waits for another's run of a key before it runs the probe itself
 
 
@@ -62,6 +64,18 @@ def folder_digest(folder: str | None, *paths: str | None) -> str:
             stat = os.stat(path)  # a large file (data) by its size and time, not read
             h.update(Path(path).read_bytes() if stat.st_size <= LARGE else f"{stat.st_size} {stat.st_mtime_ns}".encode())
     return h.hexdigest()
+
+
+def scratch() -> str | None:
+    """Where the session's memo folder goes: /dev/shm (memory) where it is a folder with room to spare,
+    else the temporary folder. A session's replies are hundreds of megabytes, written once and read
+    back; on a disk they were writes that the engines' own file work (temporary folders, checkpoints,
+    input files) waited behind."""
+    try:
+        free = shutil.disk_usage(SHM)
+    except OSError:
+        return None
+    return SHM if os.access(SHM, os.W_OK) and free.free >= SHM_FREE else None
 
 
 class Memo:
