@@ -21,7 +21,7 @@ from ...common.catalog import BENCH_BLOCKS, XLA_UNSUPPORTED
 from ...common.results import BenchRun, Raised
 from ..judging.judgment import Check
 
-ROUND_SECONDS = 0.5  # a round lasts at least this long...
+ROUND_SECONDS = 0.3  # a round lasts at least this long (0.5 until the default run had to fit 4 minutes)...
 FLOOR_SHARE = 0.01  # ...and the harness floor is at most this share of it
 MAX_STEPS = 2000  # a cap for steps that take microseconds
 FIDELITY = 0.05  # the harness's step time agrees with the engine's own timer within 5%
@@ -405,12 +405,12 @@ def default_blocks(gpus: bool) -> list[str]:
 
 # Seconds one benchmark of each kind takes, set-up included (engine starts spread over them),
 # measured on the 2-core VM (TF 2.21 / Keras 3.15.1, no GPU) with the default method (5 counted
-# rounds of at least 0.5 s, 3 trace rounds): the estimate when no earlier run's JSON times it.
-# (the default selection on 2 cores under a concurrent load: floors 3 s, plain steps 5 s, train steps
-# 9 s, block steps 14.5 s; first calls are estimated from three traces; the check of a workload on the
-# 9 default specs 16 s, measured alone)
-SECONDS_PER_KIND = {"floor": 3.0, "plain_step": 5.0, "first_call": 6.0, "train_step": 9.0, "block_step": 14.5,
-                    "workload_step": 9.0, "check": 17.0}
+# rounds of at least 0.3 s, 3 trace rounds): the estimate when no earlier run's JSON times it.
+# (the default selection on 2 cores, nothing else running: floors 0.8 s, plain steps 3.0 s, train steps
+# 5.3 s, block steps 8.7 s, the check of a workload on the 9 default specs 17.3 s; first calls are
+# estimated from three traces, which the round length does not change)
+SECONDS_PER_KIND = {"floor": 1.0, "plain_step": 3.0, "first_call": 6.0, "train_step": 5.5, "block_step": 9.0,
+                    "workload_step": 5.5, "check": 17.0}
 SECONDS_PER_KIND_SMOKE = 1.5  # --benchmark-disable: each benchmark once, K = 1
 SECONDS_DEFAULT = 8.0  # a benchmark of a kind not above
 
