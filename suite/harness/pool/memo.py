@@ -79,12 +79,16 @@ def scratch() -> str | None:
 
 
 class Memo:
+    """A process's view of the session's memo: its folder (None: off) and the keys this process
+    has seen there, whose replies it reads back from the folder (not kept in its own memory: each
+    worker would hold the session's hundreds of megabytes again)."""
+
     def __init__(self):
         self.folder: Path | None = None
-        self._kept: dict[str, bytes] = {}
+        self._seen: set[str] = set()
         self._locks: defaultdict = defaultdict(threading.Lock)
         self._lock = threading.Lock()
-        self.hits = 0
+        self.hits = 0  # replies read back, not computed here
 
     def enable(self, folder: Path):
         folder.mkdir(parents=True, exist_ok=True)
@@ -92,11 +96,7 @@ class Memo:
 
     def disable(self):
         self.folder = None
-        self._kept.clear()
-
-    @property
-    def enabled(self) -> bool:
-        return self.folder is not None
+        self._seen.clear()
 
     def call(self, pool, spec, probe: str, kwargs: dict, content=None) -> list:
         """``pool.call(spec, probe, **kwargs)``, once per key while enabled; ``content`` (called only
@@ -108,11 +108,15 @@ class Memo:
         with self._lock:
             lock = self._locks[key]
         with lock:  # this process's threads: one computes, the others wait
-            if key not in self._kept:
-                self._kept[key] = self._shared(key, lambda: pickle.dumps(pool.call(spec, probe, **kwargs)))
-            else:
-                self.hits += 1
-            return pickle.loads(self._kept[key])
+            data = None
+            if key in self._seen:
+                with contextlib.suppress(OSError):
+                    data = (self.folder / f"{key}.pickle").read_bytes()
+                    self.hits += 1
+            if data is None:
+                data = self._shared(key, lambda: pickle.dumps(pool.call(spec, probe, **kwargs)))
+                self._seen.add(key)
+            return pickle.loads(data)
 
     def _shared(self, key: str, compute) -> bytes:
         """The pickled reply of ``key`` from the shared folder, or computed under its lock and written."""
