@@ -89,6 +89,17 @@ def test_what_decides_a_reply_makes_another_key(engine, shared, pools, monkeypat
     Check(SPEC).equal(engine.calls, 7, "engine calls: one per key")
 
 
+def test_one_device_keeps_default_runs_alone_and_nothing_without_a_digest(engine, shared, pools):
+    """``one_device``: a spec's own runs always run, a run under ``default`` once; a run whose files
+    cannot be digested (content None: a namespace package's workload) always runs."""
+    pool = pools()
+    for _ in range(2):
+        shared.one_device(pool, parse_spec("mirrored:2"), "script.run", {"steps": 3})
+        shared.one_device(pool, SPEC, "script.run", {"steps": 3})
+        shared.one_device(pool, SPEC, "workload.run", {"steps": 3}, content=lambda: None)
+    Check(SPEC).equal(engine.calls, 5, "engine calls: the spec's twice, default's once, the undigested twice")
+
+
 def test_a_folders_digest_follows_its_files(tmp_path):
     (tmp_path / "train.py").write_text("print(1)\n")
     (tmp_path / "data.py").write_text("X = 1\n")

@@ -138,11 +138,9 @@ class ScriptChecker:
         s = self.script
         kwargs = dict(target=s.target, folder=s.folder, path=s.path, entry=s.entry, root=s.root, args=self.args,
                       steps=self.steps, seed=self.seed, **kwargs)
-        if spec.kind != "default":
-            return self.pool.call(spec, "script.run", **kwargs)
-        # one device's runs (the references, their replays) are the same in every test that checks this
-        # script: in a pytest session, computed once (memo.py); a spec's own runs always run
-        return memo.MEMO.call(self.pool, spec, "script.run", kwargs, content=lambda: memo.folder_digest(s.folder, s.path))
+        # one device's runs (the references, their replays): in a pytest session, computed once (memo.py)
+        return memo.MEMO.one_device(self.pool, spec, "script.run", kwargs,
+                                    content=lambda: memo.folder_digest(s.folder, s.path))
 
     def _run_against(self, spec, ref, **kwargs) -> list:
         """``spec``'s runs from the reference ``ref``'s initial values (``kwargs``: the probe's options)."""

@@ -214,17 +214,15 @@ class Checker:
     def _run(self, spec, **kwargs):
         kwargs = dict(target=self.target, steps=self.steps, global_batch=self.global_batch, seed=self.seed,
                       path=self.path, **kwargs)
-        if spec.kind != "default":
-            return self.pool.call(spec, "workload.run", **kwargs)
-        # one device's runs (the reference, the canonical step's, the stand-in's) are the same in every test
-        # that checks this workload: in a pytest session, computed once (memo.py); a spec's own runs always run
-        return memo.MEMO.call(self.pool, spec, "workload.run", kwargs, content=self._content)
+        # one device's runs (the reference, the canonical step's, the stand-in's): in a pytest session,
+        # computed once (memo.py)
+        return memo.MEMO.one_device(self.pool, spec, "workload.run", kwargs, content=self._content)
 
-    def _content(self) -> str:
-        """A digest of the files of the workload module's folder (what its runs import); a module with no
-        file of its own (a namespace package) a key of its own, shared with no other run."""
+    def _content(self) -> str | None:
+        """A digest of the files of the workload module's folder (what its runs import); None for a
+        module with no file of its own (a namespace package): its runs are not kept."""
         origin = importlib.util.find_spec(self.target.partition(":")[0]).origin
-        return memo.folder_digest(os.path.dirname(origin), origin) if origin else f"unshared {id(self)} {time.time_ns()}"
+        return memo.folder_digest(os.path.dirname(origin), origin) if origin else None
 
     def reference(self):
         """The reference run, checked to repeat itself (computed once)."""

@@ -9,9 +9,9 @@ replica count that run on both xdist workers, and each test's checker ran them a
 ``MEMO.call(pool, spec, probe, kwargs, content)`` runs ``pool.call`` once per key and answers
 later calls with a copy of that reply: the key is the engine's identity (``identity``), the probe,
 its arguments and what ``content()`` returns, a digest of the files the run reads (the script's
-folder). A reply
-is kept pickled and unpickled for each caller, so no checker sees another's changes. Errors are
-not kept: the next caller runs the probe itself.
+folder; None: nothing to key it by, so it is not kept). A reply is kept pickled in the shared folder
+and unpickled for each caller, so no checker sees another's changes. Errors are not kept: the next
+caller runs the probe itself. ``MEMO.one_device`` keeps the runs under ``default`` alone.
 
 Off unless enabled: a check run as a command computes its own runs, and so does a check that
 a test runs as a command. The pytest plugin enables it for the session (``enable``) with a folder
@@ -103,8 +103,10 @@ class Memo:
         then) digests what else the run reads."""
         if self.folder is None or type(pool) is not EnginePool or "call" in vars(pool):
             return pool.call(spec, probe, **kwargs)  # (a pool of a test's own making answers for itself)
-        key = hashlib.sha256(pickle.dumps((identity(pool, spec), probe, content() if content else "",
-                                           sorted(kwargs.items())))).hexdigest()
+        files = content() if content else ""
+        if files is None:
+            return pool.call(spec, probe, **kwargs)
+        key = hashlib.sha256(pickle.dumps((identity(pool, spec), probe, files, sorted(kwargs.items())))).hexdigest()
         with self._lock:
             lock = self._locks[key]
         with lock:  # this process's threads: one computes, the others wait
@@ -117,6 +119,13 @@ class Memo:
                 data = self._shared(key, lambda: pickle.dumps(pool.call(spec, probe, **kwargs)))
                 self._seen.add(key)
             return pickle.loads(data)
+
+    def one_device(self, pool, spec, probe: str, kwargs: dict, content=None) -> list:
+        """``call`` for a run under ``default`` (one device's: the same in every test that checks the
+        same code); a spec's own runs always run."""
+        if spec.kind != "default":
+            return pool.call(spec, probe, **kwargs)
+        return self.call(pool, spec, probe, kwargs, content)
 
     def _shared(self, key: str, compute) -> bytes:
         """The pickled reply of ``key`` from the shared folder, or computed under its lock and written."""
