@@ -12,10 +12,11 @@ import pytest
 from suite.harness.loopcheck.usercheck import CheckInputError, validate_target
 from suite.harness.plugin import state
 from suite.harness.pool import machine, memo
-from suite.harness.tools import bench
+from suite.harness.tools import bench, suite_bench
 
 WORKLOAD_BENCH = "bench_workload.py"  # the user's step per spec and TensorFlow version: only with --workload
 CHECK_BENCH = "bench_check.py"  # the check of the suite's own examples: not with --workload
+SUITE_BENCH = "bench_suite.py"  # the suite's own test files, timed: only with --bench-suite, and then alone
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -43,6 +44,10 @@ def pytest_addoption(parser):
                          f"'none': no block benchmarks)")
     group.addoption("--workload-batch", type=int, default=32,
                     help="with --workload: the per-replica batch under weak scaling (default 32; strong: 3x it)")
+    group.addoption("--bench-suite", default=None, metavar="TARGETS",
+                    help="time the suite's own tests instead (benchmarks/bench_suite.py): comma-separated test "
+                         "files or folders run as the README runs them (HYPOTHESIS_PROFILE=ci pytest TARGET; "
+                         "'tests': the whole command), or slowest:N, the N costliest files of docs/cost_table.json")
     group.addoption("--bench-trace-rounds", type=int, default=3,
                     help="how many fresh step functions the first-call (trace) benchmark traces (default 3)")
 
@@ -51,15 +56,19 @@ def pytest_configure(config):
     """A ``--workload`` that names no importable module is a usage error (one line) before any
     engine starts: the check's own validation (the module is imported only in engines). Benchmarks
     time real runs: the session memo of the check's one-device runs (suite/harness/pool/memo.py),
-    which the suite's plugin enabled, is off."""
+    which the suite's plugin enabled, is off. A ``--bench-suite`` naming no tests is a usage error too."""
     memo.MEMO.disable()
     target = config.getoption("--workload")
-    if not target:
-        return
-    try:
-        validate_target(target, str(config.invocation_params.dir))
-    except CheckInputError as exc:
-        raise pytest.UsageError(f"--workload: {exc}") from None
+    if target:
+        try:
+            validate_target(target, str(config.invocation_params.dir))
+        except CheckInputError as exc:
+            raise pytest.UsageError(f"--workload: {exc}") from None
+    if config.getoption("--bench-suite") is not None:
+        try:
+            config.stash[_SUITE_TARGETS] = suite_bench.targets(config.getoption("--bench-suite"), config.rootpath)
+        except suite_bench.SuiteBenchError as exc:
+            raise pytest.UsageError(str(exc)) from None
     if config.getoption("--workload-batch") < 1:
         raise pytest.UsageError(f"--workload-batch {config.getoption('--workload-batch')}: must be positive")
 
@@ -67,10 +76,15 @@ def pytest_configure(config):
 def pytest_ignore_collect(collection_path, config):
     """The user's step across specs and versions (bench_workload.py) has nothing to time without
     ``--workload``: not collected then, so the default run is unchanged; with it, the run times
-    that workload alone (not the check of the suite's examples, bench_check.py)."""
+    that workload alone (not the check of the suite's examples, bench_check.py). The suite's own
+    tests (bench_suite.py) are timed only with ``--bench-suite``, and then alone."""
     if collection_path.name == WORKLOAD_BENCH and not config.getoption("--workload"):
         return True
     if collection_path.name == CHECK_BENCH and config.getoption("--workload"):
+        return True
+    suite = config.getoption("--bench-suite") is not None
+    if collection_path.suffix == ".py" and collection_path.name.startswith("bench_") and \
+            (collection_path.name == SUITE_BENCH) != suite:
         return True
     return None
 
@@ -111,6 +125,9 @@ def _scalings(config) -> list[str]:
 
 def pytest_generate_tests(metafunc):
     config = metafunc.config
+    if "suite_target" in metafunc.fixturenames:
+        chosen = config.stash.get(_SUITE_TARGETS, [])
+        metafunc.parametrize("suite_target", chosen, ids=[t.path for t in chosen])
     if "workload" in metafunc.fixturenames:
         workloads = _workloads(config)
         metafunc.parametrize("workload", workloads, ids=[w.name for w in workloads])
@@ -192,6 +209,7 @@ def pytest_collection_modifyitems(config, items):
 
 
 _LEFT_OUT = pytest.StashKey[int]()
+_SUITE_TARGETS = pytest.StashKey[list]()
 _SETUP_S = pytest.StashKey[float]()
 
 
@@ -224,8 +242,10 @@ def pytest_collection_finish(session):
     if reporter is None or not ids:
         return
     source, data = _previous_run(config)
+    by_table = {i.nodeid: i.callspec.params["suite_target"].estimate_s for i in session.items
+                if "suite_target" in getattr(getattr(i, "callspec", None), "params", {})}
     seconds, known = bench.estimate_seconds(ids, bench.previous_wall_seconds(data),
-                                            smoke=bool(config.getoption("benchmark_disable")))
+                                            smoke=bool(config.getoption("benchmark_disable")), fallback=by_table)
     how = (f"{known} of them as timed in {source}, the rest at the per-kind figures" if known
            else "from the count, at the per-kind figures measured on 2 cores")
     selection = "the full sweep" if _full(config) else "the default selection"

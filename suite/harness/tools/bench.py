@@ -432,14 +432,18 @@ def previous_wall_seconds(data: dict) -> dict[str, float]:
     return found
 
 
-def estimate_seconds(nodeids: list[str], previous: dict[str, float], smoke: bool = False) -> tuple[float, int]:
+def estimate_seconds(nodeids: list[str], previous: dict[str, float], smoke: bool = False,
+                     fallback: dict[str, float] | None = None) -> tuple[float, int]:
     """(seconds, how many of ``nodeids`` were timed in ``previous``): an earlier run's figure for
-    each benchmark it has, the per-kind figure for the others."""
+    each benchmark it has, else its figure in ``fallback`` (the suite's files: the committed cost
+    table), else the per-kind figure."""
     total, known = 0.0, 0
     for nodeid in nodeids:
         if nodeid in previous:
             total += previous[nodeid]
             known += 1
+        elif (fallback or {}).get(nodeid):
+            total += fallback[nodeid]
         elif smoke:
             total += SECONDS_PER_KIND_SMOKE
         else:
