@@ -57,7 +57,8 @@ def test_the_benchmark_times_the_suites_run_and_a_failing_run_fails_it(tmp_path)
     check.equal(done.returncode, 1, "the exit status (one benchmark fails)", done.stdout[-2000:] + done.stderr[-1000:])
     check.contains(done.stdout, ["the exit status of the suite's run: got 1", "1 failed, 1 passed"],
                    "the failing run's benchmark")
-    results = {b["name"].split("[", 1)[1].rstrip("]").rsplit("/", 1)[-1]: b for b in json.loads(out.read_text())["benchmarks"]}
+    results = {b["name"].split("[", 1)[1].rstrip("]").rsplit("/", 1)[-1]: b
+               for b in json.loads(out.read_text())["benchmarks"]}
     check.equal(sorted(results), ["test_failing.py", "test_passing.py"], "the benchmarks run (the suite's alone)")
     passing = results["test_passing.py"]
     info = passing["extra_info"]

@@ -165,7 +165,8 @@ def test_missing_tensorflow_is_a_one_line_error(tmp_path):
 
 def test_no_engine_outlives_its_pool_or_its_parent(tmp_path):
     """Closing the pool ends every engine; a parent killed without cleanup takes its engines
-    with it (PR_SET_PDEATHSIG)."""
+    with it (PR_SET_PDEATHSIG); one killed right after an interruption's kill_now (a pytest-xdist
+    worker its controller SIGKILLs while it unwinds) leaves no folder either."""
     script = tmp_path / "parent.py"
     script.write_text(textwrap.dedent(f"""
         import sys, os, signal
@@ -179,12 +180,16 @@ def test_no_engine_outlives_its_pool_or_its_parent(tmp_path):
         if sys.argv[1] == "close":
             pool.close()
         else:
+            if sys.argv[1] == "interrupted":
+                pool.kill_now()
             os.kill(os.getpid(), signal.SIGKILL)
     """))
-    for mode in ("close", "die"):
+    for mode in ("close", "die", "interrupted"):
         # the killed parent cannot remove its log folder: keep it inside tmp_path
+        scratch = tmp_path / mode
+        scratch.mkdir()
         proc = subprocess.run([sys.executable, str(script), mode], capture_output=True, text=True, timeout=300,
-                              env=dict(os.environ, TMPDIR=str(tmp_path)))
+                              env=dict(os.environ, TMPDIR=str(scratch)))
         pids = [int(p) for p in proc.stdout.split()]
         check = Check("default, multi_worker:2x1", case={"parent": mode})
         check.equal(len(pids), 4, "processes the parent printed (3 engine processes, 1 fork server)",
@@ -193,6 +198,8 @@ def test_no_engine_outlives_its_pool_or_its_parent(tmp_path):
         while any(alive(p) for p in pids) and time.monotonic() < deadline:
             time.sleep(0.2)
         check.equal([p for p in pids if alive(p)], [], "engine processes alive 15 s after their parent ended")
+        if mode != "die":
+            check.equal([f.name for f in scratch.glob("tfds-engines-*")], [], "the pool's folder left")
 
 
 def parent_of(pid: int) -> int:

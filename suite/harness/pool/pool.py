@@ -816,12 +816,16 @@ class EnginePool:
     def kill_now(self):
         """An interruption (Ctrl-C, SIGTERM; safe in a signal handler): every engine process and fork
         server SIGKILLed at once, without a call to any of them and without taking a lock; no engine
-        starts afterwards. close() then reaps them and removes the pool's folder."""
+        starts afterwards. The pool's folder (logs, the engines' temporary files) goes at once too:
+        the process may not live to close(), which reaps the engines and removes what is left (under
+        pytest-xdist, the controller SIGKILLs a worker whose unwinding takes over 10 s; a loaded run
+        left a worker's folder so)."""
         self.interrupted = True
         for engine in list(self._engines.values()):
             engine.kill_now()
         if self.fork_servers:
             self.fork_servers.kill_now()
+        shutil.rmtree(self._log_dir, ignore_errors=True)
 
     def close(self):
         for key, engine in list(self._engines.items()):
