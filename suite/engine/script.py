@@ -433,6 +433,7 @@ class Watcher:
         self._rows = None
         self.undistributed: dict = {}  # "file:line" -> a batch passed to strategy.run that was not distributed
         self.runs = 0  # calls of strategy.run (a traced call counts once per trace)
+        self.step_graphs: list = []  # the graphs strategy.run was traced in (the steps' tf.functions): random_ops reads them
         self.distributed = False  # whether the script distributed a dataset
         self.feature_shape = None  # per example, of the first element drawn (the stand-in control's data)
         self._unseeded: dict = {}  # id -> (dataset, "file:line"): what the script shuffled without a seed
@@ -889,6 +890,10 @@ class Watcher:
     def _run(self, real_run):
         def run(fn, args=(), kwargs=None, options=None):
             self.runs += 1
+            if not tf.executing_eagerly():  # traced: the graph it is traced in holds the step's ops
+                graph = tf.compat.v1.get_default_graph()
+                if not any(g is graph for g in self.step_graphs):
+                    self.step_graphs.append(graph)
             calling = getattr(self._local, "calling", None)
             if calling is not None and not tf.executing_eagerly() and self.mode != "draws":
                 self._traced_step(calling, args, kwargs)
@@ -962,6 +967,37 @@ class Watcher:
     def _where(self, frame) -> str:
         frames = self.user_frames(frame)
         return f"{os.path.relpath(frames[0].f_code.co_filename, self.folder)}:{frames[0].f_lineno}" if frames else "?"
+
+    def _made_at(self, op) -> str:
+        """The script's innermost line in ``op``'s traceback, or "?"."""
+        try:
+            frames = [f for f in op.traceback if self._users(f.filename)]
+        except Exception:  # noqa: BLE001  (a traceback TensorFlow did not keep: no line, not an error)
+            frames = []
+        return f"{os.path.relpath(frames[-1].filename, self.folder)}:{frames[-1].lineno}" if frames else "?"
+
+    def random_ops(self, pattern) -> list | None:
+        """The random ops (types ``pattern`` matches) in the graphs strategy.run was traced in, and in the
+        functions those graphs call, each with the script's line that made it (its innermost frame in the
+        op's traceback, which autograph maps back to the script's source): ``"RngReadAndSkip at
+        train.py:17"``. None where no step was traced (an eager step's draws leave no graph to read)."""
+        if not self.step_graphs:
+            return None
+        found, seen, graphs = set(), set(), list(self.step_graphs)
+        while graphs:
+            graph = graphs.pop()
+            if id(graph) in seen:
+                continue
+            seen.add(id(graph))
+            for op in graph.get_operations():
+                if pattern.fullmatch(op.type):
+                    found.add(f"{op.type} at {self._made_at(op)}")
+            # the functions the step calls (a tf.function of the script's inside it): private, read where it is
+            for function in getattr(graph, "_functions", {}).values():
+                inner = getattr(function, "graph", None)
+                if inner is not None:
+                    graphs.append(inner)
+        return sorted(found)
 
     def _shuffle(self, original):
         """``Dataset.shuffle`` for the run: a shuffle the script's code asks for without a seed is kept."""

@@ -39,7 +39,7 @@ from ..script import (
 from ..workloads import stand_in as stand_ins
 from .common import failed
 from .registry import probe
-from .workload import _Capture, _keras_own, _layers, _random_attr, _regularization, fresh_start
+from .workload import RANDOM_OP, _Capture, _keras_own, _layers, _random_attr, _regularization, fresh_start
 
 keras = compat.keras
 
@@ -681,7 +681,7 @@ def _report(ctx, watcher, found, seen, facts: Facts, raised) -> WorkloadRun:
         gradient_groups=([[m, len(indices)] for _, m, indices in groups] if groups
                          else [[name, 0] for name in found.optimizers]),
         trains=trains,
-        sparse_gradients=False, random_ops=None,
+        sparse_gradients=False, random_ops=watcher.random_ops(RANDOM_OP),
         constructed=watcher.constructed, device_config=watcher.device_config,
         replica_reads=watcher.replica_reads, draws=watcher.drawn, boundaries=len(boundaries),
         runs=watcher.runs, distributed=watcher.distributed, step_mode=watcher.mode,
