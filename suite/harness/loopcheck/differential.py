@@ -46,6 +46,9 @@ STATUSES = {
     "ERROR": "the suite could not run the spec (the engine failed or timed out)",
     "RANDOM": "the step draws random numbers of its own: one device and the replicas cannot draw the same numbers, "
               "so their runs cannot be compared value for value (neither right nor wrong is known)",
+    "INCOMPARABLE": "the spec's run differs, but so does the same code under one replica of a strategy (mirrored:1): "
+                    "what differs does not need more than one replica, so it is not distribution's, and the check "
+                    "does not blame the script (neither right nor wrong is known)",
 }
 
 

@@ -38,6 +38,8 @@ def table(verdicts: list) -> str:
         cause = v.diagnoses[0].title if v.diagnoses else ("" if v.status == "PASS" else "no catalogued cause")
         if v.status == "RANDOM":
             cause = "random draws of the step's own"
+        if v.status == "INCOMPARABLE":
+            cause = "one replica differs too"
         if v.status in ("DEVIATION", "BLOCKED"):
             named = [i for i, _ in v.deviations if i != "unrecorded"]
             cause = ("known deviation " + ", ".join(dict.fromkeys(named))) if named else "unrecorded deviation"
@@ -54,9 +56,9 @@ def details(v, limit: int | None = 6) -> str:
     diagnosis, or the known deviation and its evidence."""
     if v.status == "PASS":
         return ""
-    if v.status == "RANDOM":
-        out = [f"{v.spec}: RANDOM: the runs cannot be compared" + (f" (they differ from step {v.first_step})"
-                                                                   if v.first_step else ""), f"  {v.error}"]
+    if v.status in ("RANDOM", "INCOMPARABLE"):
+        out = [f"{v.spec}: {v.status}: the runs cannot be compared" + (f" (they differ from step {v.first_step})"
+                                                                       if v.first_step else ""), f"  {v.error}"]
         out.extend(f"  note: {n}" for n in v.notes)
         return "\n".join(out)
     if v.status in ("DEVIATION", "BLOCKED"):

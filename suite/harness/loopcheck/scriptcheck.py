@@ -38,6 +38,10 @@ SCRIPT_KINDS = ("default", "one_device", "mirrored", "central_storage", "multi_w
 FIT_SCRIPT_CAUSES = frozenset({"created_outside_scope", "per_replica_batch_norm", "identical_dropout_masks",
                                "per_replica_batch_size", "shuffled_per_worker_before_sharding",
                                "input_not_sharded_per_worker", "batch_not_distributed"})
+# the specs whose FAIL is checked against the one-replica control (by_one_replica), and that control: one replica
+# under a strategy of one process (a multi-worker spec's, a one-worker cluster, is not run yet)
+ONE_REPLICA_CONTROLLED = ("mirrored", "central_storage")
+ONE_REPLICA = "mirrored:1"
 # why a spec of the other kind than the script's is not checked (by the script's kind)
 OTHER_KIND = {
     "synchronous": "a parameter-server cluster trains only what a ClusterCoordinator schedules, and the script steps "
@@ -258,6 +262,42 @@ class ScriptChecker:
         return controls.by_stand_in(v, self.stand_in_refs[batch], stand, batch, self.rtol, self.atol,
                                         differential.judge_for(spec, self.versions))
 
+    def by_one_replica(self, spec, v) -> differential.Verdict:
+        """A FAIL of a spec of several replicas is the script's only where the difference needs them:
+        the same script under one replica of a strategy (ONE_REPLICA, its engine reused) against the
+        reference told one replica. Where that run differs too (and did not raise), what differs comes
+        with a strategy whatever its replicas (the data order Keras' fit draws under any strategy, a
+        generator's streams, the reference's own construction): INCOMPARABLE, the FAIL's evidence kept
+        as notes. Where it agrees, or cannot run, the FAIL stands, with a note saying which."""
+        control = self.on(parse_spec(ONE_REPLICA))
+        try:
+            ref = self.reference(*_reference_key(control))
+            runs = self._run_against(control, ref)
+        except (CheckInputError, CheckEngineError, EngineError) as exc:
+            v.notes.append(f"no one-replica control: the script could not run under {ONE_REPLICA} "
+                           f"({str(exc).splitlines()[0]})")
+            return v
+        if runs[0].raised is not None or _variables_apart(ref, runs[0]) is not None:
+            v.notes.append(f"no one-replica control: under {ONE_REPLICA} the script raised or made other variables")
+            return v
+        c = differential.verdict_of(control.text, ref, runs, ref.facts.first_batch_rows or 0, self.rtol, self.atol,
+                                    spec_obj=control, versions=self.versions)
+        if not c.mismatches or c.error is not None:
+            v.notes.append(f"the one-replica control: under {ONE_REPLICA} the script trains what one device trains "
+                           f"({c.agreed}/{c.steps} steps): what differs here needs {spec.replicas} replicas")
+            return v
+        found = [d.title for d in v.diagnoses]
+        v.notes = [f"{spec.text}'s own difference: step {v.first_step}: {v.mismatches[0].line()}"] + (
+            [f"the evidence of {', '.join(found)} holds too, but the difference does not need {spec.replicas} "
+             "replicas"] if found else []) + v.notes
+        v.status, v.diagnoses = "INCOMPARABLE", []
+        v.error = (f"under {ONE_REPLICA} (one replica under a strategy) the script already differs from one device "
+                   f"(step {c.first_step}: {c.mismatches[0].line()}): what differs here does not need {spec.replicas} "
+                   "replicas, so it is not distribution's, and the check cannot say whether the script is right; "
+                   "it comes with a strategy whatever its replicas (a data order, random streams, or a library's "
+                   "own code path under a strategy)")
+        return v
+
     def by_remedy(self, spec, ref, v) -> differential.Verdict:
         """A FAIL judged by the remedies of the known deviations in scope (controls.by_remedy): the
         script run once more under ``spec`` with each one's remedy applied in the engine."""
@@ -355,6 +395,9 @@ class ScriptChecker:
             v = self.by_remedy(spec, ref, v)
         if v.status == "FAIL" and v.mismatches and v.error is None:
             v = self.by_stand_in(spec, ref, v)
+        if v.status == "FAIL" and v.mismatches and v.error is None and spec.replicas > 1 \
+                and spec.kind in ONE_REPLICA_CONTROLLED:
+            v = self.by_one_replica(spec, v)
         inside = [w.removesuffix(INSIDE) for w in ref.facts.replica_reads if w.endswith(INSIDE)]
         if inside and v.status == "FAIL" and v.mismatches:
             # what the reference answered there is one device's count; a right script may mean the spec's

@@ -13,7 +13,9 @@ not import or build, a dataset smaller than one global batch, a reference that d
 itself, no TensorFlow for the engines); 3 the suite could not run some spec (ERROR) and none
 FAILs; 4 the only findings are known deviations of TensorFlow/Keras (DEVIATION, BLOCKED): the
 loop is right, and ``--accept-known`` makes that 0; 5 some spec could not be compared because the
-step draws random numbers of its own (RANDOM), and none FAILs or is ERROR.
+step draws random numbers of its own (RANDOM), and none FAILs or is ERROR; 6 a script's run under some
+spec differs, but one replica under a strategy differs too (INCOMPARABLE: not distribution's), and
+none of the above.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from ..pool.versions import engine_versions
 from . import controls, differential, render
 from .runs import first_difference, first_non_finite
 
-EXIT = {"PASS": 0, "FAIL": 1, "USAGE": 2, "ERROR": 3, "KNOWN": 4, "RANDOM": 5}
+EXIT = {"PASS": 0, "FAIL": 1, "USAGE": 2, "ERROR": 3, "KNOWN": 4, "RANDOM": 5, "INCOMPARABLE": 6}
 
 
 class CheckInputError(Exception):
@@ -95,6 +97,8 @@ class Report:
             return EXIT["ERROR"]
         if "RANDOM" in statuses:
             return EXIT["RANDOM"]
+        if "INCOMPARABLE" in statuses:
+            return EXIT["INCOMPARABLE"]
         if statuses & {"DEVIATION", "BLOCKED"} and not accept_known:
             return EXIT["KNOWN"]
         return EXIT["PASS"]
@@ -135,6 +139,10 @@ class Report:
         if count["RANDOM"]:
             return (f"RANDOM: the step draws random numbers of its own, so the check cannot compare it under "
                     f"{', '.join(count['RANDOM'])} (neither right nor wrong is known there); exit {EXIT['RANDOM']}")
+        if count["INCOMPARABLE"]:
+            return (f"INCOMPARABLE: under {', '.join(count['INCOMPARABLE'])} the run differs from one device, but one "
+                    "replica under a strategy differs as well, so the difference is not distribution's (neither right "
+                    f"nor wrong is known there); exit {EXIT['INCOMPARABLE']}")
         known = count["DEVIATION"] + count["BLOCKED"]
         if known:
             return (f"KNOWN DEVIATIONS: the loop is right; TensorFlow/Keras deviates under {', '.join(known)} "
