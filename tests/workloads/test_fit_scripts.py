@@ -265,3 +265,57 @@ def test_a_difference_one_replica_shows_too_is_not_blamed_on_the_script(spec, po
     check.equal(v.status, "INCOMPARABLE", "the verdict of a seeded-shuffle fit whose mirrored:1 run differs too",
                 render.details(v))
     check.contains(v.error, ["under mirrored:1", "does not need"], "what the verdict says")
+
+
+# a fit whose own train_step returns the replica's scaled loss as its log (issue 62, finding 4): it trains as one
+# device; the log is what Keras' fit reduces over the replicas by itself, not a Mean metric of the script's
+RETURNS_SCALED_LOSS = """
+import numpy as np
+import tensorflow as tf
+
+rng = np.random.default_rng(4)
+x = rng.normal(size=(256, 8)).astype(np.float32)
+y = (x @ rng.normal(size=(8, 1))).astype(np.float32)
+
+
+class Model(tf.keras.Model):
+    def __init__(self):
+        super().__init__()
+        self.dense = tf.keras.layers.Dense(1)
+
+    def call(self, inputs):
+        return self.dense(inputs)
+
+    def train_step(self, data):
+        features, labels = data
+        with tf.GradientTape() as tape:
+            per_example = tf.reduce_mean(tf.square(labels - self(features, training=True)), axis=-1)
+            loss = tf.nn.compute_average_loss(per_example)
+        grads = tape.gradient(loss, self.trainable_variables)
+        self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
+        return {"mse": loss}
+
+
+strategy = tf.distribute.MirroredStrategy()
+with strategy.scope():
+    model = Model()
+    model.build((None, 8))
+    model.compile(optimizer=tf.keras.optimizers.SGD(0.05))
+data = tf.data.Dataset.from_tensor_slices((x, y)).batch(32 * strategy.num_replicas_in_sync)
+model.fit(data, epochs=1, verbose=0)
+"""
+
+
+@pytest.mark.specs(lambda spec: spec.kind == "mirrored" and spec.replicas == 2)
+def test_a_log_fit_reduces_is_not_called_a_mean_metric_fed_scaled_losses(spec, pool, tmp_path):
+    """The script holds no Mean metric: "a Mean metric fed scaled losses" (and its fix, update_state with the
+    per-example losses) is not its cause. Keras 3's fit averages what train_step returns over the replicas (its
+    log is 1/replicas of one device's: FAIL, with a note naming Keras' reduce_per_replica); Keras 2's sums it."""
+    (tmp_path / "fit_log.py").write_text(RETURNS_SCALED_LOSS)
+    v = scriptcheck.ScriptChecker(pool, str(tmp_path / "fit_log.py")).check(spec)
+    check = Check(spec)
+    check.equal([d.cause for d in v.diagnoses], [], "the causes named", render.details(v))
+    if v.status == "FAIL":
+        check.equal([m.what.name for m in v.mismatches], ["fit mse"], "what differs: the log alone", render.details(v))
+        check.that(any("fit reduces what train_step returns" in n and "reduce_per_replica" in n for n in v.notes),
+                   "the notes", v.notes, "one naming Keras' reduction of train_step's returns")

@@ -379,9 +379,19 @@ def metric_from_one_replica(o: Observed):
     return None
 
 
+def returned_by_train_step(facts, name: str) -> bool:
+    """Whether the metric ``name`` is a log of fit that the script's own ``train_step`` returned, not a
+    Keras metric it holds: what Keras' fit reduces over the replicas by itself (``reduce_per_replica``)."""
+    return (name.startswith("fit ") and bool(facts.fit_own_train_step)
+            and name.removeprefix("fit ") not in (facts.metric_states or {}))
+
+
 def metric_fed_scaled_loss(o: Observed):
-    """A metric at 1/N of one device's that is not one replica's value."""
+    """A metric at 1/N of one device's that is not one replica's value (nor a value a custom
+    train_step returned to fit, which no Mean of the script's averaged)."""
     for m in _metrics_alone(o):
+        if returned_by_train_step(o.facts, m.what.name):
+            continue
         if _one_replicas_value(o.dist, m.what.name, o.k) is None and _is(m.ratio, 1 / o.n):
             return [f"{m.quantity} after step {o.k} is {m.ratio:.4g} of one device's (1/{o.n} for {o.n} replicas) "
                     "while the loss and every variable agree"]

@@ -25,7 +25,7 @@ from ...common.specs import parse_spec
 from ..pool import memo, versions
 from ..pool.pool import EngineError, EnginePool, EngineUnavailable, ProbeError
 from ..pool.versions import engine_versions
-from . import controls, differential, render
+from . import controls, differential, evidence, render
 from .runs import first_difference, first_non_finite
 from .usercheck import CheckEngineError, CheckInputError, Report, _check_specs, _start_quietly, default_jobs, engine_failure
 
@@ -390,6 +390,20 @@ class ScriptChecker:
                                "(scale_loss_for_distribution), which weighs the examples of a smaller replica batch "
                                "more than one device's global mean does; no known deviation records it, and nothing "
                                "says the script is the cause")
+        returned = [m.what.name for m in v.mismatches
+                    if m.role == "metric" and evidence.returned_by_train_step(runs[0].facts, m.what.name)]
+        if v.status == "FAIL" and returned:
+            # what Keras' fit does with them (read in its source): Keras 3 averages over the replicas, Keras 2 sums
+            keras2 = str(self.versions.get("keras") or "").startswith("2.")
+            how = ("Keras 2: their sum, reduce_per_replica(..., 'auto') in keras/src/engine/training.py, so a value that "
+                   "is the same on every replica is logged at replicas x one device's: return the replica's share (a "
+                   "loss scaled by tf.nn.compute_average_loss)" if keras2 else
+                   "Keras 3: their mean, reduce_per_replica(..., reduction='auto') in "
+                   "keras/src/backend/tensorflow/trainer.py, so a replica's share of a global mean "
+                   "(tf.nn.compute_average_loss) is logged at 1/replicas of one device's: return a value that is the "
+                   "same on every replica for the log (a Keras metric's result, or the mean over the replica's examples)")
+            v.notes.append(f"{', '.join(dict.fromkeys(returned))}: a value the script's train_step returns to fit, not a "
+                           f"Keras metric it holds; fit reduces what train_step returns over the replicas by itself ({how})")
         if v.status == "FAIL" and v.mismatches and v.error is None:
             # first the remedies (the run itself with a later Keras' change), then the stand-in control
             v = self.by_remedy(spec, ref, v)
