@@ -67,7 +67,8 @@ CAUSES = {
         fix="update the metric with the per-example losses (metric.update_state(per_example_loss)), not with "
             "the replica's scaled loss: a replica's scaled loss is its share of the global mean, and Mean "
             "averages the shares",
-        evidence="only metrics differ, by 1/N",
+        evidence="only metrics differ, by 1/N; not a log a script's own train_step returns to fit (Keras 3's fit "
+                 "averages what train_step returns over the replicas, reduce_per_replica: a note says so)",
         remedy="update the metric with the per-example losses",
         found_by=(e.metric_fed_scaled_loss,)),
     "keras_loss_reduction": Cause(
