@@ -95,9 +95,6 @@ class SubRun:
     table: dict
     tail: str
 
-    def summary(self) -> str:
-        return self.tail.strip().splitlines()[-1] if self.tail.strip() else "(no output)"
-
 
 def run(target: Target, root: Path, folder: Path, timeout: float, python: str = sys.executable) -> SubRun:
     """``HYPOTHESIS_PROFILE=ci python -m pytest TARGET`` from ``root``, its JUnit in ``folder``; on a
