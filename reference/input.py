@@ -307,3 +307,12 @@ GUIDE_EXAMPLES = (
     GuideExample("off_1file_on_2x1", _TWELVE, 4, 2, 1, "OFF",
                  [[[[0, 1]], [[2, 3]], [[4, 5]], [[6, 7]], [[8, 9]], [[10, 11]]]] * 2),
 )
+
+
+@documented("keras.Model.fit, epochs: 'An epoch is an iteration over the entire x and y data provided'; "
+            "tf.data.Dataset.from_generator calls its generator again for each iteration, and shuffle's "
+            "reshuffle_each_iteration draws 'a different order for each epoch'")
+def fit_epoch_iterations(epochs: int) -> list[int]:
+    """The iteration of a dataset (from 0) each of ``Model.fit``'s ``epochs`` epochs trains: epoch e
+    trains the dataset's e-th iteration, the first epoch its first."""
+    return list(range(epochs))

@@ -277,3 +277,15 @@ def ema(initial, history, momentum: float, start: str) -> list[list[np.ndarray]]
         avg = [m * a + (1 - m) * np.asarray(p, np.float64) for a, p in zip(avg, step["params"])]
         out.append(avg)
     return out
+
+
+@helper
+def one_weight_sgd(kernel: float, learning_rate: float, features: list) -> list[float]:
+    """A weight w (a linear model with no bias) trained by SGD on the mean squared error against the
+    label 0, one step per batch whose every example has the feature x (of ``features``): the loss is
+    w^2 x^2, its gradient 2 w x^2, so w becomes w (1 - 2 lr x^2); w after each step."""
+    out, w = [], float(kernel)
+    for x in features:
+        w = w * (1.0 - 2.0 * learning_rate * float(x) ** 2)
+        out.append(w)
+    return out

@@ -75,6 +75,7 @@ MUTANTS = {
     "ps_loss_times_two": "compute_average_loss doubled inside a scheduled step",
     "ps_gradient_doubled": "parameter-server gradients doubled before apply_gradients",
     "fit_gradients_doubled": "GradientTape.gradient doubled inside Model.fit's train step",
+    "fit_draws_an_iteration_first": "Model.fit draws a first batch from an iteration of its own before it trains",
     "step_local_batch_denominator": "the train step divides each replica's loss by its own batch, not the global one",
     "step_regularization_left_out": "the train step leaves scale_regularization_loss(model.losses) out of the loss",
     "step_one_replica_dropped": "the train step zeroes replica 1's gradients before apply_gradients sums them",

@@ -172,6 +172,15 @@ class Fitted:
 
 
 @record
+class FittedEpochs:
+    """``Model.fit`` over a dataset whose iterations differ (training.fit_epochs): after each epoch,
+    every local replica's copy of the one weight, and how many iterations of the dataset had begun."""
+
+    kernels: list  # per epoch, per local replica: the weight's value
+    iterations: int
+
+
+@record
 class BatchNormStep:
     outputs: list  # per local replica: its rows of the layer's output
     moving_mean: list  # per local replica: its copy after the step

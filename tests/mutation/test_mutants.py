@@ -42,6 +42,7 @@ VERSIONS = (f"mirrored:2@{OTHER_ENV}",)
 KINDS = SYNC + PS + VERSIONS
 ACROSS = "tests/properties/test_across_versions.py::"
 FIT = "tests/properties/test_fit.py::test_fit_trains_as_the_reference_on_the_global_batches"
+EPOCHS = "tests/properties/test_fit.py::test_each_epoch_of_fit_trains_that_iteration_of_the_dataset"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,6 +86,10 @@ CASES = [
     Case("ps_gradient_doubled", PS_SCRIPT, "parameter_server.py", PS),
     # ... and in Keras' own train step, as Model.fit runs it (where fit trains on TF 2.21 / Keras 3.15)
     Case("fit_gradients_doubled", FIT + "[{spec}-1-even]", "after step", ONE + ("mirrored:2", "central_storage:2")),
+    # ... and fit training a later iteration of its dataset than the epoch's (where Keras 3.5+ does so under a
+    # strategy, a known deviation, the mutant's extra draw makes it two iterations late)
+    Case("fit_draws_an_iteration_first", EPOCHS + "[{spec}]", "iterations of the dataset fit began",
+         ONE + ("mirrored:2", "central_storage:2")),
     Case("local_batch_denominator", LOSSES + "test_compute_average_loss_matches_reference[{spec}-none-{dtype}]",
          "compute_average_loss", MULTI, BOTH),
     Case("local_batch_denominator", LOSSES + "test_summed_scaled_loss_equals_the_global_mean_on_even_splits"

@@ -178,3 +178,40 @@ def test_fit_trains_as_the_reference_on_the_global_batches(engines, spec, steps_
                                       unscaled_increments=unscaled_increments[:s + 1],
                                       unscaled_replica_logs=unscaled_own[s]) for s in range(len(increments))],
                   unsummed=unsummed, unscaled=unscaled)
+
+
+@RETRACES
+@pytest.mark.specs(lambda spec: spec.kind in ("default", "one_device", "mirrored", "central_storage"))
+@given(kernel=st.sampled_from([0.5, 1.0, 2.0]), learning_rate=st.sampled_from([1 / 128, 1 / 64]),
+       per_replica=st.integers(1, 3), epochs=st.integers(1, 3))
+def test_each_epoch_of_fit_trains_that_iteration_of_the_dataset(engines, spec, kernel, learning_rate, per_replica,
+                                                                epochs):
+    """Model.fit's epoch e trains the e-th iteration of its dataset (reference/input.py
+    fit_epoch_iterations), so a dataset that reshuffles each iteration trains the same order under a
+    strategy as with none: here iteration k of the dataset (a generator it calls again each time it is
+    iterated) is one batch with the feature k + 1, so the weight after each epoch says which iteration
+    it trained, and fit begins as many iterations as it has epochs. On the local strategies (fit under
+    MultiWorkerMirroredStrategy raises on Keras 3.3+: keras3-fit-multi-worker-raises)."""
+    iterations = ref_input.fit_epoch_iterations(epochs)
+    expected = ref_model.one_weight_sgd(kernel, learning_rate, [k + 1 for k in iterations])
+    # keras3-fit-extra-draw-under-a-strategy (Keras 3.5+, under any strategy): the symbolic build draws the first
+    # batch from an iteration of its own, so each epoch trains the next iteration and fit begins one more
+    under = spec.kind != "default"
+    later = ref_model.one_weight_sgd(kernel, learning_rate, [k + 2 for k in iterations]) if under else None
+    results = engines.call(spec, "training.fit_epochs", kernel=kernel, learning_rate=learning_rate,
+                           rows=per_replica * spec.replicas, epochs=epochs)
+    check = Check(spec, "float32", {"kernel": kernel, "learning rate": learning_rate, "rows": per_replica * spec.replicas,
+                                    "epochs": epochs}, rule=ref_input.fit_epoch_iterations)
+    for w, result in enumerate(results):
+        where = {"worker": w} if len(results) > 1 else {}
+        if not check.returned(result, Quantity.of("step", "fit").at(**where)):
+            continue
+        check.equal(result.iterations, epochs, Quantity.of("fit dataset iterations", "iterations of the dataset fit "
+                                                           "began").at(**where),
+                    given=Given(alternative=epochs + 1 if under else None))
+        check.equal(len(result.kernels), epochs, "epochs fit ended")
+        for e, copies in enumerate(result.kernels):
+            for r, value in enumerate(copies):
+                check.equal(np.float64(value), expected[e],
+                            Quantity.of("fit epoch variable", f"the weight after epoch {e + 1}", epoch=e + 1).at(
+                                replica=r, **where), given=Given(alternative=None if later is None else later[e]))

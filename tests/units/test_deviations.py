@@ -466,6 +466,8 @@ def test_a_result_equal_to_the_reference_where_a_model_predicts_otherwise_fails(
 # saying the entry's signature saw the value and refused it, which only a test that asks the
 # signature can say (test_a_foreign_wrong_value_in_each_covered_test_fails, the deep step).
 COVERED = {
+    "keras3-fit-extra-draw-under-a-strategy":
+        "tests/properties/test_fit.py::test_each_epoch_of_fit_trains_that_iteration_of_the_dataset[mirrored:2]",
     "keras3-fit-logs-summed-over-replicas-before-3.3":
         "tests/properties/test_fit.py::test_fit_trains_as_the_reference_on_the_global_batches[mirrored:2-1-even]",
     "keras3-fit-loss-tracker-counts-each-step-before-3.2":

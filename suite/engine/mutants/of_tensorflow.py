@@ -264,6 +264,16 @@ def _gradients_doubled(original):
     return gradient
 
 
+def _fit_after_a_draw(original):
+    """``Model.fit`` that begins an iteration of a dataset it is given and draws its first batch before
+    training, as Keras 3.5+'s symbolic build does under a strategy: each epoch trains a later iteration."""
+    def fit(self, x=None, *args, **kwargs):
+        if isinstance(x, tf.data.Dataset):
+            next(iter(x))
+        return original(self, x, *args, **kwargs)
+    return fit
+
+
 def _global_batch_per_replica(original):
     """``InputContext.get_per_replica_batch_size`` returning the global batch size it is given."""
     return lambda self, global_batch_size: global_batch_size
@@ -279,6 +289,7 @@ PATCHES = {
     "bn_not_synchronized": lambda: replace(keras.layers.BatchNormalization, "__init__", _not_synchronized),
     "short_batch_dropped": lambda: replace(tf.data.Dataset, "batch", _remainder_dropped),
     "fit_gradients_doubled": lambda: replace(tf.GradientTape, "gradient", _gradients_doubled),
+    "fit_draws_an_iteration_first": lambda: replace(keras.Model, "fit", _fit_after_a_draw),
     "ps_step_scheduled_twice": _scheduled_once_more,
     "ps_shards_reversed": _partitioners_one_shard_more,
     "ps_shards_on_one_task": lambda: replace(ParameterServerStrategyV2Extended, "_create_variable_round_robin",

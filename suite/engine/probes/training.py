@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from ...common.results import Epoch, EpochTraining, Fitted, LazyOptimizer, Step, Training
+from ...common.results import Epoch, EpochTraining, Fitted, FittedEpochs, LazyOptimizer, Step, Training
 from .. import compat
 from .. import steps as train_steps
 from ..steps import TrainStep, arch_key, family_loss, family_model_and_optimizer, load, optimizer_state, reported
@@ -120,6 +120,41 @@ def optimizer_under(strategy, name):
     """A Keras optimizer ``name`` with its default arguments, created under ``strategy``'s scope."""
     with strategy.scope():
         return getattr(compat.keras.optimizers, name)()
+
+
+@probe
+def fit_epochs(ctx, kernel, learning_rate, rows, epochs):
+    """``Model.fit`` for ``epochs`` epochs of a one-weight linear model (no bias; compiled under the scope
+    with mse and SGD(``learning_rate``); the weight ``kernel``) over a dataset whose iteration k (from 0)
+    is one batch of ``rows`` examples with the feature k + 1 and the label 0: a generator the dataset
+    calls again each time it is iterated. After each epoch, every local replica's copy of the weight,
+    and how many iterations of the dataset had begun."""
+    strategy = ctx.strategy
+    began = []
+
+    def generate():
+        began.append(len(began))
+        for _ in range(rows):
+            yield np.array([float(len(began))], np.float32), np.array([0.0], np.float32)
+
+    signature = (tf.TensorSpec((1,), tf.float32), tf.TensorSpec((1,), tf.float32))
+    data = tf.data.Dataset.from_generator(generate, output_signature=signature).batch(rows)
+    with strategy.scope():
+        model = compat.keras.Sequential([compat.keras.Input((1,)), compat.keras.layers.Dense(
+            1, use_bias=False, kernel_initializer=compat.keras.initializers.Constant(kernel))])
+        model.compile(optimizer=compat.keras.optimizers.SGD(learning_rate), loss="mse")
+    kernels = []
+
+    class Epochs(compat.keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            kernels.append([float(np.asarray(c).reshape(())) for c in
+                            compat.local_values(strategy, model.trainable_variables[0])])
+
+    try:
+        model.fit(data, epochs=epochs, verbose=0, callbacks=[Epochs()])
+    except Exception as exc:
+        return failed(ctx, exc, f"training.fit_epochs: epoch {len(kernels) + 1}")
+    return FittedEpochs(kernels, len(began))
 
 
 @probe
