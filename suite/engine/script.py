@@ -999,6 +999,19 @@ class Watcher:
                     graphs.append(inner)
         return sorted(found)
 
+    def accessed_in_steps(self) -> set | None:
+        """The ids of the variables the graphs strategy.run was traced in read or wrote (each graph's
+        watched variables, which TensorFlow propagates to the graphs that trace it), and of each one's
+        per-device parts; None where no step was traced (an eager step) or this TensorFlow keeps no such
+        record (private: read where it is)."""
+        if not self.step_graphs or not all(hasattr(g, "_watched_variables") for g in self.step_graphs):
+            return None
+        found = set()
+        for graph in self.step_graphs:
+            for v in list(graph._watched_variables):
+                found.add(id(v))
+        return found
+
     def _shuffle(self, original):
         """``Dataset.shuffle`` for the run: a shuffle the script's code asks for without a seed is kept."""
         watcher = self

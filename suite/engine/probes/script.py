@@ -712,11 +712,27 @@ def _report(ctx, watcher, found, seen, facts: Facts, raised) -> WorkloadRun:
     if ctx.spec.kind != "default":
         extended = strategy.extended
         # a model's or optimizer's variable, or one of the script's own that trains (floating, trainable):
-        # a counter the script keeps outside the scope (the multi-worker tutorial's epoch) is no mistake
+        # a counter the script keeps outside the scope (the multi-worker tutorial's epoch) is no mistake; and of
+        # those only what the checked training reads or writes (a demonstration variable the steps never touch,
+        # TensorFlow's guide's print(tf.Variable(1.)), is none of its business)
         owned = _ids(found.variables(found.models)) | _ids(found.variables(found.optimizers))
+        accessed = watcher.accessed_in_steps()
+
+        def touched(i) -> bool:
+            if accessed is None and len(boundaries) < 2:
+                return True  # no step traced or ended (it raised before): nothing says what the training touches
+            v = variables[i]
+            parts = [v, *_shards(v), *getattr(v, "values", ())] if hasattr(v, "values") else [v, *_shards(v)]
+            if accessed is not None and any(id(p) in accessed for p in parts):
+                return True
+            changed = boundaries and i in boundaries[0].values and i in boundaries[-1].values and not all(
+                np.array_equal(np.asarray(a), np.asarray(b))
+                for a, b in zip(boundaries[0].values[i], boundaries[-1].values[i]))
+            return bool(changed) or (accessed is None and id(v) in owned)
         facts.outside_scope = sorted(
             _name(variables[i], names) for i in model + opt
             if (id(variables[i]) in owned or (variables[i].dtype.is_floating and _trainable(variables[i])))
+            and touched(i)
             and not all(extended.variable_created_in_scope(p) for p in _shards(variables[i]) or [variables[i]]))
     return WorkloadRun(strategy.num_replicas_in_sync, ctx.local_replica_ids, [_name(variables[i], names) for i in model],
                        [_trainable(variables[i]) for i in model], [_name(variables[i], names) for i in opt],

@@ -427,6 +427,12 @@ def _across_the_update(mismatches: list) -> bool:
         for m in mismatches)
 
 
+# the causes found from how the run was built, not from what it computed (a variable made outside the scope): where
+# every step agreed they are a note, never a FAIL; identical dropout masks are an observation of the replicas' draws,
+# which the compared steps (random layers switched off) cannot show, so they stay a cause
+FROM_STRUCTURE = ("created_outside_scope",)
+
+
 def verdict_of(spec: str, ref, runs: list, global_batch: int, rtol: float = RTOL, atol: float = ATOL,
             seconds: float = 0.0, spec_obj=None, versions: dict | None = None, control=None) -> Verdict:
     """Compare a spec's run with the reference and diagnose its first divergence. A difference,
@@ -481,6 +487,13 @@ def verdict_of(spec: str, ref, runs: list, global_batch: int, rtol: float = RTOL
         v.notes.extend(f"{d.title}: the control (the suite's canonical step on the workload's own model, optimizer and "
                        "data) shows it too, so it is not the loop's" for d in shared)
     v.deviations = [[i, line] for i, line in explained]
+    structural = [d for d in v.diagnoses if d.cause in FROM_STRUCTURE]
+    if structural and not mismatches and raised is None and len(dist.steps) >= len(ref.steps):
+        # a cause found from the run's structure while every step agreed: what the training computed is one device's,
+        # so it is said, never a verdict (issue 62)
+        v.notes.extend(f"{d.title}: {'; '.join(d.evidence)}; every step agreed with one device here, so this is not a "
+                       f"verdict on the loop, but it may not hold elsewhere: {d.fix}" for d in structural)
+        v.diagnoses = [d for d in v.diagnoses if d.cause not in FROM_STRUCTURE]
     blown = first_non_finite(dist) if mismatches else None
     if blown is not None:  # the reference is finite (checked before any spec): say it plainly
         v.notes.append(f"under {spec} the run goes non-finite: {blown} (one device's stays finite)")

@@ -42,6 +42,13 @@ FIT_SCRIPT_CAUSES = frozenset({"created_outside_scope", "per_replica_batch_norm"
 # under a strategy of one process (a multi-worker spec's, a one-worker cluster, is not run yet)
 ONE_REPLICA_CONTROLLED = ("mirrored", "central_storage")
 ONE_REPLICA = "mirrored:1"
+# the strategy the reference's one device runs under, by the spec's kind (others: "one_device"): a script's
+# strategy constructors give a Reference over that engine's strategy. Keras builds and draws otherwise under any
+# strategy than under none (Keras 3.5+'s fit draws its first batch from an iterator of its own, so a dataset that
+# reshuffles each iteration trains in another order: known_deviations.toml keras3-fit-extra-draw-under-a-strategy):
+# the default spec's reference has no strategy, as the default spec, and every other one a OneDeviceStrategy. A
+# parameter-server spec's reference runs its closures one after another with no strategy (_Local) as before.
+REFERENCE_UNDER = {"default": "default", "parameter_server": "default"}
 # why a spec of the other kind than the script's is not checked (by the script's kind)
 OTHER_KIND = {
     "synchronous": "a parameter-server cluster trains only what a ClusterCoordinator schedules, and the script steps "
@@ -127,7 +134,7 @@ class ScriptChecker:
         self.env = env
         self.default = self.on(parse_spec("default"))
         self.versions = engine_versions(*versions.interpreter(env)) if env else engine_versions(pool.python)
-        self.refs: dict = {}  # (replicas, workers, ps) -> the reference run told that many (_reference_key)
+        self.refs: dict = {}  # (replicas, workers, ps, under) -> the reference run told that many (_reference_key)
         self.replays: dict = {}  # (key, closure workers) -> the reference replaying a parameter-server run's order
         self.kind: str | None = None  # the script's: "synchronous" or "coordinated" (once a reference ran)
         self.stand_in_refs: dict = {}  # global batch -> the stand-in control on one device
@@ -138,12 +145,12 @@ class ScriptChecker:
         self.first_key = None  # the reference computed first: its failure stops the check
         self.not_here: dict = {}  # spec text -> why it is not checked (its reference raised)
 
-    def _run(self, spec, **kwargs) -> list:
+    def _run(self, spec, reference: bool = False, **kwargs) -> list:
         s = self.script
         kwargs = dict(target=s.target, folder=s.folder, path=s.path, entry=s.entry, root=s.root, args=self.args,
                       steps=self.steps, seed=self.seed, **kwargs)
         # one device's runs (the references, their replays): in a pytest session, computed once (memo.py)
-        return memo.MEMO.one_device(self.pool, spec, "script.run", kwargs,
+        return memo.MEMO.one_device(self.pool, spec, "script.run", kwargs, reference=reference,
                                     content=lambda: memo.folder_digest(s.folder, s.path))
 
     def _run_against(self, spec, ref, **kwargs) -> list:
@@ -163,15 +170,16 @@ class ScriptChecker:
             return CheckInputError(exc.raised.message)
         return CheckInputError(f"script {self.target!r}: the reference run failed: {str(exc).splitlines()[0]}")
 
-    def reference(self, replicas: int = 1, workers: int = 1, ps: int = 0):
+    def reference(self, replicas: int = 1, workers: int = 1, ps: int = 0, under: str = "default"):
         """The script on one device, told ``replicas`` replicas (and, for a multi-worker or a
         parameter-server spec, given a TF_CONFIG of ``workers`` workers and ``ps`` parameter servers),
-        run twice: it must repeat itself."""
-        key = (replicas, workers, ps)
+        run twice: it must repeat itself. ``under``: the spec whose strategy that device is the
+        reference's (REFERENCE_UNDER)."""
+        key = (replicas, workers, ps, under)
         self.first_key = self.first_key or key
         with self._ref_locks[key]:  # specs checked at once share each replica count's reference
             if key not in self.refs:
-                self.refs[key] = self._reference(replicas, workers, ps)
+                self.refs[key] = self._reference(replicas, workers, ps, under)
                 self.kind = self.kind or ("coordinated" if ps else "synchronous")
         return self.refs[key]
 
@@ -185,17 +193,30 @@ class ScriptChecker:
             if (key, tuple(order)) not in self.replays:
                 try:
                     self.replays[key, tuple(order)] = self._run(
-                        self.default, replicas=key[0], workers=key[1], ps=key[2], order=list(order), init=ref.initial,
+                        self.on(parse_spec(key[3])), reference=True, replicas=key[0], workers=key[1], ps=key[2],
+                        order=list(order), init=ref.initial,
                         init_names=ref.names, init_trainable=ref.trainable, late_init=ref.facts.late_values)[0]
                 except EngineError as exc:
                     raise self._input_error(exc) from None
         return self.replays[key, tuple(order)]
 
-    def _reference(self, replicas: int, workers: int, ps: int = 0):
+    def _reference(self, replicas: int, workers: int, ps: int = 0, under: str = "default"):
         cluster = ({"workers": workers} if workers > 1 else {}) | ({"ps": ps} if ps else {})
+        engine = self.on(parse_spec(under))
         try:
-            first = self._run(self.default, replicas=replicas, **cluster)[0]
-            second = self._run(self.default, replicas=replicas, init=first.initial, init_names=first.names,
+            first = self._run(engine, reference=True, replicas=replicas, **cluster)[0]
+            if first.raised is not None and under != "default":
+                # what the script cannot run under a OneDeviceStrategy (a model made outside the scope, whose
+                # optimizer slots TensorFlow refuses to colocate there) is compared with one device under none
+                plain = self._run(self.default, reference=True, replicas=replicas, **cluster)[0]
+                if plain.raised is None:
+                    self.notes.append(
+                        f"the reference told {replicas} replica(s) raised under a OneDeviceStrategy ({first.raised.type}: "
+                        f"{render.short_error(first.raised.message, 160)}) and runs with no strategy instead: Keras' "
+                        "fit then draws its dataset otherwise than under a strategy (keras3-fit-extra-draw-under-a-"
+                        "strategy)")
+                    first, engine = plain, self.default
+            second = self._run(engine, reference=True, replicas=replicas, init=first.initial, init_names=first.names,
                                init_trainable=first.trainable, late_init=first.facts.late_values, **cluster)[0]
         except EngineError as exc:
             raise self._input_error(exc) from None
@@ -461,10 +482,11 @@ class NotCheckedHere(EngineUnavailable):
 
 def _reference_key(spec) -> tuple:
     """The reference a spec is compared with: one device told its replica count and, for a
-    multi-worker or a parameter-server spec, given a TF_CONFIG of its workers (and parameter servers)."""
+    multi-worker or a parameter-server spec, given a TF_CONFIG of its workers (and parameter servers),
+    under the strategy REFERENCE_UNDER gives the spec's kind."""
     if spec.kind == "parameter_server":
-        return 1, spec.workers, spec.ps
-    return spec.replicas, spec.workers if spec.kind == "multi_worker" else 1, 0
+        return 1, spec.workers, spec.ps, REFERENCE_UNDER.get(spec.kind, "one_device")
+    return spec.replicas, spec.workers if spec.kind == "multi_worker" else 1, 0, REFERENCE_UNDER.get(spec.kind, "one_device")
 
 
 def _stand_in_run(checker: ScriptChecker, spec, global_batch: int, described: dict, init=None) -> list:
@@ -475,14 +497,29 @@ def _stand_in_run(checker: ScriptChecker, spec, global_batch: int, described: di
         init=init))
 
 
+def _same_variable(a: str, b: str) -> bool:
+    """Whether two builds' names of the variable at one place in creation order are the same variable's:
+    equal, or equal but for an outer scope one build prefixes (tf-keras names a Sequential's layer
+    ``sequential/dense/kernel`` in one build and ``dense/kernel`` in another: the same layer's kernel)."""
+    return a == b or a.endswith("/" + b) or b.endswith("/" + a)
+
+
 def _variables_apart(ref, run) -> str | None:
-    """Where a spec's run created other variables than the reference (by name, in creation order), or
-    None; a run that raised before creating them all is judged by its raise instead."""
+    """Where a spec's run created other variables than the reference, or None: compared in creation
+    order, by count, by each one's shape (where both runs hold its value) and by its name less any outer
+    scope one build prefixes (_same_variable); a run that raised before creating them all is judged by
+    its raise instead."""
     if run.raised is not None:
         return None
+
+    def shape(values, i):
+        return np.shape(values[i]) if i < len(values or []) else None
     for kind, mine, theirs in (("model", run.names, ref.names), ("optimizer", run.optimizer_names, ref.optimizer_names)):
-        if list(mine) != list(theirs):
-            first = next((i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b), min(len(mine), len(theirs)))
+        apart = [i for i, (a, b) in enumerate(zip(mine, theirs)) if not _same_variable(a, b) or (
+            kind == "model" and None not in (shape(run.initial, i), shape(ref.initial, i))
+            and shape(run.initial, i) != shape(ref.initial, i))]
+        if len(mine) != len(theirs) or apart:
+            first = apart[0] if apart else min(len(mine), len(theirs))
             here, there = (names[first] if first < len(names) else "none" for names in (mine, theirs))
             return (f"{kind} variables: {len(mine)} here, {len(theirs)} there; the first apart is #{first + 1}: "
                     f"{here} here, {there} there")
@@ -550,7 +587,7 @@ def run(target: str, specs: list, pool: EnginePool, args: list | None = None, st
 def _script_notes(checker: ScriptChecker) -> list:
     """What the reference saw of the script: the strategies it built, where it read the replica count."""
     out = []
-    for (replicas, workers, ps), ref in sorted(checker.refs.items()):
+    for (replicas, workers, ps, under), ref in sorted(checker.refs.items()):
         facts = ref.facts
         built = "; ".join(f"{name}({shown})" for name, shown in facts.constructed)
         reads = ", ".join(f"{where} ({n}x)" for where, n in facts.replica_reads.items())
@@ -564,7 +601,8 @@ def _script_notes(checker: ScriptChecker) -> list:
                    "fit": "steps by the batches Model.fit trains (a boundary at the end of each, of each execution "
                           "with steps_per_execution), its logs compared as metrics"}.get(
             facts.step_mode, f"{facts.draws} elements drawn")
-        out.append(f"reference told {replicas} replica(s){given}: the script built {built}; {reads}; {stepped}")
+        device = "one device under a OneDeviceStrategy" if under == "one_device" else "one device, no strategy"
+        out.append(f"reference ({device}) told {replicas} replica(s){given}: the script built {built}; {reads}; {stepped}")
         if facts.built_in_step:
             late = facts.built_in_step
             made = f"{len(late)} model variables ({', '.join(late[:3])}{' ...' if len(late) > 3 else ''}) were made "

@@ -11,7 +11,7 @@ later calls with a copy of that reply: the key is the engine's identity (``ident
 its arguments and what ``content()`` returns, a digest of the files the run reads (the script's
 folder; None: nothing to key it by, so it is not kept). A reply is kept pickled in the shared folder
 and unpickled for each caller, so no checker sees another's changes. Errors are not kept: the next
-caller runs the probe itself. ``MEMO.one_device`` keeps the runs under ``default`` alone.
+caller runs the probe itself. ``MEMO.one_device`` keeps the runs under ``default`` and the references alone.
 
 Off unless enabled: a check run as a command computes its own runs, and so does a check that
 a test runs as a command. The pytest plugin enables it for the session (``enable``) with a folder
@@ -120,10 +120,10 @@ class Memo:
                 self._seen.add(key)
             return pickle.loads(data)
 
-    def one_device(self, pool, spec, probe: str, kwargs: dict, content=None) -> list:
-        """``call`` for a run under ``default`` (one device's: the same in every test that checks the
-        same code); a spec's own runs always run."""
-        if spec.kind != "default":
+    def one_device(self, pool, spec, probe: str, kwargs: dict, content=None, reference: bool = False) -> list:
+        """``call`` for a run under ``default`` or for a ``reference`` (one device's: the same in every
+        test that checks the same code, whatever engine runs it); a spec's own runs always run."""
+        if spec.kind != "default" and not reference:
             return pool.call(spec, probe, **kwargs)
         return self.call(pool, spec, probe, kwargs, content)
 
