@@ -20,6 +20,9 @@ Arrays = list  # numpy arrays, one per replica / variable / step
 MESSAGE_CHARS = 8000  # whole TF messages (deviation signatures match them); Check shortens them for display
 
 
+# the name a script's read by index of experimental_local_results is compared under, as a metric (``LOCAL_READ[0] at
+# train.py:42``): what it read of one replica is compared with what one device read there
+LOCAL_READ = "experimental_local_results(...)"
 FACTORY_RAISED = "the factory"  # the ``where`` of a workload factory that raised under a strategy
 # the ``where`` of a script that raised before its first draw (judged as a factory that raised)
 SCRIPT_RAISED = "the script, before its first step,"

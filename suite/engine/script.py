@@ -98,6 +98,7 @@ class Boundary:
     reduced: list  # [(op name, reduced value, [each replica's value])] in call order
     rows: list | None  # each local replica's examples in the element drawn for this step
     local_reads: list = dataclasses.field(default_factory=list)  # [[each replica's value]] the script read by hand
+    read_sites: list = dataclasses.field(default_factory=list)  # "file:line" of each of local_reads' calls
 
 
 def _attr(root, dotted: str):
@@ -165,6 +166,22 @@ class Reference:
 
     def __getattr__(self, name):
         return getattr(self._real, name)
+
+
+class _LocalResults(tuple):
+    """What ``experimental_local_results`` gives the script's code: its tuple, telling ``on_index`` each
+    integer index the script reads of it (``[0]``: replica 0's value). Built again from items alone (as
+    ``tf.nest`` rebuilds a sequence), it tells nothing."""
+
+    def __new__(cls, items=(), on_index=None):
+        made = super().__new__(cls, items)
+        made._on_index = on_index
+        return made
+
+    def __getitem__(self, i):
+        if isinstance(i, int) and self._on_index is not None:
+            self._on_index(i)
+        return tuple.__getitem__(self, i)
 
 
 class _Coordinator:
@@ -430,6 +447,8 @@ class Watcher:
         self.on_boundary = None  # called at each boundary, before it is read (finding the script's objects)
         self._reduced: list = []
         self._local_reads: list = []
+        self._read_sites: list = []  # "file:line" of each of _local_reads' experimental_local_results calls
+        self.indexed: dict = {}  # "file:line" of an experimental_local_results call -> the index the script read of it
         self._rows = None
         self.undistributed: dict = {}  # "file:line" -> a batch passed to strategy.run that was not distributed
         self.runs = 0  # calls of strategy.run (a traced call counts once per trace)
@@ -880,10 +899,15 @@ class Watcher:
             out = real_local_results(value)
             if getattr(self._local, "quiet", False) or not self._called_by_user(sys._getframe(1)):
                 return out
+            site = self._where(sys._getframe(1))
             with contextlib.suppress(Exception):  # values that are not tensors: not kept
                 tensors = [tf.convert_to_tensor(v) for v in out]
                 if tensors and all(t.dtype.is_floating for t in tensors):
-                    self._keep(tensors, lambda values: self._local_reads.append(values))  # the list of the step it runs in
+                    def kept(values):  # the lists of the step it runs in
+                        self._local_reads.append(values)
+                        self._read_sites.append(site)
+                    self._keep(tensors, kept)
+                    return _LocalResults(out, lambda i: self.indexed.setdefault(site, i))
             return out
         return experimental_local_results
 
@@ -1165,8 +1189,8 @@ class Watcher:
                 values[i] = [np.array(tf.convert_to_tensor(c)) for c in self.real.experimental_local_results(v)]
             except Exception:  # noqa: BLE001  (a variable not readable here: an uninitialized one)
                 continue
-        self.boundaries.append(Boundary(values, self._reduced, self._rows, self._local_reads))
-        self._reduced, self._rows, self._local_reads = [], None, []
+        self.boundaries.append(Boundary(values, self._reduced, self._rows, self._local_reads, self._read_sites))
+        self._reduced, self._rows, self._local_reads, self._read_sites = [], None, [], []
 
     def finish(self) -> None:
         """The script ended (or raised): the step of the last element drawn has ended there."""

@@ -530,3 +530,66 @@ def test_a_cause_found_from_structure_is_a_note_where_every_step_agrees(pool, tm
                 render.details(v))
     check.contains(" ".join(v.notes), ["model or optimizer created outside the strategy's scope",
                                        "every step agreed"], "the note")
+
+
+# a custom loop that computes its accuracy by hand in the replica step and keeps what experimental_local_results gives
+# of it (issue 62, finding 5: replica 0's accuracy kept as the epoch's, PASS on every spec)
+HAND_ACCURACY = """
+import numpy as np
+import tensorflow as tf
+
+rng = np.random.default_rng(6)
+x = rng.normal(size=(128, 4)).astype(np.float32)
+y = (x[:, 0] + 0.5 * x[:, 1] > 0).astype(np.int32)
+strategy = tf.distribute.MirroredStrategy()
+GLOBAL = 16
+data = strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensor_slices((x, y)).batch(GLOBAL))
+with strategy.scope():
+    model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(2)])
+    optimizer = tf.keras.optimizers.SGD(0.1)
+    optimizer.build(model.trainable_variables)
+
+
+@tf.function
+def step(batch):
+    def replica(features, labels):
+        with tf.GradientTape() as tape:
+            logits = model(features)
+            per_example = tf.keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
+            loss = tf.nn.compute_average_loss(per_example, global_batch_size=GLOBAL)
+        optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+        correct = tf.cast(tf.equal(tf.argmax(logits, axis=1, output_type=tf.int32), labels), tf.float32)
+        return loss, tf.reduce_mean(correct)  # the replica's accuracy on its own examples
+    losses, accuracy = strategy.run(replica, args=batch)
+    return strategy.reduce("SUM", losses, axis=None), accuracy
+
+
+epoch_accuracy = []
+for batch in data:
+    loss, accuracy = step(batch)
+    epoch_accuracy.append(float(READ))
+"""
+READS = {"replica 0's": "strategy.experimental_local_results(accuracy)[0]",
+         "the replicas' mean": 'strategy.reduce("MEAN", accuracy, axis=None)'}
+
+
+@pytest.mark.parametrize("read", sorted(READS))
+@pytest.mark.specs(lambda spec: spec.kind in ("one_device", "mirrored", "central_storage", "multi_worker"),
+                   without_deep=trimmed(("one_device", "mirrored:2", "central_storage:2", "multi_worker:2x1")))
+def test_a_value_read_of_one_replica_is_compared_and_named(any_spec, pool, tmp_path, read):
+    """What a script reads by index of ``experimental_local_results`` is compared with what one device
+    read there, as a metric: a hand-computed accuracy kept as replica 0's value is FAIL under several
+    replicas, naming a metric fed one replica's value and replica 0's read; the same loop reading the
+    replicas' mean (strategy.reduce) trains and reports as one device (PASS), and one replica's [0] is
+    the whole (PASS on one_device)."""
+    (tmp_path / "accuracy.py").write_text(HAND_ACCURACY.replace("READ", READS[read]))
+    v = scriptcheck.ScriptChecker(pool, str(tmp_path / "accuracy.py")).check(any_spec)
+    check = Check(any_spec, case={"read": read})
+    if read == "replica 0's" and any_spec.replicas > 1:
+        check.equal((v.status, [d.cause for d in v.diagnoses]), ("FAIL", ["metric_from_one_replica"]),
+                    "the verdict of a loop that keeps replica 0's accuracy", render.details(v))
+        check.contains(" ".join(line for d in v.diagnoses for line in d.evidence),
+                       ["read [0] of experimental_local_results", "at accuracy.py:"], "the evidence")
+    else:
+        check.that(right(v) and not v.diagnoses, "the verdict of a loop that reads the whole", (v.status, v.deviations),
+                   "PASS, or DEVIATION where a known deviation predicts every difference", render.details(v))

@@ -22,7 +22,7 @@ import tensorflow as tf
 
 from ...common import matching
 from ...common.facts import Facts
-from ...common.results import SCRIPT_RAISED, WorkloadRun, WorkloadStep
+from ...common.results import LOCAL_READ, SCRIPT_RAISED, WorkloadRun, WorkloadStep
 from .. import compat, remedies, workload
 from ..script import (
     ScriptError,
@@ -643,7 +643,8 @@ def _report(ctx, watcher, found, seen, facts: Facts, raised) -> WorkloadRun:
             replica_losses = [sum(v) for v in zip(*(n["replicas"] for n in named.values()))]
         steps.append(WorkloadStep(
             loss, replica_losses, b.rows or [], [values(b, i) for i in model], [values(b, i) for i in opt],
-            _step_gradients(seen, k, groups), seen.metrics[k] if k < len(seen.metrics) else {},
+            _step_gradients(seen, k, groups), {**(seen.metrics[k] if k < len(seen.metrics) else {}),
+                                               **_indexed_reads(watcher, b)},
             seen.regularization(k - 1), None, named))
     # each Mean-like metric's (total, count) at every boundary, from the first: what the check takes each step's
     # increments from (a metric known at every boundary only)
@@ -737,6 +738,18 @@ def _report(ctx, watcher, found, seen, facts: Facts, raised) -> WorkloadRun:
     return WorkloadRun(strategy.num_replicas_in_sync, ctx.local_replica_ids, [_name(variables[i], names) for i in model],
                        [_trainable(variables[i]) for i in model], [_name(variables[i], names) for i in opt],
                        initial, steps, facts, None, raised)
+
+
+def _indexed_reads(watcher, boundary) -> dict:
+    """What the script read by index of ``experimental_local_results`` in the step ending at ``boundary``,
+    compared as a metric: per call site it indexed, that index's value of its last read there (``[0]`` of a
+    per-replica accuracy is replica 0's under several replicas, one device's in the reference)."""
+    out = {}
+    for site, index in watcher.indexed.items():
+        reads = [values for values, at in zip(boundary.local_reads, boundary.read_sites) if at == site]
+        if reads and -len(reads[-1]) <= index < len(reads[-1]):
+            out[f"{LOCAL_READ}[{index}] at {site}"] = float(np.sum(np.asarray(reads[-1][index], np.float64)))
+    return out
 
 
 def _steps_per_execution(model) -> int:

@@ -226,10 +226,12 @@ CAUSES = {
             "strategy.run, where each replica adds its own), not "
             "strategy.experimental_local_results(per_replica_loss)[0]",
         evidence="only metrics differ; a mean metric's value is the mean of one replica's values the script read "
-                 "with `experimental_local_results`, not of all replicas'",
+                 "with `experimental_local_results`, not of all replicas'; or a value the script read by index of "
+                 "`experimental_local_results` (`[0]`, compared as a metric with what one device read there) differs "
+                 "from one device's",
         remedy="`strategy.reduce(SUM, ...)`, or update the metric inside `strategy.run`",
         scripts=True,
-        found_by=(e.metric_from_one_replica,)),
+        found_by=(e.metric_from_one_replica, e.local_result_of_one_replica)),
 }
 
 
@@ -245,6 +247,7 @@ SHOWN = (
     e.per_replica_batch_size,
     e.lazy_optimizer_build,
     (e.metric_from_one_replica, e.metric_fed_scaled_loss),  # one place: see TOGETHER
+    e.local_result_of_one_replica,
     e.weighted_loss_normalized_per_replica,
     e.keras_loss_reduction,
     e.loss_averaged_per_replica,

@@ -20,6 +20,7 @@ import math
 import numpy as np
 
 from ...common.facts import Facts, optimizer_built_lazily, optimizer_slots_made_in_the_step
+from ...common.results import LOCAL_READ
 from .render import short_error
 from .runs import norm as _norm
 
@@ -376,6 +377,20 @@ def metric_from_one_replica(o: Observed):
             return [f"{m.quantity} after step {o.k} is {m.got}, the mean of replica {j}'s values "
                     f"{[round(v, 7) for v in series]} that the script read with experimental_local_results, not of "
                     f"all {o.n} replicas' (one device: {m.expected})"]
+    return None
+
+
+def local_result_of_one_replica(o: Observed):
+    """A value the script read by index of ``experimental_local_results`` (compared as a metric:
+    ``LOCAL_READ[0] at train.py:42``) differs from what one device read there, under several replicas:
+    the script kept one replica's value as the whole's."""
+    if o.n < 2:
+        return None
+    for m in _metrics_alone(o):
+        if m.what.name.startswith(LOCAL_READ):
+            index = m.what.name[len(LOCAL_READ):].partition("]")[0].lstrip("[")
+            return [f"{m.quantity} after step {o.k} is {m.got}: the script read [{index}] of "
+                    f"experimental_local_results, one replica's value of the {o.n} replicas' (one device: {m.expected})"]
     return None
 
 
