@@ -88,6 +88,9 @@ class Facts:
     batch_digests: list | None = None  # with no strategy: a digest of each step's batch (the upgrade check)
     random_ops: list | None = None  # random ops in the traced step
     fit_own_train_step: list | None = None  # classes of the models fit trains whose train_step is the script's
+    # the script's own code in what Keras' own train step runs: model and layer classes, compiled losses and metrics
+    # defined in the script's files (a custom layer's batch statistics differ per replica as the script wrote them)
+    fit_script_code: list | None = None
     steps_per_execution: int | None = None  # the most steps one execution of the script's fit runs
     fit_first_split: list | None = None  # the rows per replica of fit's first batch
 

@@ -378,6 +378,9 @@ class WorkloadStep:
     # a step that returned a loss per model: {name: {"loss": reduced, "replicas": [each local replica's],
     # "regularization": that model's add_n(losses) before the step}}; ``loss`` is then their sum
     named: dict | None = None
+    # per local replica, the sorted digests of the examples it got in this step (each example's rows of every numeric
+    # part of the element, hashed together): what tells two workers' batches apart (None: not read)
+    examples: list | None = None
 
 
 @record

@@ -40,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import hashlib
 import importlib
 import multiprocessing
 import multiprocessing.util
@@ -99,6 +100,7 @@ class Boundary:
     rows: list | None  # each local replica's examples in the element drawn for this step
     local_reads: list = dataclasses.field(default_factory=list)  # [[each replica's value]] the script read by hand
     read_sites: list = dataclasses.field(default_factory=list)  # "file:line" of each of local_reads' calls
+    examples: list | None = None  # per local replica, the digests of its examples in this step (example_digests)
 
 
 def _attr(root, dotted: str):
@@ -166,6 +168,23 @@ class Reference:
 
     def __getattr__(self, name):
         return getattr(self._real, name)
+
+
+def example_digests(per_replica: list) -> list:
+    """Per replica (``per_replica``: each replica's numpy arrays, one per numeric part of a batch, the
+    example axis first), the sorted digests of its examples: each example's rows of every part hashed
+    together, so two replicas (or workers) that got the same examples give the same digests."""
+    out = []
+    for parts in per_replica:
+        n = next((int(a.shape[0]) for a in parts if a.ndim), 1)
+        digests = []
+        for i in range(n):
+            h = hashlib.blake2b(digest_size=8)
+            for a in parts:
+                h.update(np.ascontiguousarray(a[i] if a.ndim and a.shape[0] == n else a).tobytes())
+            digests.append(int.from_bytes(h.digest(), "little"))
+        out.append(sorted(digests))
+    return out
 
 
 class _LocalResults(tuple):
@@ -302,6 +321,9 @@ def _fit_steps(watcher):
             if watcher.fit_step_rows:  # each local replica's examples of the batch (_fit_step)
                 watcher._rows = [watcher.fit_step_rows[r] for r in sorted(watcher.fit_step_rows)]
                 watcher.fit_step_rows = {}
+            if watcher.fit_step_examples:
+                watcher._examples = [watcher.fit_step_examples[r] for r in sorted(watcher.fit_step_examples)]
+                watcher.fit_step_examples = {}
             try:
                 watcher.boundary()
             except Stop:  # the last step compared: fit ends as on stop_training, and an evaluate may follow
@@ -447,6 +469,7 @@ class Watcher:
         self.on_boundary = None  # called at each boundary, before it is read (finding the script's objects)
         self._reduced: list = []
         self._local_reads: list = []
+        self._examples = None  # per local replica, the digests of its examples in the step (example_digests)
         self._read_sites: list = []  # "file:line" of each of _local_reads' experimental_local_results calls
         self.indexed: dict = {}  # "file:line" of an experimental_local_results call -> the index the script read of it
         self._rows = None
@@ -480,6 +503,7 @@ class Watcher:
         self.fit_models: list = []  # the models fit trains (their compiled optimizer and metrics are the run's)
         self.fit_rows: int | None = None  # the rows of the first batch the script's first fit trains on
         self.fit_step_rows: dict = {}  # replica id -> its examples in fit's last step (_fit_step)
+        self.fit_step_examples: dict = {}  # replica id -> the digests of its examples in fit's last step (_fit_step)
         self.fit_done = False  # fit ended at the last step compared (its own validation may follow, then the script)
         self.evaluated: dict = {}  # the results of the script's evaluate after that fit (_evaluate)
         self.evaluate_states: dict = {}  # metric name -> its (total, count) at that evaluate's start and each batch
@@ -708,14 +732,18 @@ class Watcher:
                 context = tf.distribute.get_replica_context()
                 replica = context.replica_id_in_sync_group if context is not None else 0
 
-                def keep(r, rows):
+                numeric = [t for t in tf.nest.flatten(data) if isinstance(t, tf.Tensor) and (
+                    t.dtype.is_floating or t.dtype.is_integer or t.dtype.is_bool)]
+
+                def keep(r, rows, *parts):
                     watcher.fit_step_rows[int(r)] = int(rows)
+                    watcher.fit_step_examples[int(r)] = example_digests([[np.asarray(p) for p in parts]])[0]
                     return 0
 
                 if tf.executing_eagerly():
-                    keep(replica, tf.shape(leaf)[0])
+                    keep(replica, tf.shape(leaf)[0], *numeric)
                 elif not watcher.remote():
-                    tf.py_function(keep, [replica, tf.shape(leaf)[0]], [tf.int32])
+                    tf.py_function(keep, [replica, tf.shape(leaf)[0], *numeric], [tf.int32])
 
         def train_step(data):
             rows_of(data)
@@ -982,11 +1010,22 @@ class Watcher:
                     [int(d) for d in t.shape[1:]] for t in (parts[0] for parts in leaves)
                     if t.dtype.is_floating and t.shape.rank and t.shape.rank >= 2 and None not in t.shape[1:]), None)
             parts = leaves[0]
+            numeric = [leaf for leaf in leaves if leaf[0].dtype.is_floating or leaf[0].dtype.is_integer
+                       or leaf[0].dtype.is_bool]
+            flat = [leaf[r] for r in range(len(parts)) for leaf in numeric]
+
+            def examples(values):  # per replica, its parts' values in the order of ``numeric``
+                k = len(numeric)
+                self._examples = example_digests([values[r * k:(r + 1) * k] for r in range(len(parts))])
             if not static:
                 self._rows = [int(tf.shape(p)[0]) if p.shape.rank else 1 for p in parts]
+                if numeric:
+                    examples([np.asarray(t) for t in flat])
                 return
             sizes = [tf.shape(p)[0] if p.shape.rank else tf.constant(1) for p in parts]
             self._keep(sizes, lambda values: setattr(self, "_rows", [int(v) for v in values]))
+            if numeric:
+                self._keep(flat, examples)
 
     def _where(self, frame) -> str:
         frames = self.user_frames(frame)
@@ -1189,8 +1228,9 @@ class Watcher:
                 values[i] = [np.array(tf.convert_to_tensor(c)) for c in self.real.experimental_local_results(v)]
             except Exception:  # noqa: BLE001  (a variable not readable here: an uninitialized one)
                 continue
-        self.boundaries.append(Boundary(values, self._reduced, self._rows, self._local_reads, self._read_sites))
-        self._reduced, self._rows, self._local_reads, self._read_sites = [], None, [], []
+        self.boundaries.append(Boundary(values, self._reduced, self._rows, self._local_reads, self._read_sites,
+                                        self._examples))
+        self._reduced, self._rows, self._local_reads, self._read_sites, self._examples = [], None, [], [], None
 
     def finish(self) -> None:
         """The script ended (or raised): the step of the last element drawn has ended there."""

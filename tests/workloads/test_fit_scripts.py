@@ -367,3 +367,55 @@ def test_a_log_fit_reduces_is_not_called_a_mean_metric_fed_scaled_losses(spec, p
         check.equal([m.what.name for m in v.mismatches], ["fit mse"], "what differs: the log alone", render.details(v))
         check.that(any("fit reduces what train_step returns" in n and "reduce_per_replica" in n for n in v.notes),
                    "the notes", v.notes, "one naming Keras' reduction of train_step's returns")
+
+
+# a plain fit (Keras' own train step) whose every global batch is one example, split 1 and 0 over two replicas (issue
+# 62, finding 6: on Keras 2, FAIL "the loop is wrong" though the script wrote no step)
+ONE_EXAMPLE_BATCHES = """
+import numpy as np
+import tensorflow as tf
+
+rng = np.random.default_rng(7)
+x = rng.normal(size=(9, 4)).astype(np.float32)
+y = (x @ rng.normal(size=(4, 1))).astype(np.float32)
+strategy = tf.distribute.MirroredStrategy()
+with strategy.scope():
+    model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(1)])
+    model.compile(optimizer=tf.keras.optimizers.SGD(0.05), loss="mse")
+model.fit(x, y, batch_size=1, epochs=1, verbose=0)
+"""
+
+
+# the same with a layer of the script's own in the model: code of the script's inside Keras' step
+OWN_LAYER = ONE_EXAMPLE_BATCHES.replace("strategy = tf.distribute.MirroredStrategy()", """
+
+class Scale(tf.keras.layers.Layer):
+    def call(self, inputs):
+        return 0.5 * inputs
+
+
+strategy = tf.distribute.MirroredStrategy()""").replace("tf.keras.Input((4,)), ", "tf.keras.Input((4,)), Scale(), ")
+
+
+@pytest.mark.parametrize("layers", ["keras'", "one of the script's"])
+def test_keras_own_fit_is_never_called_the_scripts_loop(pool, tmp_path, layers):
+    """A plain model.fit whose global batch of one example splits 1 and 0 over the replicas of
+    mirrored:2: where Keras trains it (Keras 2 scales each replica's mean loss by 1/replicas, half of one
+    device's update), the replicas got exactly one device's examples (their digests) and the script wrote
+    no step, layer, loss or metric, so the verdict is DEVIATION naming an unrecorded deviation of Keras',
+    never FAIL; with a layer of the script's own in the model it stays FAIL (the script's code runs in the
+    step). Where Keras 3.5+ raises on the uneven batch, BLOCKED by keras3-fit-uneven-replica-batches-raise."""
+    (tmp_path / "one_example.py").write_text(ONE_EXAMPLE_BATCHES if layers == "keras'" else OWN_LAYER)
+    spec = parse_spec("mirrored:2")
+    c = checker(pool, tmp_path / "one_example.py")
+    v = c.check(spec)
+    check = Check(spec, case={"script": "fit, global batch 1", "layers": layers, "keras": c.versions["keras"]})
+    if applies(UNEVEN, c.versions):
+        check.equal((v.status, [i for i, _ in v.deviations]), ("BLOCKED", [UNEVEN]), "the verdict", render.details(v))
+        return
+    if layers != "keras'":
+        check.equal((v.status, v.deviations), ("FAIL", []), "the verdict with a layer of the script's", render.details(v))
+        return
+    check.equal((v.status, [i for i, _ in v.deviations], v.diagnoses), ("DEVIATION", ["unrecorded"], []),
+                "the verdict of Keras' own fit that trains otherwise than one device", render.details(v))
+    check.contains(v.deviations[0][1], ["Keras' own train step", "exactly one device's examples"], "its evidence")

@@ -56,11 +56,12 @@ def test_an_interrupted_check_kills_its_engines_and_exits_128_plus_the_signal(tm
     proc, scratch, mark = _check(tmp_path, "--strategies", "mirrored:2", "-q", "--engine-timeout", "300", "--",
                                  "--hang", "always")
     try:
-        # the reference run hangs in the script: wait until an engine has started and runs it
+        # the reference run hangs in the script: wait until an engine has started and runs it (mirrored:2's
+        # reference runs in the one_device engine, scriptcheck.REFERENCE_UNDER)
         deadline = time.monotonic() + 120
-        while not list(scratch.glob("tfds-engines-*/*default*.log")) and time.monotonic() < deadline:
+        while not list(scratch.glob("tfds-engines-*/*one_device*.log")) and time.monotonic() < deadline:
             time.sleep(0.2)
-        check.that(bool(list(scratch.glob("tfds-engines-*/*default*.log"))), "the reference's engine",
+        check.that(bool(list(scratch.glob("tfds-engines-*/*one_device*.log"))), "the reference's engine",
                    "not started in 120 s", "started")
         time.sleep(5)
         busy = marked(mark)

@@ -582,6 +582,35 @@ def _own_train_step(models) -> list:
     return sorted({type(m).__name__ for m in models if getattr(type(m), "train_step", None) is not keras_own})
 
 
+def _script_code(watcher: Watcher, models) -> list:
+    """The model and layer classes, compiled losses and compiled metrics of ``models`` (those fit trains)
+    defined in the script's own files: the script's code inside what Keras' own train step runs."""
+    found = set()
+
+    def files(t) -> list:  # a function's file; a class's: its and its bases' methods' (a script's run has no module)
+        if inspect.isfunction(t):
+            return [t.__code__.co_filename]
+        if isinstance(t, type):
+            return [f.__code__.co_filename for c in t.__mro__ for f in vars(c).values() if inspect.isfunction(f)]
+        return []
+
+    def check(obj):
+        for t in [obj] if isinstance(obj, type) or inspect.isfunction(obj) else [type(obj), getattr(obj, "fn", None)]:
+            if any(watcher._users(path) for path in files(t)):
+                found.add(getattr(t, "__qualname__", getattr(t, "__name__", repr(t))))
+
+    for m in models:
+        flatten = getattr(m, "_flatten_layers", None)
+        for layer in (flatten(include_self=True, recursive=True) if flatten else [m, *getattr(m, "layers", [])]):
+            check(layer)
+        container = getattr(m, "_compile_metrics", None) or getattr(m, "compiled_metrics", None)
+        for compiled in [*tf.nest.flatten(getattr(m, "loss", None)),
+                         *tf.nest.flatten(getattr(container, "_user_metrics", None))]:
+            if compiled is not None and not isinstance(compiled, str):
+                check(compiled)
+    return sorted(found)
+
+
 def _idle(watcher: Watcher, found: _Found, seen: _Seen) -> dict:
     """The optimizers a custom train_step never applies, taken out of ``found.optimizers`` (the one
     ``compile()`` makes by default, RMSprop, beside a GAN's own two): Keras builds it before fit's first
@@ -645,7 +674,7 @@ def _report(ctx, watcher, found, seen, facts: Facts, raised) -> WorkloadRun:
             loss, replica_losses, b.rows or [], [values(b, i) for i in model], [values(b, i) for i in opt],
             _step_gradients(seen, k, groups), {**(seen.metrics[k] if k < len(seen.metrics) else {}),
                                                **_indexed_reads(watcher, b)},
-            seen.regularization(k - 1), None, named))
+            seen.regularization(k - 1), None, named, b.examples))
     # each Mean-like metric's (total, count) at every boundary, from the first: what the check takes each step's
     # increments from (a metric known at every boundary only)
     facts.metric_state_values = _at_every_boundary(seen.states, lambda state: [0.0, 0.0])
@@ -678,6 +707,7 @@ def _report(ctx, watcher, found, seen, facts: Facts, raised) -> WorkloadRun:
                           else watcher.fit_rows),
         # the classes of the models fit trains whose train_step is the script's own, not Keras'
         fit_own_train_step=_own_train_step(watcher.fit_models),
+        fit_script_code=_script_code(watcher, watcher.fit_models),
         # several models: each optimizer's gradients over its own model's variables (diagnosis._per_model)
         gradient_groups=([[m, len(indices)] for _, m, indices in groups] if groups
                          else [[name, 0] for name in found.optimizers]),

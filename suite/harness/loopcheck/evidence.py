@@ -89,8 +89,14 @@ def _replica_grad_evidence(r, d):
 
 
 def _same_batches_on_every_worker(d, workers: int) -> bool:
-    """Whether each worker's replicas returned exactly worker 0's losses and gradients (the same
-    examples: distinct examples give the same float only by chance)."""
+    """Whether each worker's replicas got worker 0's examples: where the run read the digests of the
+    examples each replica drew (a script's), from them alone, since equal losses prove nothing where a
+    loss reads no example (a GAN's generator fed noise); else from each worker's replicas returning
+    exactly worker 0's losses and gradients (distinct examples give the same float only by chance)."""
+    if d.examples is not None:
+        per = len(d.examples) // workers
+        return per >= 1 and any(d.examples[:per]) and all(
+            d.examples[w * per:(w + 1) * per] == d.examples[:per] for w in range(1, workers))
     per = len(d.replica_losses) // workers
     if per < 1 or any(d.replica_losses[w * per:(w + 1) * per] != d.replica_losses[:per] for w in range(1, workers)):
         return False
@@ -394,6 +400,20 @@ def local_result_of_one_replica(o: Observed):
     return None
 
 
+def same_examples_through(ref, dist, upto: int) -> bool:
+    """Whether the spec's replicas together got exactly the reference's examples in each of the first
+    ``upto`` steps (the digests of the examples each drew, as multisets); False where a run did not read
+    them."""
+    if upto < 1 or len(ref.steps) < upto or len(dist.steps) < upto:
+        return False
+    for r, d in zip(ref.steps[:upto], dist.steps[:upto]):
+        if r.examples is None or d.examples is None:
+            return False
+        if sorted(x for rep in d.examples for x in rep) != sorted(x for rep in r.examples for x in rep):
+            return False
+    return True
+
+
 def returned_by_train_step(facts, name: str) -> bool:
     """Whether the metric ``name`` is a log of fit that the script's own ``train_step`` returned, not a
     Keras metric it holds: what Keras' fit reduces over the replicas by itself (``reduce_per_replica``)."""
@@ -528,6 +548,9 @@ def shuffled_per_worker_before_sharding(o: Observed):
 def input_not_sharded_per_worker(o: Observed):
     workers = o.facts.workers
     if o.in_step and workers > 1 and _same_batches_on_every_worker(o.d, workers):
+        if o.d.examples is not None:
+            return [f"the replicas of all {workers} workers got worker 0's examples in step {o.k} (the digests of "
+                    f"the {sum(map(len, o.d.examples))} examples they drew): every worker read the same examples"]
         return [f"the replicas of all {workers} workers returned the same losses {o.d.replica_losses} and handed "
                 "apply_gradients the same gradients, bit for bit, as worker 0's: every worker read the same examples"]
     return None

@@ -39,7 +39,8 @@ def stitch(runs: list):
             weights=None if any(p.weights is None for p in parts) else [v for p in parts for v in p.weights],
             variables=[[c for p in parts for c in p.variables[i]] for i in range(len(parts[0].variables))],
             optimizer=[[c for p in parts for c in p.optimizer[i]] for i in range(len(parts[0].optimizer))],
-            gradients=grads, named=named))
+            gradients=grads, named=named,
+            examples=None if any(p.examples is None for p in parts) else [e for p in parts for e in p.examples]))
     raised = next((r.raised for r in runs if r.raised is not None), None)
     masks = None if first.masks is None else [m for r in runs for m in (r.masks or [])]
     facts = dataclasses.replace(first.facts, workers=len(runs))

@@ -26,7 +26,7 @@ from ..pool import memo, versions
 from ..pool.pool import EngineError, EnginePool, EngineUnavailable, ProbeError
 from ..pool.versions import engine_versions
 from . import controls, differential, evidence, render
-from .runs import first_difference, first_non_finite
+from .runs import first_difference, first_non_finite, stitch
 from .usercheck import CheckEngineError, CheckInputError, Report, _check_specs, _start_quietly, default_jobs, engine_failure
 
 INSIDE = " (in the replica function)"  # a read of the replica count inside strategy.run (the engine's mark)
@@ -433,6 +433,18 @@ class ScriptChecker:
         if v.status == "FAIL" and v.mismatches and v.error is None and spec.replicas > 1 \
                 and spec.kind in ONE_REPLICA_CONTROLLED:
             v = self.by_one_replica(spec, v)
+        if (self.fits and not ref.facts.fit_own_train_step and not ref.facts.fit_script_code and v.status == "FAIL"
+                and not v.diagnoses and v.mismatches and v.error is None
+                and evidence.same_examples_through(ref, stitch(runs), v.first_step)):
+            # the script wrote no step, no layer, loss or metric it runs, and its replicas got one device's very
+            # examples: what differs is Keras' code
+            v.status = "DEVIATION"
+            v.deviations.append(["unrecorded", (
+                f"Model.fit trains with Keras' own train step, layers, loss and metrics (the script defines none of "
+                f"them), and in steps 1-{v.first_step} "
+                f"the replicas together got exactly one device's examples (their digests), yet step {v.first_step} "
+                f"differs ({v.mismatches[0].line()}): the code that computes something else is Keras'/TensorFlow's, and "
+                "no known deviation records it")])
         inside = [w.removesuffix(INSIDE) for w in ref.facts.replica_reads if w.endswith(INSIDE)]
         if inside and v.status == "FAIL" and v.mismatches:
             # what the reference answered there is one device's count; a right script may mean the spec's
