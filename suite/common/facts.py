@@ -91,6 +91,7 @@ class Facts:
     # the script's own code in what Keras' own train step runs: model and layer classes, compiled losses and metrics
     # defined in the script's files (a custom layer's batch statistics differ per replica as the script wrote them)
     fit_script_code: list | None = None
+    fits_skipped: list | None = None  # "file:line (Class)" of each fit of a model trained with no strategy (not compared)
     steps_per_execution: int | None = None  # the most steps one execution of the script's fit runs
     fit_first_split: list | None = None  # the rows per replica of fit's first batch
 

@@ -505,6 +505,9 @@ class Watcher:
         self.fit_step_rows: dict = {}  # replica id -> its examples in fit's last step (_fit_step)
         self.fit_step_examples: dict = {}  # replica id -> the digests of its examples in fit's last step (_fit_step)
         self.fit_done = False  # fit ended at the last step compared (its own validation may follow, then the script)
+        # "file:line (Class)" of each fit of a model that trains with no strategy while the script has one (a model it
+        # trains to compare with): not stepped, the training compared is the strategy's
+        self.fits_skipped: list = []
         self.evaluated: dict = {}  # the results of the script's evaluate after that fit (_evaluate)
         self.evaluate_states: dict = {}  # metric name -> its (total, count) at that evaluate's start and each batch
         self.evaluate_copies: dict = {}  # metric name -> at that evaluate's end, each local replica's copy (replica_states)
@@ -669,6 +672,11 @@ class Watcher:
                 return real_fit(model, *args, **kwargs)
             if watcher.fit_done:  # a second fit after the steps compared: the run ends here
                 raise Stop
+            if watcher.mode is None and not watcher._under_the_strategy(model):
+                # a model the script trains with no strategy (made outside every strategy's scope) beside the one it
+                # distributes: that training is not the strategy's, and is not compared
+                watcher.fits_skipped.append(f"{watcher._where(sys._getframe(1))} ({type(model).__name__})")
+                return real_fit(model, *args, **kwargs)
             watcher.mode = "fit"
             if model not in watcher.fit_models:  # known before its first batch, where fit may raise
                 watcher.fit_models.append(model)
@@ -684,6 +692,14 @@ class Watcher:
                 kwargs["callbacks"] = [*(kwargs.get("callbacks") or []), _fit_steps(watcher)]
             return real_fit(model, *args, **kwargs)
         return fit
+
+    def _under_the_strategy(self, model) -> bool:
+        """Whether ``model`` trains under the run's strategy: Keras' ``distribute_strategy`` (the strategy
+        whose scope it was made in, else the current one: the default strategy outside every scope) is it.
+        Under the default spec's run and a reference with no strategy every model does."""
+        with self._quiet():
+            strategy = getattr(model, "distribute_strategy", None)
+        return strategy is None or strategy is self.real
 
     def _evaluate(self, real_evaluate):
         """``Model.evaluate`` for the run: the script's first call after its fit ended at the last step

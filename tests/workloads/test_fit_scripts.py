@@ -262,8 +262,9 @@ def test_a_seeded_shuffle_fit_is_compared_on_the_order_the_spec_trains(spec, poo
                      render.details(v))
 
 
-# a custom loop that trains otherwise under the strategy classes it names, whatever their replicas: its learning rate
-# is picked by isinstance, and the reference's strategy (one device's, told the spec's replicas) is of neither class
+# a custom loop that trains otherwise under the strategy classes it names, whatever their replicas: its loss's weight
+# is picked by isinstance, and the reference's strategy (one device's, told the spec's replicas) is of none of them (a
+# learning rate picked so differs on Keras 3 only: Keras 2's is an optimizer variable the run loads from the reference)
 BY_CLASS = """
 import numpy as np
 import tensorflow as tf
@@ -272,21 +273,21 @@ rng = np.random.default_rng(5)
 x = rng.normal(size=(256, 4)).astype(np.float32)
 y = (x @ rng.normal(size=(4, 1))).astype(np.float32)
 strategy = tf.distribute.MirroredStrategy()
-LR = 0.1 if isinstance(strategy, (tf.distribute.MirroredStrategy, tf.distribute.experimental.CentralStorageStrategy)) \
-    else 0.05
+WEIGHT = 3.0 if isinstance(strategy, (tf.distribute.MirroredStrategy, tf.distribute.experimental.CentralStorageStrategy,
+                                      tf.distribute.MultiWorkerMirroredStrategy)) else 1.0
 GLOBAL = 16
 data = strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensor_slices((x, y)).batch(GLOBAL))
 with strategy.scope():
     model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(1)])
-    optimizer = tf.keras.optimizers.SGD(LR)
+    optimizer = tf.keras.optimizers.SGD(0.05)
 
 
 @tf.function
 def step(batch):
     def replica(features, labels):
         with tf.GradientTape() as tape:
-            loss = tf.nn.compute_average_loss(tf.reduce_mean(tf.square(model(features) - labels), axis=1),
-                                              global_batch_size=GLOBAL)
+            loss = WEIGHT * tf.nn.compute_average_loss(tf.reduce_mean(tf.square(model(features) - labels), axis=1),
+                                                       global_batch_size=GLOBAL)
         optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
         return loss
     return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(replica, args=batch), axis=None)
@@ -297,22 +298,24 @@ for batch in data:
 """
 
 
-@pytest.mark.specs(lambda spec: spec.kind in ("mirrored", "central_storage") and spec.replicas > 1,
-                   without_deep=trimmed(("mirrored:2", "central_storage:2")))
+@pytest.mark.specs(lambda spec: spec.kind in ("mirrored", "central_storage", "multi_worker") and spec.replicas > 1,
+                   without_deep=trimmed(("mirrored:2", "central_storage:2", "multi_worker:2x1")))
 def test_a_difference_one_replica_shows_too_is_not_blamed_on_the_script(spec, pool, tmp_path):
     """The one-replica control: where the script's run differs under a spec of several replicas and the
-    same script under mirrored:1 differs from its one-device reference as well, the difference does not
-    need the replicas: INCOMPARABLE (never FAIL), saying what differed under mirrored:1. The vehicle trains
-    with another learning rate under the strategy classes it names whatever their replicas."""
+    same script under one replica (mirrored:1; multi_worker:1x1, a cluster of one worker, for a
+    multi-worker spec) differs from its one-device reference as well, the difference does not need the
+    replicas: INCOMPARABLE (never FAIL), saying what differed there. The vehicle weighs its loss otherwise
+    under the strategy classes it names whatever their replicas."""
     (tmp_path / "by_class.py").write_text(BY_CLASS)
     script = checker(pool, tmp_path / "by_class.py")  # one checker: the references are run once
     v = script.check(spec)
     check = Check(spec)
     check.equal(script.check(parse_spec("mirrored:1")).status, "FAIL",
-                "mirrored:1's own verdict (one replica, the rate of the class)", "")
+                "mirrored:1's own verdict (one replica, the weight of the class)", "")
     check.equal(v.status, "INCOMPARABLE", "the verdict of a script whose mirrored:1 run differs too",
                 render.details(v))
-    check.contains(v.error, ["under mirrored:1", "does not need"], "what the verdict says")
+    one = "multi_worker:1x1" if spec.kind == "multi_worker" else "mirrored:1"
+    check.contains(v.error, [f"under {one}", "does not need"], "what the verdict says")
 
 
 # a fit whose own train_step returns the replica's scaled loss as its log (issue 62, finding 4): it trains as one
@@ -419,3 +422,44 @@ def test_keras_own_fit_is_never_called_the_scripts_loop(pool, tmp_path, layers):
     check.equal((v.status, [i for i, _ in v.deviations], v.diagnoses), ("DEVIATION", ["unrecorded"], []),
                 "the verdict of Keras' own fit that trains otherwise than one device", render.details(v))
     check.contains(v.deviations[0][1], ["Keras' own train step", "exactly one device's examples"], "its evidence")
+
+
+# a script from TensorFlow's issue tracker in shape: it fits a model with no strategy first, to compare, then one under
+# MirroredStrategy (issue 62, finding 3: the check compared the first fit and blamed its model as made outside the scope)
+FIT_BOTH = """
+import numpy as np
+import tensorflow as tf
+
+rng = np.random.default_rng(8)
+x = rng.normal(size=(256, 8)).astype(np.float32)
+y = (x @ rng.normal(size=(8, 1))).astype(np.float32)
+plain = tf.keras.Sequential([tf.keras.Input((8,)), tf.keras.layers.Dense(1)])
+plain.compile(optimizer=tf.keras.optimizers.SGD(0.05), loss="mse")
+plain.fit(x, y, batch_size=8, epochs=1, verbose=0)
+strategy = tf.distribute.MirroredStrategy()
+with strategy.scope():
+    model = tf.keras.Sequential([tf.keras.Input((8,)), tf.keras.layers.Dense(1)])
+    model.compile(optimizer=tf.keras.optimizers.SGD(0.05), loss="mse")
+model.fit(x, y, batch_size=32 * strategy.num_replicas_in_sync, epochs=1, verbose=0)
+"""
+
+
+@pytest.mark.specs(lambda spec: spec.kind in ("one_device", "mirrored", "central_storage") and not spec.gpus,
+                   without_deep=trimmed(("one_device", "mirrored:2")))
+def test_a_fit_with_no_strategy_beside_the_distributed_one_is_not_compared(spec, pool, tmp_path):
+    """A script that fits a model made outside every strategy's scope (to compare) and then one under
+    its strategy: the steps compared are the distributed fit's (its global batch, 32 per replica), the
+    first fit is said to be skipped, and the verdict is the distributed training's (PASS, or DEVIATION
+    where a known deviation predicts every difference), with no cause from the first model."""
+    (tmp_path / "fit_both.py").write_text(FIT_BOTH)
+    c = checker(pool, tmp_path / "fit_both.py")
+    v = c.check(spec)
+    check = Check(spec)
+    check.that(right(v) and not v.diagnoses, "the verdict", (v.status, v.deviations, v.notes),
+               "PASS, or DEVIATION where a known deviation predicts every difference", render.details(v))
+    ref = c.reference(*scriptcheck._reference_key(spec))
+    check.equal((ref.facts.first_batch_rows, len(ref.facts.fits_skipped or [])), (32 * spec.replicas, 1),
+                "the global batch of the fit compared, and the fits skipped")
+    line = next(n for n, text in enumerate(FIT_BOTH.splitlines(), 1) if text.startswith("plain.fit"))
+    check.contains(" ".join(scriptcheck._script_notes(c)), [f"fit_both.py:{line} (Sequential)", "not compared"],
+                   "the report's note")

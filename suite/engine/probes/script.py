@@ -707,6 +707,7 @@ def _report(ctx, watcher, found, seen, facts: Facts, raised) -> WorkloadRun:
                           else watcher.fit_rows),
         # the classes of the models fit trains whose train_step is the script's own, not Keras'
         fit_own_train_step=_own_train_step(watcher.fit_models),
+        fits_skipped=watcher.fits_skipped,
         fit_script_code=_script_code(watcher, watcher.fit_models),
         # several models: each optimizer's gradients over its own model's variables (diagnosis._per_model)
         gradient_groups=([[m, len(indices)] for _, m, indices in groups] if groups

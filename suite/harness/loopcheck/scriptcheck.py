@@ -38,10 +38,9 @@ SCRIPT_KINDS = ("default", "one_device", "mirrored", "central_storage", "multi_w
 FIT_SCRIPT_CAUSES = frozenset({"created_outside_scope", "per_replica_batch_norm", "identical_dropout_masks",
                                "per_replica_batch_size", "shuffled_per_worker_before_sharding",
                                "input_not_sharded_per_worker", "batch_not_distributed"})
-# the specs whose FAIL is checked against the one-replica control (by_one_replica), and that control: one replica
-# under a strategy of one process (a multi-worker spec's, a one-worker cluster, is not run yet)
-ONE_REPLICA_CONTROLLED = ("mirrored", "central_storage")
-ONE_REPLICA = "mirrored:1"
+# the specs whose FAIL is checked against the one-replica control (by_one_replica), by kind, and that control: one
+# replica under a strategy of one process, or a multi-worker spec's under a cluster of one worker
+ONE_REPLICA_CONTROLLED = {"mirrored": "mirrored:1", "central_storage": "mirrored:1", "multi_worker": "multi_worker:1x1"}
 # the strategy the reference's one device runs under, by the spec's kind (others: "one_device"): a script's
 # strategy constructors give a Reference over that engine's strategy. Keras builds and draws otherwise under any
 # strategy than under none (Keras 3.5+'s fit draws its first batch from an iterator of its own, so a dataset that
@@ -285,26 +284,27 @@ class ScriptChecker:
 
     def by_one_replica(self, spec, v) -> differential.Verdict:
         """A FAIL of a spec of several replicas is the script's only where the difference needs them:
-        the same script under one replica of a strategy (ONE_REPLICA, its engine reused) against the
+        the same script under one replica of a strategy (ONE_REPLICA_CONTROLLED) against the
         reference told one replica. Where that run differs too (and did not raise), what differs comes
-        with a strategy whatever its replicas (the data order Keras' fit draws under any strategy, a
-        generator's streams, the reference's own construction): INCOMPARABLE, the FAIL's evidence kept
+        with a strategy whatever its replicas (a script's or a library's path under a strategy class that the
+        reference's OneDeviceStrategy does not take): INCOMPARABLE, the FAIL's evidence kept
         as notes. Where it agrees, or cannot run, the FAIL stands, with a note saying which."""
-        control = self.on(parse_spec(ONE_REPLICA))
+        one = ONE_REPLICA_CONTROLLED[spec.kind]
+        control = self.on(parse_spec(one))
         try:
             ref = self.reference(*_reference_key(control))
             runs = self._run_against(control, ref)
         except (CheckInputError, CheckEngineError, EngineError) as exc:
-            v.notes.append(f"no one-replica control: the script could not run under {ONE_REPLICA} "
+            v.notes.append(f"no one-replica control: the script could not run under {one} "
                            f"({str(exc).splitlines()[0]})")
             return v
         if runs[0].raised is not None or _variables_apart(ref, runs[0]) is not None:
-            v.notes.append(f"no one-replica control: under {ONE_REPLICA} the script raised or made other variables")
+            v.notes.append(f"no one-replica control: under {one} the script raised or made other variables")
             return v
         c = differential.verdict_of(control.text, ref, runs, ref.facts.first_batch_rows or 0, self.rtol, self.atol,
                                     spec_obj=control, versions=self.versions)
         if not c.mismatches or c.error is not None:
-            v.notes.append(f"the one-replica control: under {ONE_REPLICA} the script trains what one device trains "
+            v.notes.append(f"the one-replica control: under {one} the script trains what one device trains "
                            f"({c.agreed}/{c.steps} steps): what differs here needs {spec.replicas} replicas")
             return v
         found = [d.title for d in v.diagnoses]
@@ -312,7 +312,7 @@ class ScriptChecker:
             [f"the evidence of {', '.join(found)} holds too, but the difference does not need {spec.replicas} "
              "replicas"] if found else []) + v.notes
         v.status, v.diagnoses = "INCOMPARABLE", []
-        v.error = (f"under {ONE_REPLICA} (one replica under a strategy) the script already differs from one device "
+        v.error = (f"under {one} (one replica under a strategy) the script already differs from one device "
                    f"(step {c.first_step}: {c.mismatches[0].line()}): what differs here does not need {spec.replicas} "
                    "replicas, so it is not distribution's, and the check cannot say whether the script is right; "
                    "it comes with a strategy whatever its replicas (a data order, random streams, or a library's "
@@ -626,6 +626,10 @@ def _script_notes(checker: ScriptChecker) -> list:
                 out.append(made + "in the first step (a model with no Input, built by its first call), and not all "
                            "could be read at their creation: those start from each run's own seeded initializers, "
                            "and their differences are measured against their values, a looser comparison")
+        if facts.fits_skipped:
+            out.append(f"the script also fit a model that trains with no strategy ({', '.join(facts.fits_skipped)}; made "
+                       "outside every strategy's scope): not compared; the steps compared are those of the fit the "
+                       "strategy runs")
         if facts.tf_config_set:
             out.append(f"the script set TF_CONFIG itself before building its strategy ({facts.tf_config_set}): its "
                        "strategy is the spec's, on the spec's cluster (each worker its own task), and what it reads from "
