@@ -11,10 +11,10 @@ from __future__ import annotations
 import pytest
 
 from suite.harness.judging.judgment import Check
-from suite.harness.loopcheck import render, usercheck
+from suite.harness.loopcheck import differential, render, usercheck
 from suite.harness.loopcheck.causes import CAUSES
 from tests.helpers import ROOT
-from tests.workloads.test_examples import checker
+from tests.workloads.test_examples import checker, from_structure_alone
 
 ZOO_SPECS = ("mirrored:2", "central_storage:2", "multi_worker:2x1")
 RANDOM_DRAWS = "random_draws"  # EXPECTED's word for a right loop whose own random draws cannot be compared
@@ -45,10 +45,19 @@ def expected_outcome(name: str, kind: str) -> tuple[tuple[str, ...], list[str]]:
     return ("FAIL",), [cause]
 
 
+def _structural(cause: str) -> str | None:
+    """The catalogued cause of ``cause`` ("MODEL: cause" or "cause") where it is found from structure alone."""
+    bare = cause.rsplit(": ", 1)[-1]
+    return bare if bare in differential.FROM_STRUCTURE else None
+
+
 def classify(name: str, kind: str, v) -> str:
     """right cause / no cause / wrong cause / wrong verdict / right verdict (for a right loop)."""
     allowed, causes = expected_outcome(name, kind)
     named = [f"{d.model}: {d.cause}" if d.model else d.cause for d in v.diagnoses]
+    if causes and _structural(causes[0]) and v.status in ("PASS", "DEVIATION") and any(
+            CAUSES[_structural(causes[0])].title in n and "every step agreed" in n for n in v.notes):
+        return "right verdict"  # a mistake of structure that trains alike here: a note, never FAIL (issue 62)
     if v.status not in allowed or any(i == "unrecorded" for i, _ in v.deviations):
         return "wrong verdict"  # an unrecorded deviation is a finding to record, not a right verdict
     if not causes:
@@ -63,8 +72,11 @@ def classify(name: str, kind: str, v) -> str:
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_the_zoo_gets_the_right_verdict_and_cause(spec, name, pool):
     v = checker(pool, f"examples.zoo:{name}").check(spec)
-    outcome = classify(name, spec.strategy, v)
     allowed, causes = expected_outcome(name, spec.strategy)
+    if causes and _structural(causes[0]):  # FAIL with it where a step differs or raised, else a note (issue 62)
+        from_structure_alone(Check(spec), v, _structural(causes[0]), causes, f"examples.zoo:{name}")
+        return
+    outcome = classify(name, spec.strategy, v)
     Check(spec).that(outcome in ("right cause", "right verdict") or (outcome == "no cause" and not causes),
                      f"examples.zoo:{name}", f"{outcome}: {v.status} {[d.cause for d in v.diagnoses]}",
                      f"verdict in {allowed} with causes {causes}", render.details(v))
