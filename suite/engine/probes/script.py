@@ -754,7 +754,7 @@ def _report(ctx, watcher, found, seen, facts: Facts, raised) -> WorkloadRun:
             if accessed is None and len(boundaries) < 2:
                 return True  # no step traced or ended (it raised before): nothing says what the training touches
             v = variables[i]
-            parts = [v, *_shards(v), *getattr(v, "values", ())] if hasattr(v, "values") else [v, *_shards(v)]
+            parts = [v, *_shards(v), *getattr(v, "values", ())]  # a distributed variable's per-device parts too
             if accessed is not None and any(id(p) in accessed for p in parts):
                 return True
             changed = boundaries and i in boundaries[0].values and i in boundaries[-1].values and not all(

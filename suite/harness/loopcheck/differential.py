@@ -46,7 +46,8 @@ STATUSES = {
     "ERROR": "the suite could not run the spec (the engine failed or timed out)",
     "RANDOM": "the step draws random numbers of its own: one device and the replicas cannot draw the same numbers, "
               "so their runs cannot be compared value for value (neither right nor wrong is known)",
-    "INCOMPARABLE": "the spec's run differs, but so does the same code under one replica of a strategy (mirrored:1): "
+    "INCOMPARABLE": "the spec's run differs, but so does the same code under one replica of a strategy (mirrored:1, "
+                    "or multi_worker:1x1 for a multi-worker spec): "
                     "what differs does not need more than one replica, so it is not distribution's, and the check "
                     "does not blame the script (neither right nor wrong is known)",
 }

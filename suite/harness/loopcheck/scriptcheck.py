@@ -315,8 +315,8 @@ class ScriptChecker:
         v.error = (f"under {one} (one replica under a strategy) the script already differs from one device "
                    f"(step {c.first_step}: {c.mismatches[0].line()}): what differs here does not need {spec.replicas} "
                    "replicas, so it is not distribution's, and the check cannot say whether the script is right; "
-                   "it comes with a strategy whatever its replicas (a data order, random streams, or a library's "
-                   "own code path under a strategy)")
+                   "it comes with a strategy whatever its replicas (a script's or a library's path under a strategy "
+                   "class that the reference's OneDeviceStrategy does not take)")
         return v
 
     def by_remedy(self, spec, ref, v) -> differential.Verdict:
