@@ -198,6 +198,14 @@ def test_each_epoch_of_fit_trains_that_iteration_of_the_dataset(engines, spec, k
     # batch from an iteration of its own, so each epoch trains the next iteration and fit begins one more
     under = spec.kind != "default"
     later = ref_model.one_weight_sgd(kernel, learning_rate, [k + 2 for k in iterations]) if under else None
+    # and keras3-loss-unscaled-before-3.8 with it on Keras 3.5-3.7 (mirrored, central_storage): each replica's
+    # loss its own batch's mean, the replicas' gradients summed, so every step is replicas x the step (all the
+    # examples of a batch alike), on the next iteration too
+    unscaled = (ref_model.one_weight_sgd(kernel, spec.replicas * learning_rate, [k + 2 for k in iterations])
+                if under and spec.replicas > 1 else None)
+    # where the optimizer does not sum the replicas' gradients (keras3-gradients-not-summed-before-3.5, Keras
+    # 3.0-3.4, before the extra draw) each replica applies its own unscaled mean's gradient: the global step here
+    unsummed = expected if spec.kind == "mirrored" and spec.replicas > 1 else None
     results = engines.call(spec, "training.fit_epochs", kernel=kernel, learning_rate=learning_rate,
                            rows=per_replica * spec.replicas, epochs=epochs)
     check = Check(spec, "float32", {"kernel": kernel, "learning rate": learning_rate, "rows": per_replica * spec.replicas,
@@ -214,4 +222,6 @@ def test_each_epoch_of_fit_trains_that_iteration_of_the_dataset(engines, spec, k
             for r, value in enumerate(copies):
                 check.equal(np.float64(value), expected[e],
                             Quantity.of("fit epoch variable", f"the weight after epoch {e + 1}", epoch=e + 1).at(
-                                replica=r, **where), given=Given(alternative=None if later is None else later[e]))
+                                replica=r, **where), given=Given(alternative=None if later is None else later[e],
+                                           unscaled=None if unscaled is None else unscaled[e],
+                                           unsummed=None if unsummed is None else unsummed[e]))
