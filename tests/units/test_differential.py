@@ -369,8 +369,9 @@ def test_precedence_is_applied_as_declared():
     no_ends = {p: v for p, v in every.items() if p not in causes.ENDS}
     check.equal(names(no_ends), ["created_outside_scope", "keras_loss_reduction", "lazy_optimizer_build",
                                  "identical_dropout_masks", "metric_from_one_replica", "metric_fed_scaled_loss",
-                                 "weighted_loss_normalized_per_replica", "gradients_aggregated_by_hand",
-                                 "optimizer_scaled_by_replicas", "shuffled_per_worker_before_sharding",
+                                 "fit_log_reduced_over_replicas", "weighted_loss_normalized_per_replica",
+                                 "gradients_aggregated_by_hand", "optimizer_scaled_by_replicas",
+                                 "shuffled_per_worker_before_sharding",
                                  "input_not_sharded_per_worker", "regularization_not_scaled"], "no root cause holding")
     fallbacks = {p: every[p] for p in causes.FALLBACKS}
     check.equal(names(fallbacks), ["reduce_mean_for_sum"], "only the fallbacks holding")

@@ -145,9 +145,10 @@ IN_THE_ZOO_ONLY = ("gradients_aggregated_by_hand", "optimizer_scaled_by_replicas
 
 
 # causes of a training script's outer loop, whose mistakes live in examples/scripts/mistakes.py and
-# multi_worker_mistakes.py (judged by tests/workloads/test_scripts.py and test_cluster_scripts.py): a
-# workload's loop is the suite's, which makes none of them
-IN_SCRIPTS_ONLY = ("batch_not_distributed", "metric_from_one_replica", "shuffled_per_worker_before_sharding")
+# multi_worker_mistakes.py (judged by tests/workloads/test_scripts.py and test_cluster_scripts.py), and of what a
+# script's own train_step returns to fit (test_fit_scripts.py): a workload's loop is the suite's, which makes none
+IN_SCRIPTS_ONLY = ("batch_not_distributed", "metric_from_one_replica", "shuffled_per_worker_before_sharding",
+                   "fit_log_reduced_over_replicas")
 
 
 @pytest.mark.specs(lambda spec: spec.replicas > 1, without_deep=trimmed(ONE_PER_KIND))

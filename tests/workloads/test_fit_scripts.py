@@ -357,19 +357,40 @@ model.fit(data, epochs=1, verbose=0)
 """
 
 
+# the fix the cause names on Keras 3: a Keras metric of the script's own, its result() returned for the log
+RETURNS_A_MEAN = RETURNS_SCALED_LOSS.replace(
+    "        self.dense = tf.keras.layers.Dense(1)\n",
+    "        self.dense = tf.keras.layers.Dense(1)\n        self.tracker = tf.keras.metrics.Mean(name=\"mse\")\n\n"
+    "    @property\n    def metrics(self):\n        return [self.tracker]\n").replace(
+    '        return {"mse": loss}\n',
+    '        self.tracker.update_state(per_example)\n        return {"mse": self.tracker.result()}\n')
+
+
 @pytest.mark.specs(lambda spec: spec.kind == "mirrored" and spec.replicas == 2)
 def test_a_log_fit_reduces_is_not_called_a_mean_metric_fed_scaled_losses(spec, pool, tmp_path):
     """The script holds no Mean metric: "a Mean metric fed scaled losses" (and its fix, update_state with the
     per-example losses) is not its cause. Keras 3's fit averages what train_step returns over the replicas (its
-    log is 1/replicas of one device's: FAIL, with a note naming Keras' reduce_per_replica); Keras 2's sums it."""
+    log is 1/replicas of one device's): FAIL naming that cause of its own, with Keras' reduce_per_replica as
+    the evidence; Keras 2's sums it, which keeps the replicas' shares whole (PASS)."""
     (tmp_path / "fit_log.py").write_text(RETURNS_SCALED_LOSS)
     v = scriptcheck.ScriptChecker(pool, str(tmp_path / "fit_log.py")).check(spec)
     check = Check(spec)
-    check.equal([d.cause for d in v.diagnoses], [], "the causes named", render.details(v))
     if v.status == "FAIL":
+        check.equal([d.cause for d in v.diagnoses], ["fit_log_reduced_over_replicas"], "the causes named",
+                    render.details(v))
         check.equal([m.what.name for m in v.mismatches], ["fit mse"], "what differs: the log alone", render.details(v))
-        check.that(any("fit reduces what train_step returns" in n and "reduce_per_replica" in n for n in v.notes),
-                   "the notes", v.notes, "one naming Keras' reduction of train_step's returns")
+        check.contains(" ".join(line for d in v.diagnoses for line in d.evidence),
+                       ["0.5 of one device's (1/2 for 2 replicas)", "averages it over the replicas",
+                        "reduce_per_replica"], "the evidence")
+    else:
+        check.equal((v.status, v.diagnoses), ("PASS", []), "the verdict where fit's reduction keeps the log whole",
+                    render.details(v))
+    if v.status == "FAIL":  # the fix the cause names
+        (tmp_path / "fit_mean.py").write_text(RETURNS_A_MEAN)
+        fixed = scriptcheck.ScriptChecker(pool, str(tmp_path / "fit_mean.py")).check(spec)
+        check.that(right(fixed) and not fixed.diagnoses, "the verdict of the fix: a Mean's result() returned",
+                   (fixed.status, [d.cause for d in fixed.diagnoses]), "PASS, or DEVIATION where a known deviation "
+                   "predicts every difference", render.details(fixed))
 
 
 # a plain fit (Keras' own train step) whose every global batch is one example, split 1 and 0 over two replicas (issue

@@ -67,10 +67,22 @@ CAUSES = {
         fix="update the metric with the per-example losses (metric.update_state(per_example_loss)), not with "
             "the replica's scaled loss: a replica's scaled loss is its share of the global mean, and Mean "
             "averages the shares",
-        evidence="only metrics differ, by 1/N; not a log a script's own train_step returns to fit (Keras 3's fit "
-                 "averages what train_step returns over the replicas, reduce_per_replica: a note says so)",
+        evidence="only metrics differ, by 1/N; not a log a script's own train_step returns to fit (what fit "
+                 "reduces over the replicas by itself: a cause of its own, below)",
         remedy="update the metric with the per-example losses",
         found_by=(e.metric_fed_scaled_loss,)),
+    "fit_log_reduced_over_replicas": Cause(
+        title="a log train_step returns, reduced over the replicas by fit",
+        fix="return from train_step, for fit's logs, a value that fit's reduction over the replicas leaves whole: "
+            "on Keras 3 (which averages them) a value alike on every replica, a Keras metric's result() (a "
+            "keras.metrics.Mean updated with the per-example losses) rather than the replica's scaled loss; on "
+            "Keras 2 (which sums them) the replica's share, tf.nn.compute_average_loss, rather than its own mean",
+        evidence="only fit's logs differ, each a value the script's own train_step returns (no Keras metric it "
+                 "holds), by exactly 1/N (Keras 3's fit averages them: reduce_per_replica, 'auto' is 'mean' off "
+                 "TPU) or N (Keras 2's sums them)",
+        remedy="return a metric's `result()` (Keras 3), or the replica's share (Keras 2)",
+        scripts=True,
+        found_by=(e.fit_log_reduced_over_replicas,)),
     "keras_loss_reduction": Cause(
         title="Keras loss object reduces by itself under the strategy",
         fix="create the loss with reduction='none' (keras.losses.Reduction.NONE on Keras 2) and scale the "
@@ -249,6 +261,7 @@ SHOWN = (
     e.per_replica_batch_size,
     e.lazy_optimizer_build,
     (e.metric_from_one_replica, e.metric_fed_scaled_loss),  # one place: see TOGETHER
+    e.fit_log_reduced_over_replicas,
     e.local_result_of_one_replica,
     e.weighted_loss_normalized_per_replica,
     e.keras_loss_reduction,

@@ -11,7 +11,7 @@ import math
 
 from . import causes
 from .causes import CAUSES
-from .evidence import Observed
+from .evidence import Observed, returned_by_train_step
 
 
 @dataclasses.dataclass
@@ -134,7 +134,8 @@ def _per_model(ref, dist, mismatches: list, global_batch: int) -> list[Diagnosis
     # replica's own gradients); a metric that differs otherwise is no cause's evidence
     n, metrics = dist.replicas, [m for m in mismatches if m.role == "metric"]
     if n > 1 and metrics and not any(m.role == "loss" for m in mismatches):
-        exact = next((m for m in metrics if m.ratio is not None and abs(m.ratio * n - 1) <= 1e-4), None)
+        exact = next((m for m in metrics if m.ratio is not None and abs(m.ratio * n - 1) <= 1e-4
+                      and not returned_by_train_step(dist.facts, m.what.name)), None)  # fit's reduction: its own cause
         if exact is not None:
             out.append(Diagnosis("metric_fed_scaled_loss", [f"{exact.quantity} after step {exact.step} is "
                                                             f"{exact.ratio:.7g} of one device's (1/{n} for {n} replicas) "

@@ -421,6 +421,33 @@ def returned_by_train_step(facts, name: str) -> bool:
             and name.removeprefix("fit ") not in (facts.metric_states or {}))
 
 
+def fit_log_reduced_over_replicas(o: Observed):
+    """Only fit's logs differ, each a value the script's own train_step returns (no Keras metric it
+    holds), at exactly 1/N or N x one device's: what fit's own reduction of train_step's returns over
+    the replicas makes of a per-replica value (reduce_per_replica, reduction "auto": Keras 3's
+    "mean" off TPU averages the replicas' shares of a global mean; Keras 2's "sum" adds N equal means)."""
+    if o.n < 2:
+        return None
+    logs = _metrics_alone(o)
+    if not logs or not all(returned_by_train_step(o.facts, m.what.name) for m in logs):
+        return None
+    for m in logs:
+        if _is(m.ratio, 1 / o.n):
+            return [f"{m.quantity} after step {o.k} is {m.ratio:.4g} of one device's (1/{o.n} for {o.n} replicas) "
+                    "while the loss and every variable agree",
+                    f"{m.what.name.removeprefix('fit ')} is a value the script's train_step returns to fit, which "
+                    "averages it over the replicas (Keras 3: reduce_per_replica(..., reduction='auto'), 'mean' off TPU, "
+                    "in keras/src/backend/tensorflow/trainer.py): a replica's share of the global mean is logged at "
+                    f"1/{o.n} of one device's"]
+        if _is(m.ratio, o.n):
+            return [f"{m.quantity} after step {o.k} is {m.ratio:.4g} x one device's ({o.n} replicas) while the loss "
+                    "and every variable agree",
+                    f"{m.what.name.removeprefix('fit ')} is a value the script's train_step returns to fit, which sums "
+                    "it over the replicas (Keras 2: reduce_per_replica(..., 'auto'), 'sum' off TPU, in "
+                    f"keras/src/engine/training.py): a value alike on every replica is logged at {o.n} x one device's"]
+    return None
+
+
 def metric_fed_scaled_loss(o: Observed):
     """A metric at 1/N of one device's that is not one replica's value (nor a value a custom
     train_step returned to fit, which no Mean of the script's averaged)."""

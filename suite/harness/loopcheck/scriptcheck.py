@@ -413,8 +413,9 @@ class ScriptChecker:
                                "says the script is the cause")
         returned = [m.what.name for m in v.mismatches
                     if m.role == "metric" and evidence.returned_by_train_step(runs[0].facts, m.what.name)]
-        if v.status == "FAIL" and returned:
-            # what Keras' fit does with them (read in its source): Keras 3 averages over the replicas, Keras 2 sums
+        if v.status == "FAIL" and returned and not any(d.cause == "fit_log_reduced_over_replicas" for d in v.diagnoses):
+            # what Keras' fit does with them (read in its source): Keras 3 averages over the replicas, Keras 2 sums;
+            # a cause of its own where the logs alone differ by exactly that (evidence.fit_log_reduced_over_replicas)
             keras2 = str(self.versions.get("keras") or "").startswith("2.")
             how = ("Keras 2: their sum, reduce_per_replica(..., 'auto') in keras/src/engine/training.py, so a value that "
                    "is the same on every replica is logged at replicas x one device's: return the replica's share (a "
