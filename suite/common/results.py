@@ -10,8 +10,11 @@ middle) and where it was raised.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import re
 from typing import Any
+
+import numpy as np
 
 from .facts import Facts
 
@@ -364,6 +367,23 @@ class Evaluation:
 
 
 # -- users' workloads (python -m suite.check) ---------------------------------------------------
+def example_digests(per_replica: list) -> list:
+    """Per replica (``per_replica``: each replica's numpy arrays, one per numeric part of a batch, the
+    example axis first), the sorted digests of its examples: each example's rows of every part hashed
+    together, so two replicas (or workers) that got the same examples give the same digests."""
+    out = []
+    for parts in per_replica:
+        n = next((int(a.shape[0]) for a in parts if a.ndim), 1)
+        digests = []
+        for i in range(n):
+            h = hashlib.blake2b(digest_size=8)
+            for a in parts:
+                h.update(np.ascontiguousarray(a[i] if a.ndim and a.shape[0] == n else a).tobytes())
+            digests.append(int.from_bytes(h.digest(), "little"))
+        out.append(sorted(digests))
+    return out
+
+
 @record
 class WorkloadStep:
     loss: float  # the step's loss reduced as the user's loop reduces it (Workload.loss_reduction)

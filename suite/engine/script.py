@@ -40,7 +40,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import hashlib
 import importlib
 import multiprocessing
 import multiprocessing.util
@@ -55,6 +54,7 @@ import zlib
 import numpy as np
 import tensorflow as tf
 
+from ..common.results import example_digests
 from . import compat
 
 # the strategy names a script may build, by the attribute path under ``tf.distribute``
@@ -168,23 +168,6 @@ class Reference:
 
     def __getattr__(self, name):
         return getattr(self._real, name)
-
-
-def example_digests(per_replica: list) -> list:
-    """Per replica (``per_replica``: each replica's numpy arrays, one per numeric part of a batch, the
-    example axis first), the sorted digests of its examples: each example's rows of every part hashed
-    together, so two replicas (or workers) that got the same examples give the same digests."""
-    out = []
-    for parts in per_replica:
-        n = next((int(a.shape[0]) for a in parts if a.ndim), 1)
-        digests = []
-        for i in range(n):
-            h = hashlib.blake2b(digest_size=8)
-            for a in parts:
-                h.update(np.ascontiguousarray(a[i] if a.ndim and a.shape[0] == n else a).tobytes())
-            digests.append(int.from_bytes(h.digest(), "little"))
-        out.append(sorted(digests))
-    return out
 
 
 class _LocalResults(tuple):
@@ -508,6 +491,7 @@ class Watcher:
         # "file:line (Class)" of each fit of a model that trains with no strategy while the script has one (a model it
         # trains to compare with): not stepped, the training compared is the strategy's
         self.fits_skipped: list = []
+        self.skipped_models: list = []  # the models of those fits: trained with no strategy, never the checked training
         self.evaluated: dict = {}  # the results of the script's evaluate after that fit (_evaluate)
         self.evaluate_states: dict = {}  # metric name -> its (total, count) at that evaluate's start and each batch
         self.evaluate_copies: dict = {}  # metric name -> at that evaluate's end, each local replica's copy (replica_states)
@@ -676,6 +660,7 @@ class Watcher:
                 # a model the script trains with no strategy (made outside every strategy's scope) beside the one it
                 # distributes: that training is not the strategy's, and is not compared
                 watcher.fits_skipped.append(f"{watcher._where(sys._getframe(1))} ({type(model).__name__})")
+                watcher.skipped_models.append(model)
                 return real_fit(model, *args, **kwargs)
             watcher.mode = "fit"
             if model not in watcher.fit_models:  # known before its first batch, where fit may raise

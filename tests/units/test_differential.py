@@ -641,3 +641,25 @@ def test_a_variable_named_like_a_loss_is_asked_of_as_a_variable():
     for q in asked:
         check.contains([e.id for e, _ in led.covering(q)], ["keras3-gradients-not-summed-before-3.5"],
                        f"the entries whose signatures cover {q}")
+
+
+def test_input_not_sharded_is_named_from_the_examples_each_worker_drew():
+    """Two workers whose replicas returned the same losses (a model that reads no example: a GAN's
+    generator fed noise) prove nothing about the input: where the run recorded the digests of the
+    examples each replica drew (workloads and scripts alike), the cause is named from them alone, when
+    every worker drew worker 0's examples, and not when each drew its own."""
+    from types import SimpleNamespace
+
+    ref = run(replicas=1, rows=(4,))
+    dist = dataclasses.replace(run(replicas=2, rows=(2, 2)), facts=Facts(workers=2))
+    differs = [SimpleNamespace(step=1, role="variable", what=SimpleNamespace(name="kernel", role="variable"))]
+    check = Check("input_not_sharded_per_worker")
+
+    def named(examples):
+        steps = [dataclasses.replace(dist.steps[0], examples=examples), *dist.steps[1:]]
+        return evidence.input_not_sharded_per_worker(Observed(ref, dataclasses.replace(dist, steps=steps), differs, 4))
+
+    check.that(named(None) is not None, "equal losses, no digests read", named(None), "named from the losses")
+    check.equal(named([[1], [2]]), None, "equal losses, each worker its own examples")
+    check.contains(" ".join(named([[1], [1]]) or []), ["got worker 0's examples", "digests"],
+                   "the same examples on both workers")

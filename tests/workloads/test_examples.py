@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from suite.common.specs import DEFAULT_SPECS
+from suite.common.specs import DEFAULT_SPECS, parse_spec
 from suite.harness.judging import deviations
 from suite.harness.judging.judgment import Check
 from suite.harness.loopcheck import differential, render, usercheck
@@ -233,7 +233,6 @@ def test_a_users_deadlock_is_not_excused():
     """A step that all-reduces on the first worker only: the collective times out (or the workers'
     collectives pair wrongly and their variables differ); FAIL or ERROR, never a known deviation,
     exit status not 0. Its own pool, so the collective timeout is short (38 s)."""
-    from suite.common.specs import parse_spec
     from suite.harness.pool.pool import EnginePool
 
     pool = EnginePool(call_timeout=45.0)
@@ -245,3 +244,47 @@ def test_a_users_deadlock_is_not_excused():
     Check("multi_worker:2x1").that(v.status in ("FAIL", "ERROR") and not v.deviations and _exit(v) in (1, 3),
                                    "a user's deadlock", (v.status, v.deviations, _exit(v)),
                                    "FAIL or ERROR with no deviation named, exit 1 or 3", render.details(v))
+
+
+# a workload whose loss reads the shape of its batch and none of its examples (as a GAN's generator fed noise does),
+# averaged per replica (a mistake), its input sharded per worker (right)
+READS_NO_EXAMPLE = '''
+import numpy as np
+import tensorflow as tf
+
+from suite.engine.workload import Workload
+
+
+def workload(ctx):
+    model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(1)])
+    optimizer = tf.keras.optimizers.SGD(0.1)
+    optimizer.build(model.trainable_variables)
+    x = (np.arange(64 * 4, dtype=np.float32).reshape(64, 4) / 100)
+
+    def dataset(global_batch_size, input_context):
+        ds = tf.data.Dataset.from_tensor_slices(x)
+        ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+        return ds.batch(input_context.get_per_replica_batch_size(global_batch_size))
+
+    def step(batch):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model(tf.ones_like(batch))))
+        optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+        return loss
+
+    mse = tf.keras.losses.MeanSquaredError(reduction="none")  # the protocol's loss; the step computes its own
+    return Workload(model, optimizer, mse, dataset, step=step, distribute="function")
+'''
+
+
+def test_equal_losses_of_a_workload_that_reads_no_example_prove_no_sharding(pool, tmp_path):
+    """Both workers' replicas return the same losses and gradients bit for bit, since the loss reads no
+    example; each worker drew its own shard (the digests of the examples each replica got, which the
+    workload probe records as the script's does): FAIL naming the loss averaged per replica, and not
+    'input not sharded per worker' (issue 62, item 5: that cause was named from the equal losses)."""
+    (tmp_path / "reads_no_example.py").write_text(READS_NO_EXAMPLE)
+    spec = parse_spec("multi_worker:2x1")
+    v = usercheck.Checker(pool, "reads_no_example:workload", path=str(tmp_path), canonical=False).check(spec)
+    check = Check(spec)
+    check.equal((v.status, [d.cause for d in v.diagnoses]), ("FAIL", ["loss_averaged_per_replica"]),
+                "the verdict of a loss averaged per replica that reads no example", render.details(v))

@@ -230,33 +230,17 @@ def test_the_fit_gan_on_several_workers_is_blocked_where_keras_raises(spec, pool
 # a fit script whose dataset reshuffles each iteration from a seed (issue 62, finding 1): right code, it was FAIL "no
 # catalogued cause" under every spec but default; what differed was the reference's order: Keras 3.5+'s fit draws its
 # first batch from an iterator of its own under any strategy (_maybe_symbolic_build), and the reference ran none
-SHUFFLED_FIT = """
-import numpy as np
-import tensorflow as tf
-
-rng = np.random.default_rng(3)
-x = rng.normal(size=(512, 8)).astype(np.float32)
-y = (x @ rng.normal(size=(8, 1))).astype(np.float32)
-strategy = tf.distribute.MirroredStrategy()
-GLOBAL = 32 * strategy.num_replicas_in_sync
-data = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(256, seed=7).batch(GLOBAL).prefetch(tf.data.AUTOTUNE)
-with strategy.scope():
-    model = tf.keras.Sequential([tf.keras.Input((8,)), tf.keras.layers.Dense(16, activation="relu"),
-                                 tf.keras.layers.Dense(1)])
-    model.compile(optimizer=tf.keras.optimizers.SGD(0.05), loss="mse")
-model.fit(data, epochs=1, verbose=0)
-"""
+ZOO = ROOT / "examples" / "scripts" / "zoo"
 
 
 @pytest.mark.specs(lambda spec: spec.kind in ("default", "one_device", "mirrored", "central_storage") and not spec.gpus,
                    without_deep=trimmed(("one_device", "mirrored:2", "central_storage:2")))
-def test_a_seeded_shuffle_fit_is_compared_on_the_order_the_spec_trains(spec, pool, tmp_path):
+def test_a_seeded_shuffle_fit_is_compared_on_the_order_the_spec_trains(spec, pool):
     """A fit over a dataset that reshuffles each iteration from a seed trains on the order the spec's run
     trains: the reference runs under a strategy wherever the spec has one (a OneDeviceStrategy, told the
     spec's replicas), since Keras 3.5+'s fit draws one batch more under any strategy; so it is PASS, or
     DEVIATION where a known deviation predicts every difference, never FAIL or INCOMPARABLE."""
-    (tmp_path / "fit_shuffled.py").write_text(SHUFFLED_FIT)
-    v = checker(pool, tmp_path / "fit_shuffled.py").check(spec)
+    v = checker(pool, ZOO / "fit_shuffles.py", ["--case", "seeded_shuffle"]).check(spec)
     Check(spec).that(right(v) and not v.diagnoses, "the verdict of a right fit over a seeded reshuffling dataset",
                      (v.status, v.deviations), "PASS, or DEVIATION where a known deviation predicts every difference",
                      render.details(v))
@@ -320,60 +304,14 @@ def test_a_difference_one_replica_shows_too_is_not_blamed_on_the_script(spec, po
 
 # a fit whose own train_step returns the replica's scaled loss as its log (issue 62, finding 4): it trains as one
 # device; the log is what Keras' fit reduces over the replicas by itself, not a Mean metric of the script's
-RETURNS_SCALED_LOSS = """
-import numpy as np
-import tensorflow as tf
-
-rng = np.random.default_rng(4)
-x = rng.normal(size=(256, 8)).astype(np.float32)
-y = (x @ rng.normal(size=(8, 1))).astype(np.float32)
-
-
-class Model(tf.keras.Model):
-    def __init__(self):
-        super().__init__()
-        self.dense = tf.keras.layers.Dense(1)
-
-    def call(self, inputs):
-        return self.dense(inputs)
-
-    def train_step(self, data):
-        features, labels = data
-        with tf.GradientTape() as tape:
-            per_example = tf.reduce_mean(tf.square(labels - self(features, training=True)), axis=-1)
-            loss = tf.nn.compute_average_loss(per_example)
-        grads = tape.gradient(loss, self.trainable_variables)
-        self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
-        return {"mse": loss}
-
-
-strategy = tf.distribute.MirroredStrategy()
-with strategy.scope():
-    model = Model()
-    model.build((None, 8))
-    model.compile(optimizer=tf.keras.optimizers.SGD(0.05))
-data = tf.data.Dataset.from_tensor_slices((x, y)).batch(32 * strategy.num_replicas_in_sync)
-model.fit(data, epochs=1, verbose=0)
-"""
-
-
-# the fix the cause names on Keras 3: a Keras metric of the script's own, its result() returned for the log
-RETURNS_A_MEAN = RETURNS_SCALED_LOSS.replace(
-    "        self.dense = tf.keras.layers.Dense(1)\n",
-    "        self.dense = tf.keras.layers.Dense(1)\n        self.tracker = tf.keras.metrics.Mean(name=\"mse\")\n\n"
-    "    @property\n    def metrics(self):\n        return [self.tracker]\n").replace(
-    '        return {"mse": loss}\n',
-    '        self.tracker.update_state(per_example)\n        return {"mse": self.tracker.result()}\n')
-
-
+# (examples/scripts/zoo/fit_train_step_logs.py --case scaled_loss; --case mean_result is the cause's fix)
 @pytest.mark.specs(lambda spec: spec.kind == "mirrored" and spec.replicas == 2)
-def test_a_log_fit_reduces_is_not_called_a_mean_metric_fed_scaled_losses(spec, pool, tmp_path):
+def test_a_log_fit_reduces_is_not_called_a_mean_metric_fed_scaled_losses(spec, pool):
     """The script holds no Mean metric: "a Mean metric fed scaled losses" (and its fix, update_state with the
     per-example losses) is not its cause. Keras 3's fit averages what train_step returns over the replicas (its
     log is 1/replicas of one device's): FAIL naming that cause of its own, with Keras' reduce_per_replica as
     the evidence; Keras 2's sums it, which keeps the replicas' shares whole (PASS)."""
-    (tmp_path / "fit_log.py").write_text(RETURNS_SCALED_LOSS)
-    v = scriptcheck.ScriptChecker(pool, str(tmp_path / "fit_log.py")).check(spec)
+    v = checker(pool, ZOO / "fit_train_step_logs.py", ["--case", "scaled_loss"]).check(spec)
     check = Check(spec)
     if v.status == "FAIL":
         check.equal([d.cause for d in v.diagnoses], ["fit_log_reduced_over_replicas"], "the causes named",
@@ -386,8 +324,7 @@ def test_a_log_fit_reduces_is_not_called_a_mean_metric_fed_scaled_losses(spec, p
         check.equal((v.status, v.diagnoses), ("PASS", []), "the verdict where fit's reduction keeps the log whole",
                     render.details(v))
     if v.status == "FAIL":  # the fix the cause names
-        (tmp_path / "fit_mean.py").write_text(RETURNS_A_MEAN)
-        fixed = scriptcheck.ScriptChecker(pool, str(tmp_path / "fit_mean.py")).check(spec)
+        fixed = checker(pool, ZOO / "fit_train_step_logs.py", ["--case", "mean_result"]).check(spec)
         check.that(right(fixed) and not fixed.diagnoses, "the verdict of the fix: a Mean's result() returned",
                    (fixed.status, [d.cause for d in fixed.diagnoses]), "PASS, or DEVIATION where a known deviation "
                    "predicts every difference", render.details(fixed))
@@ -395,43 +332,19 @@ def test_a_log_fit_reduces_is_not_called_a_mean_metric_fed_scaled_losses(spec, p
 
 # a plain fit (Keras' own train step) whose every global batch is one example, split 1 and 0 over two replicas (issue
 # 62, finding 6: on Keras 2, FAIL "the loop is wrong" though the script wrote no step)
-ONE_EXAMPLE_BATCHES = """
-import numpy as np
-import tensorflow as tf
-
-rng = np.random.default_rng(7)
-x = rng.normal(size=(9, 4)).astype(np.float32)
-y = (x @ rng.normal(size=(4, 1))).astype(np.float32)
-strategy = tf.distribute.MirroredStrategy()
-with strategy.scope():
-    model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(1)])
-    model.compile(optimizer=tf.keras.optimizers.SGD(0.05), loss="mse")
-model.fit(x, y, batch_size=1, epochs=1, verbose=0)
-"""
-
-
-# the same with a layer of the script's own in the model: code of the script's inside Keras' step
-OWN_LAYER = ONE_EXAMPLE_BATCHES.replace("strategy = tf.distribute.MirroredStrategy()", """
-
-class Scale(tf.keras.layers.Layer):
-    def call(self, inputs):
-        return 0.5 * inputs
-
-
-strategy = tf.distribute.MirroredStrategy()""").replace("tf.keras.Input((4,)), ", "tf.keras.Input((4,)), Scale(), ")
+# (examples/scripts/zoo/fit_one_example_batches.py; --case own_layer: a layer of the script's own in the model)
 
 
 @pytest.mark.parametrize("layers", ["keras'", "one of the script's"])
-def test_keras_own_fit_is_never_called_the_scripts_loop(pool, tmp_path, layers):
+def test_keras_own_fit_is_never_called_the_scripts_loop(pool, layers):
     """A plain model.fit whose global batch of one example splits 1 and 0 over the replicas of
     mirrored:2: where Keras trains it (Keras 2 scales each replica's mean loss by 1/replicas, half of one
     device's update), the replicas got exactly one device's examples (their digests) and the script wrote
     no step, layer, loss or metric, so the verdict is DEVIATION naming an unrecorded deviation of Keras',
     never FAIL; with a layer of the script's own in the model it stays FAIL (the script's code runs in the
     step). Where Keras 3.5+ raises on the uneven batch, BLOCKED by keras3-fit-uneven-replica-batches-raise."""
-    (tmp_path / "one_example.py").write_text(ONE_EXAMPLE_BATCHES if layers == "keras'" else OWN_LAYER)
     spec = parse_spec("mirrored:2")
-    c = checker(pool, tmp_path / "one_example.py")
+    c = checker(pool, ZOO / "fit_one_example_batches.py", ["--case", "keras_layers" if layers == "keras'" else "own_layer"])
     v = c.check(spec)
     check = Check(spec, case={"script": "fit, global batch 1", "layers": layers, "keras": c.versions["keras"]})
     if applies(UNEVEN, c.versions):
@@ -447,33 +360,17 @@ def test_keras_own_fit_is_never_called_the_scripts_loop(pool, tmp_path, layers):
 
 # a script from TensorFlow's issue tracker in shape: it fits a model with no strategy first, to compare, then one under
 # MirroredStrategy (issue 62, finding 3: the check compared the first fit and blamed its model as made outside the scope)
-FIT_BOTH = """
-import numpy as np
-import tensorflow as tf
-
-rng = np.random.default_rng(8)
-x = rng.normal(size=(256, 8)).astype(np.float32)
-y = (x @ rng.normal(size=(8, 1))).astype(np.float32)
-plain = tf.keras.Sequential([tf.keras.Input((8,)), tf.keras.layers.Dense(1)])
-plain.compile(optimizer=tf.keras.optimizers.SGD(0.05), loss="mse")
-plain.fit(x, y, batch_size=8, epochs=1, verbose=0)
-strategy = tf.distribute.MirroredStrategy()
-with strategy.scope():
-    model = tf.keras.Sequential([tf.keras.Input((8,)), tf.keras.layers.Dense(1)])
-    model.compile(optimizer=tf.keras.optimizers.SGD(0.05), loss="mse")
-model.fit(x, y, batch_size=32 * strategy.num_replicas_in_sync, epochs=1, verbose=0)
-"""
+# (examples/scripts/zoo/fit_both.py)
 
 
 @pytest.mark.specs(lambda spec: spec.kind in ("one_device", "mirrored", "central_storage") and not spec.gpus,
                    without_deep=trimmed(("one_device", "mirrored:2")))
-def test_a_fit_with_no_strategy_beside_the_distributed_one_is_not_compared(spec, pool, tmp_path):
+def test_a_fit_with_no_strategy_beside_the_distributed_one_is_not_compared(spec, pool):
     """A script that fits a model made outside every strategy's scope (to compare) and then one under
     its strategy: the steps compared are the distributed fit's (its global batch, 32 per replica), the
     first fit is said to be skipped, and the verdict is the distributed training's (PASS, or DEVIATION
     where a known deviation predicts every difference), with no cause from the first model."""
-    (tmp_path / "fit_both.py").write_text(FIT_BOTH)
-    c = checker(pool, tmp_path / "fit_both.py")
+    c = checker(pool, ZOO / "fit_both.py")
     v = c.check(spec)
     check = Check(spec)
     check.that(right(v) and not v.diagnoses, "the verdict", (v.status, v.deviations, v.notes),
@@ -481,6 +378,7 @@ def test_a_fit_with_no_strategy_beside_the_distributed_one_is_not_compared(spec,
     ref = c.reference(*scriptcheck._reference_key(spec))
     check.equal((ref.facts.first_batch_rows, len(ref.facts.fits_skipped or [])), (32 * spec.replicas, 1),
                 "the global batch of the fit compared, and the fits skipped")
-    line = next(n for n, text in enumerate(FIT_BOTH.splitlines(), 1) if text.startswith("plain.fit"))
+    source = (ZOO / "fit_both.py").read_text()
+    line = next(n for n, text in enumerate(source.splitlines(), 1) if text.startswith("plain.fit"))
     check.contains(" ".join(scriptcheck._script_notes(c)), [f"fit_both.py:{line} (Sequential)", "not compared"],
                    "the report's note")

@@ -264,6 +264,12 @@ def _variables_of(model, trainable: bool = False) -> list:
         return []
 
 
+def _optimizer_state_of(model) -> list:
+    """The state of a compiled model's optimizer (none where it has none)."""
+    optimizer = getattr(model, "optimizer", None)
+    return _optimizer_state(optimizer) if optimizer is not None and not isinstance(optimizer, str) else []
+
+
 def _ids(pairs) -> set:
     return {id(compat.tf_variable(v)) for _, v in pairs}
 
@@ -749,6 +755,10 @@ def _report(ctx, watcher, found, seen, facts: Facts, raised) -> WorkloadRun:
         # TensorFlow's guide's print(tf.Variable(1.)), is none of its business)
         owned = _ids(found.variables(found.models)) | _ids(found.variables(found.optimizers))
         accessed = watcher.accessed_in_steps()
+        # a model the script fits with no strategy beside the distributed one (fits_skipped), and its optimizer:
+        # trained outside every scope on purpose, never the checked training's, whether or not that training stepped
+        aside = _ids([(None, v) for m in watcher.skipped_models
+                      for v in [*_variables_of(m), *_optimizer_state_of(m)]])
 
         def touched(i) -> bool:
             if accessed is None and len(boundaries) < 2:
@@ -764,7 +774,7 @@ def _report(ctx, watcher, found, seen, facts: Facts, raised) -> WorkloadRun:
         facts.outside_scope = sorted(
             _name(variables[i], names) for i in model + opt
             if (id(variables[i]) in owned or (variables[i].dtype.is_floating and _trainable(variables[i])))
-            and touched(i)
+            and id(variables[i]) not in aside and touched(i)
             and not all(extended.variable_created_in_scope(p) for p in _shards(variables[i]) or [variables[i]]))
     return WorkloadRun(strategy.num_replicas_in_sync, ctx.local_replica_ids, [_name(variables[i], names) for i in model],
                        [_trainable(variables[i]) for i in model], [_name(variables[i], names) for i in opt],

@@ -22,7 +22,7 @@ import tensorflow as tf
 
 from ...common import matching
 from ...common.facts import Facts
-from ...common.results import FACTORY_RAISED, Raised, WorkloadRun, WorkloadStep
+from ...common.results import FACTORY_RAISED, Raised, WorkloadRun, WorkloadStep, example_digests
 from .. import compat, workload
 from ..steps import TrainStep
 from ..workloads import stand_in as stand_ins
@@ -212,6 +212,22 @@ def _masks(strategy, model, x):
     return [np.asarray(v) for v in strategy.experimental_local_results(out)]
 
 
+def _examples(strategy, batch, replicas: int) -> list | None:
+    """Per local replica, the digests of the examples it got in the step (results.example_digests: each
+    example's rows of every numeric part of the element hashed together), what tells whether two
+    workers read the same examples; None where the element's parts cannot be read per replica."""
+    try:
+        leaves = [strategy.experimental_local_results(leaf) for leaf in tf.nest.flatten(batch)]
+        numeric = [values for values in leaves if len(values) == replicas and all(
+            isinstance(v, tf.Tensor) and (v.dtype.is_floating or v.dtype.is_integer or v.dtype.is_bool)
+            for v in values)]
+        if not numeric:
+            return None
+        return example_digests([[np.asarray(values[r]) for values in numeric] for r in range(replicas)])
+    except Exception:  # an element of no tensors per replica (a coordinator's remote values)
+        return None
+
+
 def _digest(batch) -> str:
     """A digest of a batch's values (every tensor of its structure, in order)."""
     h = hashlib.sha256()
@@ -390,6 +406,7 @@ def run(ctx, target, steps, global_batch, seed=0, canonical=False, init=None, pa
                 losses, rows = strategy.experimental_local_results(losses), strategy.experimental_local_results(rows)
                 weights = strategy.experimental_local_results(weights)
                 grads = [[strategy.experimental_local_results(g)[r] for g in grads] for r in range(len(losses))]
+            examples = _examples(strategy, batch, len(losses)) if ctx.coordinator is None else None
         except Exception as exc:
             raised = failed(ctx, exc, f"step {k}")
             break
@@ -406,7 +423,7 @@ def run(ctx, target, steps, global_batch, seed=0, canonical=False, init=None, pa
             [[np.asarray(g) for g in gs] for gs in grads] if all(len(gs) for gs in grads) else None,
             {name: float(np.asarray(m.result())) for name, m in wl.metrics.items()}, regularization,
             None if any(float(np.asarray(w)) < 0 for w in weights) else [float(np.asarray(w)) for w in weights],
-            named))
+            named, examples))
     first_rows = sum(history[0].rows) if history else None
     facts.optimizer_variables_after = len(optimizer_variables())
     facts.first_batch_rows = first_rows

@@ -167,10 +167,10 @@ CAUSES = {
         fix="give each worker its own examples: in the dataset function of distribute_datasets_from_function, "
             "ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id) before batching; with "
             "experimental_distribute_dataset, leave auto-sharding on (not AutoShardPolicy.OFF)",
-        evidence="on 2 or more workers, every worker's replicas got worker 0's examples: for a script, the digests of "
-                 "the examples each replica drew (equal losses prove nothing where a loss reads no example, a GAN's "
-                 "generator fed noise); for a workload, its replicas returned worker 0's losses and gradients bit for "
-                 "bit",
+        evidence="on 2 or more workers, every worker's replicas got worker 0's examples: the digests of the examples "
+                 "each replica drew (equal losses prove nothing where a loss reads no example, a GAN's generator fed "
+                 "noise); where none were read (a coordinator's remote values), its replicas returned worker 0's "
+                 "losses and gradients bit for bit",
         remedy="`ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)` in the dataset "
                "function",
         found_by=(e.input_not_sharded_per_worker,)),

@@ -27,6 +27,10 @@ from .runs import norm as _norm
 RATIO_SLACK = 0.05  # a measured ratio "is" N when within 5% of it
 
 
+# how the engine names Keras' loss tracker of a model the script holds as ``model`` (``model.metrics[loss]``)
+FIT_LOSS_TRACKER = ".metrics[loss]"
+
+
 def _one_replicas_value(dist, metric: str, k: int):
     """``(j, values)`` where a mean metric's value after step ``k`` is the mean over the steps of
     replica j's values of what the script read with ``experimental_local_results`` (the last read
@@ -178,9 +182,25 @@ class Observed:
     def roles(self) -> set:
         return {m.role for m in self.mismatches}
 
+    @functools.cached_property
+    def loss_is_a_metric(self) -> bool:
+        """fit's logged loss where the script's own train_step feeds Keras' loss tracker: the log is that
+        metric's result (its ``NAME.metrics[loss]`` equals the step's loss in both runs), not a loss the
+        step computed (keras.io's "Customizing what happens in fit()" updates it with compute_loss's value)."""
+        if not self.diverged or not self.facts.fit_own_train_step:
+            return False
+        for name in self.d.metrics:
+            if name.endswith(FIT_LOSS_TRACKER) and name in self.r.metrics and _exactly(
+                    self.r.metrics[name], self.r.loss) and _exactly(self.d.metrics[name], self.d.loss):
+                return True
+        return False
+
     @property
     def only_metrics(self) -> bool:
-        return self.roles == {"metric"}
+        """Only metrics differ: the reported loss counts as one where it is a metric's result
+        (``loss_is_a_metric``)."""
+        roles = {m.role for m in self.mismatches if not (m.role == "loss" and self.loss_is_a_metric)}
+        return roles == {"metric"}
 
     @property
     def reduction(self) -> str:
@@ -372,7 +392,7 @@ def lazy_optimizer_build(o: Observed):
 
 def _metrics_alone(o: Observed) -> list:
     """The differing metrics, where only metrics differ (else none)."""
-    return o.mismatches if o.same_examples and o.only_metrics else []
+    return [m for m in o.mismatches if m.role == "metric"] if o.same_examples and o.only_metrics else []
 
 
 def metric_from_one_replica(o: Observed):
@@ -416,9 +436,11 @@ def same_examples_through(ref, dist, upto: int) -> bool:
 
 def returned_by_train_step(facts, name: str) -> bool:
     """Whether the metric ``name`` is a log of fit that the script's own ``train_step`` returned, not a
-    Keras metric it holds: what Keras' fit reduces over the replicas by itself (``reduce_per_replica``)."""
-    return (name.startswith("fit ") and bool(facts.fit_own_train_step)
-            and name.removeprefix("fit ") not in (facts.metric_states or {}))
+    Keras metric it holds (the engine names those ``HOLDER.metrics[NAME]``): what Keras' fit reduces over
+    the replicas by itself (``reduce_per_replica``)."""
+    log = name.removeprefix("fit ")
+    held = any(key == log or key.endswith(f".metrics[{log}]") for key in (facts.metric_states or {}))
+    return name.startswith("fit ") and bool(facts.fit_own_train_step) and not held
 
 
 def fit_log_reduced_over_replicas(o: Observed):
@@ -455,6 +477,12 @@ def metric_fed_scaled_loss(o: Observed):
         if returned_by_train_step(o.facts, m.what.name):
             continue
         if _one_replicas_value(o.dist, m.what.name, o.k) is None and _is(m.ratio, 1 / o.n):
+            if o.loss_is_a_metric and m.what.name.endswith(FIT_LOSS_TRACKER):
+                return [f"{m.quantity} after step {o.k} is {m.ratio:.4g} of one device's (1/{o.n} for {o.n} replicas) "
+                        "while every variable agrees; fit logs it as the loss",
+                        "the script's own train_step updates Keras' loss tracker with the replica's scaled loss "
+                        "(Keras' own train_step unscales it first: unscale_loss_for_distribution, in Keras 3's "
+                        "keras/src/backend/tensorflow/trainer.py)"]
             return [f"{m.quantity} after step {o.k} is {m.ratio:.4g} of one device's (1/{o.n} for {o.n} replicas) "
                     "while the loss and every variable agree"]
     return None
