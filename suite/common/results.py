@@ -14,8 +14,6 @@ import hashlib
 import re
 from typing import Any
 
-import numpy as np
-
 from .facts import Facts
 
 record = dataclasses.dataclass(frozen=True)
@@ -370,7 +368,10 @@ class Evaluation:
 def example_digests(per_replica: list) -> list:
     """Per replica (``per_replica``: each replica's numpy arrays, one per numeric part of a batch, the
     example axis first), the sorted digests of its examples: each example's rows of every part hashed
-    together, so two replicas (or workers) that got the same examples give the same digests."""
+    together, so two replicas (or workers) that got the same examples give the same digests. (numpy imported
+    here: an engine imports this module before it can say that its interpreter lacks numpy or TensorFlow.)"""
+    import numpy as np
+
     out = []
     for parts in per_replica:
         n = next((int(a.shape[0]) for a in parts if a.ndim), 1)
