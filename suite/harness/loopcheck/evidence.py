@@ -453,20 +453,19 @@ def fit_log_reduced_over_replicas(o: Observed):
     logs = _metrics_alone(o)
     if not logs or not all(returned_by_train_step(o.facts, m.what.name) for m in logs):
         return None
+    # (the ratio, how it reads, what fit does with the replicas' values and where Keras does it, what it makes of them)
+    ways = [(1 / o.n, f"of one device's (1/{o.n} for {o.n} replicas)", "averages it over the replicas (Keras 3: "
+             "reduce_per_replica(..., reduction='auto'), 'mean' off TPU, in keras/src/backend/tensorflow/trainer.py)",
+             f"a replica's share of the global mean is logged at 1/{o.n} of one device's"),
+            (o.n, f"x one device's ({o.n} replicas)", "sums it over the replicas (Keras 2: "
+             "reduce_per_replica(..., 'auto'), 'sum' off TPU, in keras/src/engine/training.py)",
+             f"a value alike on every replica is logged at {o.n} x one device's")]
     for m in logs:
-        if _is(m.ratio, 1 / o.n):
-            return [f"{m.quantity} after step {o.k} is {m.ratio:.4g} of one device's (1/{o.n} for {o.n} replicas) "
-                    "while the loss and every variable agree",
-                    f"{m.what.name.removeprefix('fit ')} is a value the script's train_step returns to fit, which "
-                    "averages it over the replicas (Keras 3: reduce_per_replica(..., reduction='auto'), 'mean' off TPU, "
-                    "in keras/src/backend/tensorflow/trainer.py): a replica's share of the global mean is logged at "
-                    f"1/{o.n} of one device's"]
-        if _is(m.ratio, o.n):
-            return [f"{m.quantity} after step {o.k} is {m.ratio:.4g} x one device's ({o.n} replicas) while the loss "
-                    "and every variable agree",
-                    f"{m.what.name.removeprefix('fit ')} is a value the script's train_step returns to fit, which sums "
-                    "it over the replicas (Keras 2: reduce_per_replica(..., 'auto'), 'sum' off TPU, in "
-                    f"keras/src/engine/training.py): a value alike on every replica is logged at {o.n} x one device's"]
+        for ratio, reads, does, makes in ways:
+            if _is(m.ratio, ratio):
+                return [f"{m.quantity} after step {o.k} is {m.ratio:.4g} {reads} while the loss and every variable "
+                        "agree", f"{m.what.name.removeprefix('fit ')} is a value the script's train_step returns to fit, "
+                        f"which {does}: {makes}"]
     return None
 
 
