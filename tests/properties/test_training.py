@@ -4,6 +4,8 @@ variables created lazily inside a distributed step."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import assume, given
@@ -24,7 +26,8 @@ from tests.helpers import COSTLY
 
 
 def check_history(results, history, check, initial=None, alternative=None, iterations=None, nan_losses=(),
-                  unsummed=None, first=0, calls=None, at=None, logged=None, logged_given=None, unscaled=None):
+                  unsummed=None, first=0, calls=None, at=None, logged=None, logged_given=None, unscaled=None,
+                  facts=None):
     """Every step's loss and every replica's copy of every variable against the reference; with
     ``initial`` (the parameters before the steps), first that trained variables changed: every
     element the reference's steps move by more than the tolerance differs from its initial value
@@ -44,7 +47,8 @@ def check_history(results, history, check, initial=None, alternative=None, itera
     of the step's summed loss (``logged_given``: per step, what a deviation's model reads).
     ``unscaled``: the history of reference/model.py train with ``unscaled=True`` (the model of
     keras3-loss-unscaled-before-3.8 where the optimizer sums), handed to each variable's comparison
-    as ``given=Given(unscaled=...)``."""
+    as ``given=Given(unscaled=...)``. ``facts``: what the deviations' conditions read (a Given: the
+    fit's first split), handed to each step's comparisons with the rest."""
     __tracebackhide__ = True
     own = None
     if unsummed is not None:
@@ -66,20 +70,25 @@ def check_history(results, history, check, initial=None, alternative=None, itera
                 for r, copy in enumerate(copies):
                     kept = moved & (np.asarray(copy) == before.astype(copy.dtype))  # where the check fails
                     changed = not kept.any()
-                    if own is not None:  # whether that replica's own steps change them: the deviation's prediction
-                        mine = np.asarray(own[-1]["params"][first + w * local + r][v], np.float64)
-                        visible = np.abs(mine - before) > tol.bound(mine)
-                        # changed where its own steps visibly move every such element; unchanged where the
-                        # elements it kept are ones its own steps do not visibly move; else no prediction
-                        given = Given(unsummed=True if visible[moved].all() else None if changed
-                                      else not (~visible[kept]).all())
+
+                    def predicted(steps, moved=moved, kept=kept, changed=changed, before=before, tol=tol):
+                        """Whether the steps of another rule change them: a deviation's prediction. Changed where
+                        they visibly move every such element; unchanged where the elements kept are ones they
+                        do not visibly move; else no prediction."""
+                        theirs = np.asarray(steps, np.float64)
+                        visible = np.abs(theirs - before) > tol.bound(theirs)
+                        return True if visible[moved].all() else None if changed else not (~visible[kept]).all()
+                    given = dataclasses.replace(
+                        facts or Given(),
+                        unsummed=predicted(own[-1]["params"][first + w * local + r][v]) if own is not None else None,
+                        alternative=predicted(alternative[-1]["params"][v]) if alternative is not None else None)
                     check.equal(changed, True, Quantity.of("variable changed", f"variable {v} on local replica {r} after "
                                                            f"{len(history)} steps{who}: changed", name=v, local_replica=r,
                                                            steps=len(history), **on),
                                 "every element should have changed from the initial parameters where the "
                                 f"reference's steps change it by more than the tolerance ({int(moved.sum())} of "
                                 f"{moved.size} elements)",
-                                given=given if own is not None else None)
+                                given=given)
         steps = at if at is not None else range(1, len(history) + 1)
         for got, step in zip(result.history, steps):
             s, want = step - 1, history[step - 1]
@@ -91,15 +100,16 @@ def check_history(results, history, check, initial=None, alternative=None, itera
                                                              step=s + 1).at(**on), kind="trained",
                             given=logged_given[s] if logged_given else None)
             else:
-                given = Given(empty=empty, alternative=other["loss"] if other else None,
-                              unsummed=mine["loss"] if mine else None)
+                given = dataclasses.replace(facts or Given(), empty=empty, alternative=other["loss"] if other else None,
+                                            unsummed=mine["loss"] if mine else None)
                 check.close(got.loss, want["loss"], Quantity.of("summed loss", f"summed loss at step {s + 1}",
                                                                 step=s + 1).at(**on), kind="trained", given=given)
             for v, (copies, expected) in enumerate(zip(got.params, want["params"])):
                 for r, copy in enumerate(copies):
-                    given = Given(alternative=other["params"][v] if other else None,
-                                  unsummed=mine["params"][first + w * local + r][v] if mine else None,
-                                  unscaled=unscaled[s]["params"][v] if unscaled is not None else None)
+                    given = dataclasses.replace(
+                        facts or Given(), alternative=other["params"][v] if other else None,
+                        unsummed=mine["params"][first + w * local + r][v] if mine else None,
+                        unscaled=unscaled[s]["params"][v] if unscaled is not None else None)
                     check.close(copy, expected, Quantity.of("variable", f"variable {v} on local replica {r} after step "
                                                             f"{s + 1}", name=v, local_replica=r, step=s + 1).at(**on),
                                 kind="trained", n_terms=4, given=given)

@@ -185,6 +185,7 @@ MODEL_CASES = {
     "replicas_apply_their_own_gradients": ("mirrored:2", -1.0, Given(unsummed=-0.5), -0.5),
     # the multi-worker tutorial's fit on tf-keras 2.21, two workers: a loss of 2.2979 logged as 4.5958
     "fit_logs_summed_over_replicas": ("multi_worker:2x1", 2.2979, Given(), 4.5958),
+    "fit_logs_summed_over_replicas_of_the_alternative": ("multi_worker:2x1", 2.2979, Given(alternative=2.5), 5.0),
     # two replicas' own running means (each on its own copy) against the global mean of 0.6
     "fit_logs_sum_of_replica_trackers": ("mirrored:2", 0.6, Given(replica_logs=[0.5, 0.75]), 1.25),
     "fit_logs_mean_of_replica_trackers": ("mirrored:2", 0.6, Given(replica_logs=[0.5, 0.75]), 0.625),
@@ -474,6 +475,8 @@ COVERED = {
         "tests/properties/test_fit.py::test_fit_trains_as_the_reference_on_the_global_batches[mirrored:3-1-uneven]",
     "keras2-fit-multi-worker-logs-summed-over-replicas":
         "tests/properties/test_fit.py::test_fit_trains_as_the_reference_on_the_global_batches[multi_worker:2x1-1-even]",
+    "fit-loss-mean-per-replica-on-uneven-split":
+        "tests/properties/test_fit.py::test_fit_trains_as_the_reference_on_the_global_batches[central_storage:2-1-uneven]",
     "keras3-fit-uneven-replica-batches-raise":
         "tests/properties/test_fit.py::test_fit_trains_as_the_reference_on_the_global_batches[mirrored:2-1-uneven]",
     "keras3-fit-multi-worker-raises":

@@ -335,20 +335,37 @@ def test_a_log_fit_reduces_is_not_called_a_mean_metric_fed_scaled_losses(spec, p
 # (examples/scripts/zoo/fit_one_example_batches.py; --case own_layer: a layer of the script's own in the model)
 
 
+PER_REPLICA_MEAN = "fit-loss-mean-per-replica-on-uneven-split"
+
+
+@pytest.mark.parametrize("remedy", ["tried", "not tried"])
 @pytest.mark.parametrize("layers", ["keras'", "one of the script's"])
-def test_keras_own_fit_is_never_called_the_scripts_loop(pool, layers):
+def test_keras_own_fit_is_never_called_the_scripts_loop(pool, monkeypatch, layers, remedy):
     """A plain model.fit whose global batch of one example splits 1 and 0 over the replicas of
-    mirrored:2: where Keras trains it (Keras 2 scales each replica's mean loss by 1/replicas, half of one
-    device's update), the replicas got exactly one device's examples (their digests) and the script wrote
-    no step, layer, loss or metric, so the verdict is DEVIATION naming an unrecorded deviation of Keras',
-    never FAIL; with a layer of the script's own in the model it stays FAIL (the script's code runs in the
-    step). Where Keras 3.5+ raises on the uneven batch, BLOCKED by keras3-fit-uneven-replica-batches-raise."""
+    mirrored:2. Where Keras trains it (Keras 2 scales each replica's mean loss by 1/replicas: half of one
+    device's update), the run with the remedy of fit-loss-mean-per-replica-on-uneven-split (each replica's
+    loss divided by the global batch's rows) trains as one device, so the verdict is DEVIATION naming that
+    entry alone, with a layer of the script's own in the model too. Without the remedy (taken out of the
+    check here), what is left is the evidence: the replicas got exactly one device's examples and the
+    script wrote no step, layer, loss or metric, so DEVIATION naming an unrecorded deviation of Keras',
+    never FAIL; with the script's own layer, FAIL (its code runs in the step). Where Keras 3.5+ raises on
+    the uneven batch, BLOCKED by keras3-fit-uneven-replica-batches-raise."""
     spec = parse_spec("mirrored:2")
+    if remedy == "not tried":
+        monkeypatch.setattr(scriptcheck, "SCRIPT_REMEDIES",
+                            tuple(r for r in scriptcheck.SCRIPT_REMEDIES if r not in scriptcheck.UNEVEN_REMEDIES))
     c = checker(pool, ZOO / "fit_one_example_batches.py", ["--case", "keras_layers" if layers == "keras'" else "own_layer"])
     v = c.check(spec)
-    check = Check(spec, case={"script": "fit, global batch 1", "layers": layers, "keras": c.versions["keras"]})
+    check = Check(spec, case={"script": "fit, global batch 1", "layers": layers, "keras": c.versions["keras"],
+                              "remedy": remedy})
     if applies(UNEVEN, c.versions):
         check.equal((v.status, [i for i, _ in v.deviations]), ("BLOCKED", [UNEVEN]), "the verdict", render.details(v))
+        return
+    if remedy == "tried":
+        check.equal((v.status, sorted({i for i, _ in v.deviations}), v.diagnoses), ("DEVIATION", [PER_REPLICA_MEAN], []),
+                    "the verdict of Keras' fit that the remedy makes train as one device", render.details(v))
+        check.contains(v.deviations[0][1], ["the remedy of known deviation", "trains what it trains on one device"],
+                       "its evidence")
         return
     if layers != "keras'":
         check.equal((v.status, v.deviations), ("FAIL", []), "the verdict with a layer of the script's", render.details(v))

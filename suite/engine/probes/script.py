@@ -379,7 +379,7 @@ def kind(ctx, target, path):
 @probe
 def run(ctx, target, folder, path=None, entry=None, args=(), steps=3, seed=0, replicas=None, init=None,
         init_names=None, init_trainable=None, root=None, workers=None, ps=0, order=None, late_init=None,
-        scaled_keras_losses=False):
+        scaled_keras_losses=False, global_batch_loss=False):
     """Run the script ``path`` (or the entry function ``entry``) with ``args`` until ``steps``
     step boundaries, and report each step. ``replicas``: the reference (this engine's strategy is
     one device's; the script is told ``replicas``). ``init``, ``init_names``, ``init_trainable``:
@@ -390,7 +390,8 @@ def run(ctx, target, folder, path=None, entry=None, args=(), steps=3, seed=0, re
     parameter-server spec (``workers`` workers, ``ps`` parameter servers, this process the chief): the
     script's ClusterCoordinator runs each closure here, on the iterator of the worker ``order`` gives.
     ``scaled_keras_losses``: the run with that remedy (suite/engine/remedies.py: Keras 3.8's loss
-    scaling in an earlier Keras 3)."""
+    scaling in an earlier Keras 3); ``global_batch_loss``: the run with each replica's compiled loss divided
+    by the global batch's rows (the remedy of fit-loss-mean-per-replica-on-uneven-split)."""
     strategy = ctx.strategy
     fresh_start(seed)
     environ, resolver = {}, None
@@ -457,7 +458,8 @@ def run(ctx, target, folder, path=None, entry=None, args=(), steps=3, seed=0, re
     watcher.on_boundary, watcher.on_first_boundary = on_boundary, on_first
     raised = None
     argv = [path or entry.partition(":")[0], *args]
-    remedy = remedies.applied(["scaled_keras_losses"] if scaled_keras_losses else [])
+    remedy = remedies.applied([name for name, on in (("scaled_keras_losses", scaled_keras_losses),
+                                                     ("global_batch_loss", global_batch_loss)) if on])
     with isolated(argv, folder, root, environ), watcher.installed(), remedy:
         given = os.environ.get("TF_CONFIG")  # the spec's worker's, the reference's, or none
         seen.tape = _Targets(watcher)

@@ -38,7 +38,8 @@ PATH = layout.DEVIATIONS_FILE
 REQUIRED = ("id", "tests", "tensorflow", "keras", "summary", "evidence", "first_seen", "signature")
 # ``remedy``: a change to the training the engine can make that removes the deviation's effect
 # (REMEDIES); the upgrade check tries ``dense_gradients`` where the entry applies to one version only, the
-# check of a script ``scaled_keras_losses`` on a FAIL nothing else explained (controls.by_remedy). ``workaround``:
+# check of a script ``scaled_keras_losses`` and ``global_batch_loss`` on a FAIL nothing else explained
+# (controls.by_remedy). ``workaround``:
 # the catalogued cause (suite/harness/loopcheck/causes.py: CAUSES) whose fix avoids the deviation
 # in the user's code; where the loop check diagnoses that cause beside this entry's raise, the loop is
 # right but BLOCKED (the code is right elsewhere), and the cause's fix is shown as the way around it
@@ -48,6 +49,8 @@ REMEDIES = {
                        "tf.IndexedSlices), so the optimizer takes its dense path",
     "scaled_keras_losses": "Keras 3.8's loss scaling (each Keras loss reduced to a mean, and the regularization, "
                            "times 1/replicas; the loss tracker fed the unscaled loss)",
+    "global_batch_loss": "a global-batch loss divisor (each replica's compiled loss divided by the global batch's "
+                         "rows, tf.nn.compute_average_loss's rule, not by its own rows times the replicas)",
 }
 
 

@@ -392,6 +392,17 @@ def fit_logs_summed_over_replicas(seen: Seen):
     return np.asarray(seen.expected, np.float64) * seen.spec.replicas
 
 
+@reads("alternative")
+def fit_logs_summed_over_replicas_of_the_alternative(seen: Seen):
+    """fit_logs_summed_over_replicas on the weights of another rule's steps: Keras 2's fit on several
+    workers, on a first global batch the replicas do not divide, logs replicas x the mean loss of the
+    steps it took (fit-loss-mean-per-replica-on-uneven-split's). ``given``: ``{"alternative": the log
+    under that rule}`` (no prediction without it, or on one worker)."""
+    if seen.spec.workers < 2 or seen.inputs.alternative is None:
+        return NOTHING
+    return np.asarray(seen.inputs.alternative, np.float64) * seen.spec.replicas
+
+
 @reads("replica_logs")
 def fit_logs_sum_of_replica_trackers(seen: Seen):
     """Keras 3.0-3.2's fit: each replica's loss tracker is its own copy (metric state not
@@ -700,7 +711,8 @@ MODELS: dict[str, Callable[[Seen], Any]] = {f.__name__: f for f in (
     partial_last_step_missing,
     integer_sum_restored_by_division, momentum_set_on_the_building_replica_only, increments_lost_between_workers,
     alternative_rule, alternative_outcome, replicas_apply_their_own_gradients, replica_copies_averaged,
-    fit_logs_summed_over_replicas, fit_logs_sum_of_replica_trackers, fit_logs_mean_of_replica_trackers,
+    fit_logs_summed_over_replicas, fit_logs_summed_over_replicas_of_the_alternative,
+    fit_logs_sum_of_replica_trackers, fit_logs_mean_of_replica_trackers,
     fit_logs_sum_of_replica_trackers_counting_each_step,
     fit_logs_mean_of_unscaled_replica_trackers, fit_logs_summed_on_write_of_unscaled_steps,
     replica_losses_unscaled_then_summed, same_on_every_worker,

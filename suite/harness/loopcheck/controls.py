@@ -190,10 +190,11 @@ def by_remedy(v: Verdict, ref, entries, rerun, global_batch: int, rtol: float = 
               spec=None, versions=None) -> Verdict:
     """A FAIL judged by the remedies of the known deviations in scope (``entries``: those with a
     ``remedy``, suite/harness/judging/deviations.py REMEDIES): ``rerun(remedy)`` runs the spec once
-    more with the change a later Keras made applied in the engine (suite/engine/remedies.py). Where
-    that run trains what the run trains on one device (PASS, or DEVIATION by other entries), the
-    difference is exactly what the change removes, so it is TensorFlow's/Keras' and the verdict is
-    DEVIATION naming the entry; otherwise the FAIL stands, with what the remedied run showed as a note."""
+    more with the entry's change applied in the engine (suite/engine/remedies.py): one a later Keras
+    made, or one that would make Keras train as one device. Where that run trains what the run trains
+    on one device (PASS, or DEVIATION by other entries), the difference is exactly what the change
+    removes, so it is TensorFlow's/Keras' and the verdict is DEVIATION naming the entry; otherwise the
+    FAIL stands, with what the remedied run showed as a note."""
     from ..judging import deviations
 
     if v.status != "FAIL" or v.error is not None or not v.mismatches:
@@ -210,8 +211,8 @@ def by_remedy(v: Verdict, ref, entries, rerun, global_batch: int, rtol: float = 
         if r.status in ("PASS", "DEVIATION"):
             others = f", but for known deviation {', '.join(dict.fromkeys(i for i, _ in r.deviations))}" \
                 if r.deviations else ""
-            evidence = (f"with {what} applied in the engine (what known deviation {entry.id} says a later Keras "
-                        f"changed), the run trains what it trains on one device ({r.steps} steps{others}): "
+            evidence = (f"with {what} applied in the engine (the remedy of known deviation {entry.id}), the run "
+                        f"trains what it trains on one device ({r.steps} steps{others}): "
                         "TensorFlow/Keras, not the script"
                         + (f" (what it showed, {', '.join(d.title for d in v.diagnoses)}, is gone with it)"
                            if v.diagnoses else ""))
