@@ -39,6 +39,15 @@ class Raised:
     message: str
     where: str
     frames: tuple = ()
+    at: str = ""  # a script's: its innermost line the exception came through (``train.py:42``), and that line
+    call: str = ""  # ... and the function that line called, where the exception came from inside it (``load_weights``)
+
+    def said(self) -> str:
+        """Where a script raised, for a report: `` at train.py:42 (model.load_weights(path), in load_weights)``,
+        or nothing where the script's line is not known."""
+        if not self.at:
+            return ""
+        return f" at {self.at}" + (f", in {self.call}" if self.call else "")
 
     @classmethod
     def of(cls, exc: BaseException, where: str, limit: int | None = MESSAGE_CHARS) -> Raised:

@@ -55,6 +55,7 @@ import numpy as np
 import tensorflow as tf
 
 from ..common.results import example_digests
+from ..common.source import evaluate_follows
 from . import compat
 
 # the strategy names a script may build, by the attribute path under ``tf.distribute``
@@ -309,11 +310,24 @@ def _fit_steps(watcher):
                 watcher.fit_step_examples = {}
             try:
                 watcher.boundary()
-            except Stop:  # the last step compared: fit ends as on stop_training, and an evaluate may follow
+            except Stop:  # the last step compared: fit ends here, before its epoch's end (its validation, the
+                # script's callbacks), and the script with it unless an evaluate follows (Watcher._fit)
                 self.model.stop_training = True
                 watcher.fit_done = True
+                raise
 
     return _FitSteps()
+
+
+def _fit_begins(watcher):
+    """A Keras callback put before the script's own: a raise from the start of a batch (of an execution) on,
+    a callback's of the script's included, is that batch's step (``Watcher.fit_begun``)."""
+
+    class _FitBegins(compat.keras.callbacks.Callback):
+        def on_train_batch_begin(self, batch, logs=None):
+            watcher.fit_begun = watcher.drawn + 1
+
+    return _FitBegins()
 
 
 def flat_metrics(metrics) -> list:
@@ -487,7 +501,8 @@ class Watcher:
         self.fit_rows: int | None = None  # the rows of the first batch the script's first fit trains on
         self.fit_step_rows: dict = {}  # replica id -> its examples in fit's last step (_fit_step)
         self.fit_step_examples: dict = {}  # replica id -> the digests of its examples in fit's last step (_fit_step)
-        self.fit_done = False  # fit ended at the last step compared (its own validation may follow, then the script)
+        self.fit_done = False  # fit ended at the last step compared (an evaluate the script calls next may follow)
+        self.fit_begun = 0  # the batch (execution) of fit that began last, counted as steps are
         # "file:line (Class)" of each fit of a model that trains with no strategy while the script has one (a model it
         # trains to compare with): not stepped, the training compared is the strategy's
         self.fits_skipped: list = []
@@ -648,18 +663,29 @@ class Watcher:
     def _fit(self, real_fit):
         """``Model.fit`` for the run: called by the script's code, it gets a callback of the watcher's
         (``_FitSteps``): a boundary before its first batch and at the end of each (of each execution,
-        with ``steps_per_execution``), where its logs are read."""
+        with ``steps_per_execution``), where its logs are read. After the last step compared fit ends at
+        once (no epoch end, validation or callback of the script's runs), and so does the run, unless the
+        script's next statement calls ``evaluate`` (``evaluate_follows``), which ends it then."""
         watcher = self
 
         def fit(model, *args, **kwargs):
-            if not watcher._called_by_user(sys._getframe(1)) or watcher.mode not in (None, "fit"):
+            caller, done_before = sys._getframe(1), watcher.fit_done
+            try:
+                return fitted(caller, model, *args, **kwargs)
+            except Stop:  # this fit's last step compared: an evaluate the script calls next may run
+                if not done_before and watcher.fit_done and evaluate_follows(caller.f_code.co_filename, caller.f_lineno):
+                    return getattr(model, "history", None)
+                raise
+
+        def fitted(caller, model, *args, **kwargs):
+            if not watcher._called_by_user(caller) or watcher.mode not in (None, "fit"):
                 return real_fit(model, *args, **kwargs)
             if watcher.fit_done:  # a second fit after the steps compared: the run ends here
                 raise Stop
             if watcher.mode is None and not watcher._under_the_strategy(model):
                 # a model the script trains with no strategy (made outside every strategy's scope) beside the one it
                 # distributes: that training is not the strategy's, and is not compared
-                watcher.fits_skipped.append(f"{watcher._where(sys._getframe(1))} ({type(model).__name__})")
+                watcher.fits_skipped.append(f"{watcher._where(caller)} ({type(model).__name__})")
                 watcher.skipped_models.append(model)
                 return real_fit(model, *args, **kwargs)
             watcher.mode = "fit"
@@ -672,9 +698,9 @@ class Watcher:
                 watcher._patch(model, "train_step", watcher._fit_step(model.train_step))
             args = list(args)
             if len(args) > 5:  # fit(x, y, batch_size, epochs, verbose, callbacks, ...)
-                args[5] = [*(args[5] or []), _fit_steps(watcher)]
+                args[5] = [_fit_begins(watcher), *(args[5] or []), _fit_steps(watcher)]
             else:
-                kwargs["callbacks"] = [*(kwargs.get("callbacks") or []), _fit_steps(watcher)]
+                kwargs["callbacks"] = [_fit_begins(watcher), *(kwargs.get("callbacks") or []), _fit_steps(watcher)]
             return real_fit(model, *args, **kwargs)
         return fit
 
@@ -1191,6 +1217,11 @@ class Watcher:
         if id(iterator) in self._marked:
             return True
         return id(iterator) in self._plain and bool(self.variables) and not self._marked
+
+    def step_running(self) -> int:
+        """The step a raise came from: as many as the script drew (a custom loop raises in the step of its
+        last draw), or fit's batch (execution) that began and did not end; 0 before the first."""
+        return max(self.drawn, self.fit_begun)
 
     def boundary(self) -> None:
         """The script is about to draw an element: the previous step (if any) has ended."""

@@ -199,6 +199,37 @@ def test_the_multi_worker_fit_tutorial_trains_on_legacy_keras(pool, args, status
     check.equal(v.steps, 3, "steps compared")
 
 
+@needs("tf221-legacy")
+@pytest.mark.parametrize("case", ["load_weights", "allocates", "second_fit"])
+def test_on_legacy_keras_no_code_of_the_script_runs_after_the_last_step_compared(pool, case):
+    """tests/workloads/test_run_ends.py on tf-keras engines (TF 2.21, TF_USE_LEGACY_KERAS=1), where the Keras
+    tutorial's load_weights of a checkpoint written under MirroredStrategy raised TypeError after its fit."""
+    from tests.workloads.test_run_ends import FIT_THEN, judged
+
+    v, c = _verdict(pool, "tf221-legacy", FIT_THEN, "mirrored:2", ["--case", case])
+    check = Check("mirrored:2@tf221-legacy", case={"case": case})
+    check.equal(c.versions["keras"].split(".")[0], "2", "the engines' Keras generation")
+    judged(v, check, case)
+
+
+SYNCHRONIZED_BN = ROOT / "examples" / "scripts" / "zoo" / "fit_synchronized_bn.py"
+
+
+@needs("tf221-legacy")
+def test_on_legacy_keras_layers_named_under_another_scope_are_the_same_variables(pool):
+    """A Sequential with no input shape whose BatchNormalization is synchronized, fitted under mirrored:2 on
+    tf-keras: its symbolic build fails under MirroredStrategy (the batch norm's all-reduce in a scratch graph), so
+    the layers after it are named under the model's scope (sequential/dense/kernel, and the optimizer's slots
+    Adam/m/sequential/dense/kernel) where one device names them dense/kernel: the same variables in the same
+    order and shapes, compared as such (issue 62, finding 7: ERROR "the script created other variables here")."""
+    v, c = _verdict(pool, "tf221-legacy", SYNCHRONIZED_BN, "mirrored:2")
+    check = Check("mirrored:2@tf221-legacy", case={"script": "fit_synchronized_bn.py"})
+    check.equal(c.versions["keras"].split(".")[0], "2", "the engines' Keras generation")
+    check.that(right(v) and not v.diagnoses, "fit_synchronized_bn.py on Keras 2", (v.status, v.error, v.deviations),
+               "PASS, or DEVIATION where a known deviation predicts every difference", render.details(v))
+    check.equal(v.steps, 2, "steps compared (16 rows, batches of 8)")
+
+
 UNEVEN = "fit-loss-mean-per-replica-on-uneven-split"
 ONE_EXAMPLE_BATCHES = ROOT / "examples" / "scripts" / "zoo" / "fit_one_example_batches.py"
 

@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import inspect
 import json
+import linecache
 import os
 import sys
 import threading
@@ -478,13 +479,33 @@ def run(ctx, target, folder, path=None, entry=None, args=(), steps=3, seed=0, re
                 raise ScriptError(f"script {target!r}: it exited with status {exc.code} before its first step") from None
             watcher.finish()
         except Exception as exc:  # noqa: BLE001  (the script's outcome: judged by the known deviations)
-            raised = failed(ctx, exc, f"step {watcher.drawn}" if watcher.drawn else SCRIPT_RAISED)
+            step = watcher.step_running()
+            raised = _said(watcher, exc, failed(ctx, exc, f"step {step}" if step else SCRIPT_RAISED))
         else:
             watcher.finish()
     built = watcher.tf_config_built
     if isinstance(built, str) and built != given:  # the script set TF_CONFIG itself before building its strategy
         facts.tf_config_set = _cluster_of(built)
     return _report(ctx, watcher, found, seen, facts, raised)
+
+
+def _said(watcher, exc: BaseException, raised):
+    """``raised`` with the script's innermost line in ``exc``'s traceback (its file relative to the script's
+    folder, its number and its code) and the function that line called, where the exception came from
+    inside one (the watcher's own wrappers of fit and evaluate are named as those)."""
+    tb, mine, called = exc.__traceback__, None, ""
+    while tb is not None:
+        if watcher._users(tb.tb_frame.f_code.co_filename):
+            mine, called = tb, ""
+        elif mine is not None and not called:
+            called = tb.tb_frame.f_code.co_name
+        tb = tb.tb_next
+    if mine is None:
+        return raised
+    code = mine.tb_frame.f_code
+    text = " ".join(linecache.getline(code.co_filename, mine.tb_lineno).split())
+    where = f"{os.path.relpath(code.co_filename, watcher.folder)}:{mine.tb_lineno}"
+    return dataclasses.replace(raised, at=f"{where} ({text})" if text else where, call=called)
 
 
 def _cluster_of(tf_config: str) -> str:

@@ -499,7 +499,7 @@ def verdict_of(spec: str, ref, runs: list, global_batch: int, rtol: float = RTOL
     if blown is not None:  # the reference is finite (checked before any spec): say it plainly
         v.notes.append(f"under {spec} the run goes non-finite: {blown} (one device's stays finite)")
     if raised is not None:
-        v.error = f"{raised.where} raised {raised.type}: {short_error(raised.message, 300)}"
+        v.error = f"{raised.where} raised {raised.type}{raised.said()}: {short_error(raised.message, 300)}"
         # a script that raised before its first step is judged as a factory that raised under the spec
         what = FACTORY if raised.where == SCRIPT_RAISED else raised.where if raised.where in (RANDOM_LAYERS_RAISED,
                                                                                               FACTORY) else STEP

@@ -340,7 +340,7 @@ def keras_loss_reduction_raised(o: Observed):
     raised = o.dist.raised
     message = raised.message
     if "Reduction" in message and ("SUM" in message or "NONE" in message) and "strategy" in message.lower():
-        return [f"{raised.where} raised {raised.type}: {short_error(message)}"]
+        return [f"{raised.where} raised {raised.type}{raised.said()}: {short_error(message)}"]
     return None
 
 
@@ -352,7 +352,7 @@ def lazy_optimizer_build_raised(o: Observed):
     if any(m in raised.message for m in _SLOT_ERRORS):
         return [f"the optimizer was not built when the first step began "
                 f"({o.facts.optimizer_variables_before_step} variables: no slots yet), and {raised.where} "
-                f"raised {raised.type}: {short_error(raised.message)}"]
+                f"raised {raised.type}{raised.said()}: {short_error(raised.message)}"]
     return None
 
 

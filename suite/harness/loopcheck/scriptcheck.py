@@ -226,9 +226,10 @@ class ScriptChecker:
                                                  + (f" and {ps} parameter servers" if ps else "") + ")" if cluster else ")")
         told = told if replicas > 1 or cluster else ""
         if first.raised is not None:
-            where = "it raised before its first step:" if first.raised.where == SCRIPT_RAISED else \
-                f"{first.raised.where} raised"
-            raise CheckInputError(f"script {self.target!r}: on one device{told}, {where} {first.raised.type}: "
+            raised = first.raised
+            what = (f"it raised {raised.type} before its first step" if raised.where == SCRIPT_RAISED else
+                    f"{raised.where} raised {raised.type}")
+            raise CheckInputError(f"script {self.target!r}: on one device{told}, {what}{raised.said()}: "
                                   f"{render.short_error(first.raised.message, 200)}"
                                   + self._keras2_hint(first.raised.message))
         facts = first.facts
@@ -467,7 +468,8 @@ class ScriptChecker:
         if (self.fits and not ref.facts.fit_own_train_step and v.status == "FAIL" and runs[0].raised is not None
                 and not v.deviations):
             # fit raised here, in Keras' own step, and no entry explains it yet: what was seen, no verdict on the script
-            self.not_here[spec.text] = (f"Model.fit raised here and not on one device ({v.error}); no known deviation "
+            what = "Model.fit" if runs[0].raised.call == "fit" else "the script"
+            self.not_here[spec.text] = (f"{what} raised here and not on one device ({v.error}); no known deviation "
                                         "explains it yet, and nothing was compared")
             raise NotCheckedHere(self.not_here[spec.text])
         v.start_seconds = engine.start_seconds if engine.started_at >= self.created_at else 0.0
@@ -522,9 +524,14 @@ def _stand_in_run(checker: ScriptChecker, spec, global_batch: int, described: di
 
 def _same_variable(a: str, b: str) -> bool:
     """Whether two builds' names of the variable at one place in creation order are the same variable's:
-    equal, or equal but for an outer scope one build prefixes (tf-keras names a Sequential's layer
-    ``sequential/dense/kernel`` in one build and ``dense/kernel`` in another: the same layer's kernel)."""
-    return a == b or a.endswith("/" + b) or b.endswith("/" + a)
+    equal, or equal but for a scope one build puts around it (tf-keras names a Sequential's layer
+    ``sequential/dense/kernel`` in one build and ``dense/kernel`` in another, and its optimizer's slot
+    ``Adam/m/sequential/dense/kernel`` and ``Adam/m/dense/kernel``: the same layer's kernel and slot)."""
+    if a == b:
+        return True
+    longer, shorter = sorted((a.split("/"), b.split("/")), key=len, reverse=True)
+    extra = len(longer) - len(shorter)
+    return extra > 0 and any(longer[:i] + longer[i + extra:] == shorter for i in range(len(shorter)))
 
 
 def _variables_apart(ref, run) -> str | None:

@@ -1,0 +1,70 @@
+"""A checked script's run ends where the check says (issue 63): no code of the script's runs after the last
+step compared, whatever follows it (examples/scripts/zoo/fit_then.py: a fit under MirroredStrategy, then the
+Keras tutorial's load_weights of its checkpoint, code that raises, a 40 GB allocation, an hour's wait, a
+second training, a callback of the script's own at the epoch's end, a Sequence's fit), on Keras 3 here and on
+tf-keras engines in test_other_versions.py; and where a script raises, the report names its line."""
+
+from __future__ import annotations
+
+import pytest
+
+from suite.common.specs import parse_spec
+from suite.harness.judging.judgment import Check
+from suite.harness.loopcheck import render
+from suite.harness.loopcheck.usercheck import CheckInputError
+from tests.helpers import ROOT
+from tests.workloads.test_cluster_scripts import checker
+from tests.workloads.test_examples import right
+
+FIT_THEN = ROOT / "examples" / "scripts" / "zoo" / "fit_then.py"
+CASES = ("load_weights", "raises", "allocates", "hangs", "second_fit", "epoch_end", "sequence")
+
+
+def judged(v, check, case: str) -> None:
+    check.that(right(v) and not v.diagnoses, f"fit_then.py --case {case}", (v.status, v.error, v.deviations),
+               "PASS, or DEVIATION where a known deviation predicts every difference: what follows the steps "
+               "compared never ran", render.details(v))
+    check.equal(v.steps, 3, "steps compared")
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_no_code_of_the_script_runs_after_the_last_step_compared(pool, case):
+    """On TF 2.21 / Keras 3 under mirrored:2: fit ends at the last step compared, before its epoch's end
+    (the script's callbacks, its ModelCheckpoint), and the run with it, so what the script does next (the
+    tutorial's load_weights, a raise, an allocation beyond the machine, an hour's wait, a second fit) never
+    runs. On today's main each but the second fit ended as an error or an engine's timeout."""
+    spec = parse_spec("mirrored:2")
+    judged(checker(pool, FIT_THEN, ["--case", case]).check(spec), Check(spec, case={"case": case}), case)
+
+
+RAISES_IN_A_CALLBACK = '''
+import numpy as np
+import tensorflow as tf
+
+strategy = tf.distribute.MirroredStrategy()
+with strategy.scope():
+    model = tf.keras.Sequential([tf.keras.Input((3,)), tf.keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+
+
+class Stops(tf.keras.callbacks.Callback):
+    def on_train_batch_begin(self, batch, logs=None):
+        if batch == 1:
+            raise RuntimeError("the script's callback at batch 1")
+
+
+model.fit(np.ones((32, 3), np.float32), np.zeros((32, 1), np.float32), batch_size=8, epochs=1, verbose=0,
+          callbacks=[Stops()])
+'''
+
+
+def test_a_raise_is_reported_with_its_step_and_the_scripts_line(pool, tmp_path):
+    """A script whose own callback raises as fit's second batch begins: the report says step 2 (the batch that
+    began, not the one before it) and the script's line, here where one device raises too."""
+    path = tmp_path / "raises_in_a_callback.py"
+    path.write_text(RAISES_IN_A_CALLBACK)
+    with pytest.raises(CheckInputError) as info:
+        checker(pool, path).check(parse_spec("mirrored:2"))
+    Check("default").contains(str(info.value), ["step 2 raised RuntimeError at raises_in_a_callback.py:14 "
+                                                "(raise RuntimeError(\"the script's callback at batch 1\"))"],
+                              "the report of the raise")
