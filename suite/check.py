@@ -13,7 +13,7 @@ import os
 import signal
 import sys
 
-from .common import files
+from .common import files, limits
 from .common.specs import DEFAULT_SPECS, SpecError, parse_specs
 from .harness.loopcheck import differential, scriptcheck, upgrade, usercheck
 from .harness.loopcheck.usercheck import EXIT, CheckEngineError, CheckInputError
@@ -43,6 +43,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--cluster-agents", default=os.environ.get("TFDS_CLUSTER_AGENTS"), metavar="HOST:PORT,...",
                    help="the engine agents of a real cluster, for the 'cluster' spec (docs/running.md, 'A real cluster')")
     p.add_argument("--engine-timeout", type=float, default=300.0, help="seconds an engine call may take")
+    p.add_argument("--engine-memory", default=None, metavar="SIZE",
+                   help="memory each engine process may allocate (8G, 512M, a share of the machine's like 0.25, or 0 "
+                        f"for no limit; default {os.environ.get('TFDS_ENGINE_MEMORY') or '0.4'}): a script beyond it "
+                        "ends that spec as ERROR naming memory")
     p.add_argument("--accept-known", action="store_true",
                    help=f"exit 0 when the only findings are known deviations of TensorFlow/Keras (DEVIATION, BLOCKED: "
                         f"the loop is right), instead of {EXIT['KNOWN']}")
@@ -95,6 +99,11 @@ def main(argv=None) -> int:
             raise UsageError("--to needs --from (the version moved from)")
         if args.jobs is not None and args.jobs < 1:
             raise UsageError(f"--jobs {args.jobs}: must be at least 1")
+        if args.engine_memory is not None:
+            try:
+                os.environ[limits.MEMORY_ENV] = str(limits.parse_memory(args.engine_memory))
+            except ValueError as exc:
+                raise UsageError(str(exc)) from None
         specs = _specs(args)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -131,7 +140,7 @@ def carry_out(args, compute, text) -> int:
     report (``text(report)``, or ``--json -``), write ``--json FILE``; the exit status: the
     report's, or 2 with one line for input the check cannot use (the loop check and the upgrade
     check alike)."""
-    pool = EnginePool(python=args.engine_python, call_timeout=args.engine_timeout)
+    pool = EnginePool(python=args.engine_python, call_timeout=args.engine_timeout, memory=limits.engine_memory())
     progress = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     try:
         with interrupts.interruptible(lambda: [pool]):

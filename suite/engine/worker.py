@@ -17,7 +17,7 @@ import os
 import sys
 import traceback
 
-from ..common import authframe, protocol
+from ..common import authframe, limits, protocol
 from ..common.results import Raised
 from ..common.specs import parse_spec
 
@@ -47,6 +47,7 @@ def imports(env) -> list[str]:
 
 def main(argv=None) -> int:
     args = _parse_args(argv)
+    limits.apply()  # the memory the pool gives this engine (TFDS_ENGINE_MEMORY), before TensorFlow allocates any
     # every thread's stack to the log on request: the parent asks before it kills an engine that hangs
     faulthandler.register(protocol.STACKS_SIGNAL, file=sys.stderr, all_threads=True)
     if args.session_fd is not None:  # an agent's socket: every message authenticated, both ways

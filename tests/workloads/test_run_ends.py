@@ -2,9 +2,12 @@
 step compared, whatever follows it (examples/scripts/zoo/fit_then.py: a fit under MirroredStrategy, then the
 Keras tutorial's load_weights of its checkpoint, code that raises, a 40 GB allocation, an hour's wait, a
 second training, a callback of the script's own at the epoch's end, a Sequence's fit), on Keras 3 here and on
-tf-keras engines in test_other_versions.py; and where a script raises, the report names its line."""
+tf-keras engines in test_other_versions.py; where a script raises, the report names its line; and an engine
+that allocates beyond its memory limit ends as ERROR naming memory."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 
@@ -68,3 +71,51 @@ def test_a_raise_is_reported_with_its_step_and_the_scripts_line(pool, tmp_path):
     Check("default").contains(str(info.value), ["step 2 raised RuntimeError at raises_in_a_callback.py:14 "
                                                 "(raise RuntimeError(\"the script's callback at batch 1\"))"],
                               "the report of the raise")
+
+
+ALLOCATES = '''
+import numpy as np
+import tensorflow as tf
+
+strategy = tf.distribute.MirroredStrategy()
+with strategy.scope():
+    w = tf.Variable(1.0)
+kept = []
+for x in strategy.experimental_distribute_dataset(tf.data.Dataset.range(64).batch(8)):
+    kept.append(np.ones((GIB_PER_STEP << 27,), np.float64))
+    strategy.run(lambda x: w.assign_add(tf.cast(tf.reduce_sum(x), tf.float32)), args=(x,))
+'''
+
+
+@pytest.mark.parametrize("gib,limit", [(40, None), (1, "3G")], ids=["40GiB-at-once", "1GiB-a-step-under-3G"])
+def test_an_allocation_beyond_an_engines_memory_ends_as_error_naming_memory(tmp_path, gib, limit):
+    """A script that allocates 40 GiB in its first step (the machine has less), or keeps 1 GiB more each step
+    under --engine-memory 3G (where the host's OOM killer would act at the machine's memory): the engine's own
+    limit (RLIMIT_DATA, suite/common/limits.py) refuses the allocation in the script's step, and the check
+    ends as ERROR (exit 3) in one line naming memory, the limit, the step and the script's line, with no engine
+    left. On today's main the first was the script's MemoryError reported as its input (exit 2), the second
+    unbounded."""
+    from tests.workloads.test_bad_input import check_cli
+
+    (tmp_path / "allocates.py").write_text(ALLOCATES.replace("GIB_PER_STEP", str(gib)))
+    done, left = check_cli(tmp_path, "allocates.py", "--strategies", "mirrored:2",
+                           *(["--engine-memory", limit] if limit else []))
+    check = Check("python -m suite.check allocates.py", case={"GiB a step": gib, "--engine-memory": limit})
+    check.equal((done.returncode, len(done.stderr.strip().splitlines()), left), (3, 1, []),
+                "exit status, stderr lines and engines left", done.stderr[-800:])
+    check.contains(done.stderr, ["the engine ran out of memory", "allocated beyond its memory limit",
+                                 "3.0 GiB" if limit else "GiB (TFDS_ENGINE_MEMORY, --engine-memory)",
+                                 "at allocates.py:10 (kept.append(", "MemoryError"], "the error")
+    check.that(re.search(r"step \d+ allocated beyond", done.stderr) is not None, "the step named", done.stderr[-400:],
+               "step N allocated beyond ...")
+
+
+def test_an_engine_memory_the_check_cannot_read_is_one_line(tmp_path):
+    from tests.workloads.test_bad_input import check_cli
+
+    (tmp_path / "allocates.py").write_text(ALLOCATES.replace("GIB_PER_STEP", "1"))
+    done, left = check_cli(tmp_path, "allocates.py", "--engine-memory", "lots")
+    check = Check("python -m suite.check --engine-memory lots")
+    check.equal((done.returncode, len(done.stderr.strip().splitlines()), left), (2, 1, []),
+                "exit status, stderr lines and engines left", done.stderr)
+    check.contains(done.stderr, ["engine memory 'lots'", "8G, 512M"], "the error")

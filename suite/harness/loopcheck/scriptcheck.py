@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from ...common import limits
 from ...common.results import SCRIPT_RAISED
 from ...common.specs import parse_spec
 from ..pool import memo, versions
@@ -225,6 +226,9 @@ class ScriptChecker:
         told = f" (told {replicas} replicas" + (f" and given a TF_CONFIG of {workers} workers"
                                                  + (f" and {ps} parameter servers" if ps else "") + ")" if cluster else ")")
         told = told if replicas > 1 or cluster else ""
+        if limits.out_of_memory(first.raised):  # the engine's limit, not the script's input: ERROR, naming memory
+            raise CheckEngineError(f"script {self.target!r}: the reference run did not finish{told}: "
+                                   + limits.said(first.raised, limits.engine_memory()))
         if first.raised is not None:
             raised = first.raised
             what = (f"it raised {raised.type} before its first step" if raised.where == SCRIPT_RAISED else
@@ -404,6 +408,10 @@ class ScriptChecker:
             except (CheckInputError, CheckEngineError) as exc:
                 return differential.Verdict(spec.text, spec.replicas, "ERROR", seconds=time.monotonic() - began,
                                             error=f"the reference in the cluster's order failed: {exc}")
+        memory = next((r.raised for r in runs if limits.out_of_memory(r.raised)), None)
+        if memory is not None:  # the engine's limit: no verdict on the script
+            return differential.Verdict(spec.text, spec.replicas, "ERROR", seconds=time.monotonic() - started,
+                                        error=limits.said(memory, limits.engine_memory()))
         apart = _variables_apart(ref, runs[0])
         if apart is not None:  # compared by creation order: another set of variables cannot be compared
             return differential.Verdict(spec.text, spec.replicas, "ERROR", seconds=time.monotonic() - started,

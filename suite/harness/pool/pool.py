@@ -26,7 +26,7 @@ import warnings
 from pathlib import Path
 
 from ... import layout
-from ...common import authframe, protocol
+from ...common import authframe, limits, protocol
 from ...common.results import Raised
 from ...common.specs import Spec
 from . import agent, cost, forks, stacks, topology, versions
@@ -376,6 +376,9 @@ class Engine:
         base_env["TMPDIR"] = str(tmp)
         if not self.spec.gpus:
             base_env["CUDA_VISIBLE_DEVICES"] = ""  # CPU specs stay on (virtual) CPUs
+        # what each engine may allocate (suite/common/limits.py), in bytes, where one is asked; none on GPUs
+        asked = base_env.get(limits.MEMORY_ENV)
+        base_env[limits.MEMORY_ENV] = "0" if self.spec.gpus or not asked else str(limits.parse_memory(asked))
         server = self.fork_servers.server(python, base_env) if self.fork_servers else None
         self.procs = []
         try:
@@ -673,8 +676,13 @@ class EnginePool:
     all closed by ``close()`` (conftest calls it at session end, and atexit as a backstop)."""
 
     def __init__(self, python: str | None = None, start_timeout: float = 180.0,
-                 call_timeout: float = 120.0, fork: bool | None = None, retries: int = 0):
+                 call_timeout: float = 120.0, fork: bool | None = None, retries: int = 0, memory: int | None = None):
         self.python = python or sys.executable
+        # bytes each CPU engine may allocate (suite/common/limits.py): the check's pools pass one; None: only what
+        # TFDS_ENGINE_MEMORY in this process's environment asks (the test session's pool, whose long-lived
+        # multi-worker engines map more and more memory they do not use: measured past 5 GiB of data mappings
+        # at 350 MB resident)
+        self.memory = memory
         self.start_timeout = start_timeout
         self.call_timeout = call_timeout
         # a call whose engine times out or crashes is asked again of a fresh engine this many times, each
@@ -726,12 +734,13 @@ class EnginePool:
         engine.mutant = name
 
     def _env(self, spec: Spec) -> dict:
-        """What an engine of ``spec`` gets in its environment: the mutants package to import and its
-        spec's mutant to start with, once a mutant is wanted."""
+        """What an engine of ``spec`` gets in its environment: its memory limit where the pool has one, the
+        mutants package to import and its spec's mutant to start with, once a mutant is wanted."""
+        env = {limits.MEMORY_ENV: str(self.memory)} if self.memory is not None else {}
         if not self.mutants:
-            return {}
+            return env
         imports = [m for m in _imports(os.environ) if m != MUTANTS_MODULE] + [MUTANTS_MODULE]
-        return {IMPORTS_ENV: ",".join(imports), MUTANT_ENV: self._mutant_of(spec) or ""}
+        return {**env, IMPORTS_ENV: ",".join(imports), MUTANT_ENV: self._mutant_of(spec) or ""}
 
     def get(self, spec: Spec) -> Engine:
         """``spec``'s engine, started if it is not running (threads may ask at once: each spec's

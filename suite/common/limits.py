@@ -1,0 +1,104 @@
+"""The memory an engine process may allocate (issue 63): a limit each engine sets on itself at start, so that a
+script that allocates beyond it gets MemoryError (or TensorFlow's ResourceExhaustedError) in its own step, and
+the check ends that spec as ERROR naming memory, the limit and the step, before the host's OOM killer chooses
+a process. No TensorFlow here: the harness reads it too.
+
+The limit is ``RLIMIT_DATA`` (Linux counts every private writable mapping against it: the heap, numpy's and
+TensorFlow's CPU buffers), in bytes, from ``TFDS_ENGINE_MEMORY`` in the engine's environment: set by the pool
+for every CPU engine it starts where the pool has a limit (the check's: ``--engine-memory``, that variable in
+the caller's environment, else ``DEFAULT_SHARE`` of the machine's memory) or the caller's environment asks one
+(the test session's pool); ``0`` for no limit. GPU specs get none (a GPU runtime maps its own address space).
+What it bounds is mapped memory, not resident memory: an engine that maps much it does not touch (a
+multi-worker engine's, over a long session: measured past 5 GiB at 350 MB resident) meets it sooner."""
+
+from __future__ import annotations
+
+import os
+import re
+
+MEMORY_ENV = "TFDS_ENGINE_MEMORY"
+# of the machine's memory, each engine: a check runs the reference's engine and a spec's at once
+DEFAULT_SHARE = 0.4
+FLOOR = 4 << 30  # the default never below what an engine of TensorFlow maps at start, with room (measured: under 1 GiB)
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def machine_memory() -> int:
+    """The machine's memory in bytes (``MemTotal``), or 0 where it cannot be read."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def parse_memory(text: str) -> int:
+    """Bytes from ``8G``, ``512M``, ``8GiB``, ``0.25`` (a share of the machine's memory) or ``0``/``none`` (no
+    limit); ValueError, one line, for anything else."""
+    value = str(text).strip().lower().removesuffix("ib").removesuffix("b")
+    if value in ("0", "none", "no", "off"):
+        return 0
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([kmgt]?)", value)
+    if not match:
+        raise ValueError(f"engine memory {text!r}: give bytes with a unit (8G, 512M), a share of the machine's "
+                         "memory (0.4), or 0 for no limit")
+    number, unit = float(match.group(1)), match.group(2)
+    if not unit and number < 1:
+        return int(number * machine_memory())
+    return int(number * _UNITS[unit])
+
+
+def engine_memory(environ=None) -> int:
+    """The limit engines get: ``TFDS_ENGINE_MEMORY`` of ``environ`` (this process's), else the default share."""
+    environ = os.environ if environ is None else environ
+    if environ.get(MEMORY_ENV):
+        return parse_memory(environ[MEMORY_ENV])
+    share = int(DEFAULT_SHARE * machine_memory())
+    return max(share, FLOOR) if share else 0
+
+
+def gib(n: int) -> str:
+    return f"{n / (1 << 30):.1f} GiB"
+
+
+def apply(environ=None) -> int:
+    """In an engine, before it imports TensorFlow: its ``RLIMIT_DATA`` from ``TFDS_ENGINE_MEMORY`` (bytes); the
+    limit set, or 0 (none asked, or none this platform has)."""
+    environ = os.environ if environ is None else environ
+    try:
+        limit = int(environ.get(MEMORY_ENV) or 0)
+    except ValueError:
+        return 0
+    if limit <= 0:
+        return 0
+    try:
+        import resource
+
+        _, hard = resource.getrlimit(resource.RLIMIT_DATA)
+        if hard != resource.RLIM_INFINITY:
+            limit = min(limit, hard)
+        resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
+    except (ImportError, ValueError, OSError, AttributeError):
+        return 0
+    return limit
+
+
+def out_of_memory(raised) -> bool:
+    """Whether a raise (results.Raised) is an allocation refused: Python's MemoryError, or TensorFlow's
+    ResourceExhaustedError for a tensor it could not allocate."""
+    return raised is not None and (raised.type == "MemoryError" or (
+        raised.type == "ResourceExhaustedError" and "OOM when allocating" in raised.message))
+
+
+def said(raised, limit: int) -> str:
+    """What a check says of an engine out of memory: the resource, the limit, the step and the script's line."""
+    how = (f"its memory limit, {gib(limit)} ({MEMORY_ENV}, --engine-memory)" if limit > 0 else
+           "no memory (no limit was set: the machine's memory)")
+    return (f"the engine ran out of memory: {raised.where} allocated beyond {how}{raised.said()} "
+            f"({raised.type}: {' '.join(raised.message.split())[:200]})")
