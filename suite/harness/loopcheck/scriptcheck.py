@@ -228,7 +228,7 @@ class ScriptChecker:
         told = told if replicas > 1 or cluster else ""
         if limits.out_of_memory(first.raised):  # the engine's limit, not the script's input: ERROR, naming memory
             raise CheckEngineError(f"script {self.target!r}: the reference run did not finish{told}: "
-                                   + limits.said(first.raised, limits.engine_memory()))
+                                   + limits.said(first.raised, self.pool.memory_limit()))
         if first.raised is not None:
             raised = first.raised
             what = (f"it raised {raised.type} before its first step" if raised.where == SCRIPT_RAISED else
@@ -411,7 +411,7 @@ class ScriptChecker:
         memory = next((r.raised for r in runs if limits.out_of_memory(r.raised)), None)
         if memory is not None:  # the engine's limit: no verdict on the script
             return differential.Verdict(spec.text, spec.replicas, "ERROR", seconds=time.monotonic() - started,
-                                        error=limits.said(memory, limits.engine_memory()))
+                                        error=limits.said(memory, self.pool.memory_limit()))
         apart = _variables_apart(ref, runs[0])
         if apart is not None:  # compared by creation order: another set of variables cannot be compared
             return differential.Verdict(spec.text, spec.replicas, "ERROR", seconds=time.monotonic() - started,

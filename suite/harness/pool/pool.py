@@ -376,9 +376,8 @@ class Engine:
         base_env["TMPDIR"] = str(tmp)
         if not self.spec.gpus:
             base_env["CUDA_VISIBLE_DEVICES"] = ""  # CPU specs stay on (virtual) CPUs
-        # what each engine may allocate (suite/common/limits.py), in bytes, where one is asked; none on GPUs
-        asked = base_env.get(limits.MEMORY_ENV)
-        base_env[limits.MEMORY_ENV] = "0" if self.spec.gpus or not asked else str(limits.parse_memory(asked))
+        if self.spec.gpus:  # a GPU runtime maps its own address space: no memory limit (EnginePool.memory_limit)
+            base_env[limits.MEMORY_ENV] = "0"
         server = self.fork_servers.server(python, base_env) if self.fork_servers else None
         self.procs = []
         try:
@@ -733,10 +732,18 @@ class EnginePool:
         engine.call("mutants.switch", name=name)
         engine.mutant = name
 
+    def memory_limit(self) -> int:
+        """Bytes each CPU engine of the pool may allocate (suite/common/limits.py; 0: no limit): the pool's own,
+        else what TFDS_ENGINE_MEMORY in this process's environment asks."""
+        if self.memory is not None:
+            return self.memory
+        asked = os.environ.get(limits.MEMORY_ENV)
+        return limits.parse_memory(asked) if asked else 0
+
     def _env(self, spec: Spec) -> dict:
-        """What an engine of ``spec`` gets in its environment: its memory limit where the pool has one, the
-        mutants package to import and its spec's mutant to start with, once a mutant is wanted."""
-        env = {limits.MEMORY_ENV: str(self.memory)} if self.memory is not None else {}
+        """What an engine of ``spec`` gets in its environment: its memory limit in bytes, the mutants package
+        to import and its spec's mutant to start with, once a mutant is wanted."""
+        env = {limits.MEMORY_ENV: str(self.memory_limit())}
         if not self.mutants:
             return env
         imports = [m for m in _imports(os.environ) if m != MUTANTS_MODULE] + [MUTANTS_MODULE]
