@@ -16,6 +16,7 @@ THREAD = re.compile(r"^(Current thread|Thread) 0x[0-9a-f]+ \(most recent call fi
 TF_PACKAGES = ("tensorflow", "keras", "tf_keras")
 SUITE = str(Path(__file__).resolve().parents[2])  # the suite package's folder: its frames are the harness's
 MAX_FRAMES = 6
+AUTOGRAPH = "__autograph_generated_file"  # the modules autograph writes its conversions to
 
 
 def threads(dump: str) -> list[tuple[bool, list[tuple[str, int, str]]]]:
@@ -38,8 +39,8 @@ def _kind(path: str) -> str:
         return "tf" if below and below[0] in TF_PACKAGES else "other"
     if path.startswith(SUITE + "/") or "/suite/engine/" in path:
         return "suite"
-    if re.search(r"/lib/python3\.\d+/", path) or path.startswith("<"):
-        return "other"  # the standard library, frozen modules
+    if re.search(r"/lib/python3\.\d+/", path) or path.startswith("<") or AUTOGRAPH in Path(path).name:
+        return "other"  # the standard library, frozen modules, autograph's conversions of the user's code
     return "user"
 
 
@@ -52,17 +53,9 @@ def _show(path: str, line: int, func: str) -> str:
     return f"{path}:{line} in {func}"
 
 
-def waiting_frames(dump: str) -> str:
-    """The frames of the thread that runs the probe (the one whose outermost frames are the engine
-    worker's main loop; else the current thread), innermost first: the user's frames and
-    TensorFlow's (each run of TensorFlow frames shown by its innermost), the probe's own when
-    neither appears; "" for a dump with no frames."""
-    found = threads(dump)
-    if not found:
-        return ""
-    main = [frames for _, frames in found if any(p.endswith("suite/engine/worker.py") and f == "main"
-                                                  for p, _, f in frames)]
-    frames = main[0] if main else next((fr for current, fr in found if current), found[0][1])
+def _quoted(frames) -> list[str]:
+    """Of one thread's frames, innermost first: the user's and TensorFlow's (each run of TensorFlow
+    frames shown by its innermost)."""
     shown, last = [], None
     for path, line, func in frames:
         kind = _kind(path)
@@ -70,9 +63,45 @@ def waiting_frames(dump: str) -> str:
             shown.append(_show(path, line, func))
         if kind in ("user", "tf"):
             last = kind
+    return shown
+
+
+def _replica_thread(frames) -> bool:
+    """Whether a thread is one of the replica threads MirroredStrategy and CentralStorageStrategy
+    run the replica function in (``mirrored_run._MirroredReplicaThread.run`` is its outermost
+    TensorFlow frame)."""
+    return any(p.endswith(os.path.join("distribute", "mirrored_run.py")) and f == "run" for p, _, f in frames)
+
+
+def waiting_frames(dump: str) -> str:
+    """Where a process waits, innermost first: first each other thread that holds a frame of the
+    user's (the replica threads of MirroredStrategy and CentralStorageStrategy, named so; threads
+    with the same frames quoted once, with their count; threads apart by " | "), then the thread that runs the probe (the
+    one whose outermost frames are the engine worker's main loop; else the current thread). Each
+    thread by the user's frames and TensorFlow's, the probe's own when neither appears; "" for a
+    dump with no frames."""
+    found = threads(dump)
+    if not found:
+        return ""
+    main = [frames for _, frames in found if any(p.endswith("suite/engine/worker.py") and f == "main"
+                                                  for p, _, f in frames)]
+    frames = main[0] if main else next((fr for current, fr in found if current), found[0][1])
+    shown = _quoted(frames)
     if not shown:  # no user or TensorFlow frame: the probe's own, innermost
         shown = [_show(p, n, f) for p, n, f in frames if _kind(p) == "suite"][:1]
-    return " <- ".join(shown[:MAX_FRAMES])
+    text = " <- ".join(shown[:MAX_FRAMES])
+    others: dict[tuple, list[str]] = {}  # each other thread's quote -> the kinds of thread quoted so
+    for _, fr in found:
+        if fr is not frames and any(_kind(p) == "user" for p, _, _ in fr):
+            quote = " <- ".join(_quoted(fr)[:MAX_FRAMES])
+            others.setdefault(quote, []).append("replica thread" if _replica_thread(fr) else "thread")
+    if not others:
+        return text
+    parts = []
+    for quote, kinds in others.items():
+        kind = "replica thread" if all(k == "replica thread" for k in kinds) else "thread"
+        parts.append(f"{'a ' + kind if len(kinds) == 1 else f'{len(kinds)} {kind}s'}: {quote}")
+    return " | ".join(parts + [f"the main thread: {text}"])
 
 
 def dump(pid: int, log_path: Path, wait: float = 2.0) -> tuple[int | None, str]:
