@@ -142,6 +142,7 @@ def carry_out(args, compute, text) -> int:
     check alike)."""
     pool = EnginePool(python=args.engine_python, call_timeout=args.engine_timeout, memory=limits.engine_memory())
     progress = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
+    pool.progress = progress  # where a long reference or spec run is, as its engine says
     try:
         with interrupts.interruptible(lambda: [pool]):
             report = compute(pool, progress)

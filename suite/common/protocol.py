@@ -7,6 +7,7 @@ replies are tuples of plain data (numbers, strings, numpy arrays, nested dicts/l
     engine -> parent   ("ready", info) | ("ok", request, result, {"restart": bool})
                        | ("error", request, Raised, traceback)
                        | ("fatal", message)   # the engine cannot start (e.g. no TensorFlow)
+                       | ("progress", request, text)   # where a long call is, before its reply
 
 ``request`` is the call's number, which its reply echoes: the parent takes a reply to another
 request as a channel out of step and never uses that engine again. The parent reads each message
@@ -14,7 +15,9 @@ with ``receive``: a deadline on the whole frame, its length read (and capped) be
 
 ``info`` is an EngineInfo (a ServerInfo for a process that only serves), ``result`` a record of
 suite/common/results.py or plain data, and an exception a probe raised comes back as a ``Raised``
-(type name, message, where). ``restart`` asks the parent to replace the engine after this call (its cluster is unusable).
+(type name, message, where). ``restart`` asks the parent to replace the engine after this call (its cluster is unusable). A
+probe may send ``progress`` messages while it runs (EngineContext.progress: a script's run at each
+step); the parent shows them and goes on waiting for the reply.
 
 Arrays and numpy scalars travel as dtype, shape and bytes (``_array``, ``_scalar``), not as numpy's
 own pickles: those name numpy's private modules (``numpy._core`` since numpy 2, ``numpy.core``
@@ -73,6 +76,7 @@ READY = "ready"
 OK = "ok"
 ERROR = "error"
 FATAL = "fatal"
+PROGRESS = "progress"
 
 
 def reader(fd: int) -> Connection:

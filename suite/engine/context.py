@@ -81,6 +81,13 @@ class EngineContext:
         self.cache: dict = {}
         self.traces: collections.Counter = collections.Counter()
         self.restart_requested = False
+        self.progress_sink = None  # set by the worker for each call: sends a progress message to the parent
+
+    def progress(self, text: str) -> None:
+        """Tell the parent where the running call is (``text``, e.g. "mirrored:2: step 2 of 3"); the
+        parent shows it when the call runs long (suite/harness/pool/pool.py, Engine.on_progress)."""
+        if self.progress_sink is not None:
+            self.progress_sink(text)
 
     def request_restart(self):
         """Ask the pool to replace this engine after the current call. A probe that caught a

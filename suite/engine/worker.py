@@ -15,6 +15,7 @@ import faulthandler
 import importlib
 import os
 import sys
+import threading
 import traceback
 
 from ..common import authframe, limits, protocol
@@ -89,6 +90,18 @@ def main(argv=None) -> int:
         conn_out.send((protocol.FATAL, f"could not create the strategy: {type(exc).__name__}: {exc}"))
         return 4
     conn_out.send((protocol.READY, ctx.info()))
+    sending = threading.Lock()  # a progress message may come from a thread of TensorFlow's (a traced step's py_function)
+
+    def send(msg):
+        with sending:
+            conn_out.send(msg)
+
+    def progress(request, text):
+        try:
+            send((protocol.PROGRESS, request, str(text)))
+        except OSError:
+            pass  # the parent went away: the call's reply will find out
+
     while True:
         try:
             msg = conn_in.recv()
@@ -99,13 +112,16 @@ def main(argv=None) -> int:
         if msg[0] == protocol.EXIT:
             return 0
         _, request, name, kwargs = msg
+        ctx.progress_sink = lambda text, request=request: progress(request, text)
         try:
             result = registry.run(ctx, name, kwargs)
         except Exception as exc:
             where = f"probe {name!r}" + (f" on worker {args.worker_index}" if spec.is_multi_worker else "")
-            conn_out.send((protocol.ERROR, request, Raised.of(exc, where, limit=None), traceback.format_exc()))
+            reply = (protocol.ERROR, request, Raised.of(exc, where, limit=None), traceback.format_exc())
         else:
-            conn_out.send((protocol.OK, request, result, {"restart": ctx.restart_requested}))
+            reply = (protocol.OK, request, result, {"restart": ctx.restart_requested})
+        ctx.progress_sink = None
+        send(reply)
 
 
 def _serve(conn_in, conn_out) -> int:

@@ -74,14 +74,16 @@ def folder(tmp_path_factory) -> Path:
     return path
 
 
-def check_cli(folder: Path, *args: str) -> tuple[subprocess.CompletedProcess, list[int]]:
-    """Run ``python -m suite.check ARGS`` from ``folder``; its result and the processes still
-    alive afterwards that carry its marker in their environment (its engines)."""
+def check_cli(folder: Path, *args: str, quiet: bool = True, env: dict | None = None,
+              ) -> tuple[subprocess.CompletedProcess, list[int]]:
+    """Run ``python -m suite.check ARGS`` (with ``-q`` unless not ``quiet``; ``env`` added to this process's
+    environment) from ``folder``; its result and the processes still alive afterwards that carry its marker in
+    their environment (its engines)."""
     mark = uuid.uuid4().hex
-    env = dict(os.environ, PYTHONPATH=str(ROOT), TFDS_CHECK_MARK=mark)
+    env = dict(os.environ, **(env or {}), PYTHONPATH=str(ROOT), TFDS_CHECK_MARK=mark)
     env = {k: v for k, v in env.items() if not k.startswith("PYTEST_XDIST_")}
-    # -q before a script's own arguments (after --)
-    args = [*args[:args.index("--")], "-q", *args[args.index("--"):]] if "--" in args else [*args, "-q"]
+    if quiet:  # -q before a script's own arguments (after --)
+        args = [*args[:args.index("--")], "-q", *args[args.index("--"):]] if "--" in args else [*args, "-q"]
     done = subprocess.run([sys.executable, "-m", "suite.check", *args], cwd=folder, env=env,
                           capture_output=True, text=True, timeout=300)
     return done, marked(mark)

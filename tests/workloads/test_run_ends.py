@@ -119,3 +119,27 @@ def test_an_engine_memory_the_check_cannot_read_is_one_line(tmp_path):
     check.equal((done.returncode, len(done.stderr.strip().splitlines()), left), (2, 1, []),
                 "exit status, stderr lines and engines left", done.stderr)
     check.contains(done.stderr, ["engine memory 'lots'", "8G, 512M"], "the error")
+
+
+def test_a_runs_progress_says_its_step_on_stderr_never_in_json_or_with_q(tmp_path):
+    """While the reference and a spec run (here shown from their first second: TFDS_PROGRESS_AFTER=0), the
+    check's stderr says which step each is at, as its engine reports it; with --json - stdout stays one JSON
+    document, and -q says nothing. On today's main nothing showed until a spec had finished."""
+    import json
+
+    from tests.workloads.test_bad_input import check_cli
+    from tests.workloads.test_scripts import ENTRY
+
+    (tmp_path / "train.py").write_text("DIVIDE = False\n" + ENTRY + "\n\nmain()\n")
+    check = Check("python -m suite.check train.py --strategies mirrored:2 --json -")
+    for quiet in (False, True):
+        done, left = check_cli(tmp_path, "train.py", "--strategies", "mirrored:2", "--json", "-", quiet=quiet,
+                               env={"TFDS_PROGRESS_AFTER": "0"})
+        check.equal((done.returncode, left), (0, []), "exit status and engines left", done.stderr[-800:])
+        check.equal([s["status"] for s in json.loads(done.stdout)["specs"]], ["PASS"], "the JSON report on stdout")
+        lines = re.findall(r"^(reference \(one device, told 2 replicas\)|mirrored:2): step (\d) of 3 \(\d+ s\)$",
+                           done.stderr, re.MULTILINE)
+        want = [] if quiet else [(who, str(k)) for who in ("reference (one device, told 2 replicas)", "mirrored:2")
+                                 for k in (1, 2, 3)]
+        check.equal(sorted(set(lines)), sorted(want), f"the progress lines{' with -q' if quiet else ''}",
+                    done.stderr[-1500:])

@@ -415,7 +415,11 @@ def run(ctx, target, folder, path=None, entry=None, args=(), steps=3, seed=0, re
     seen = _Seen()
     facts = Facts(script=True, user_step=True)
 
+    who = f"reference (one device, told {replicas} replicas)" if replicas is not None else ctx.spec.text
+
     def on_boundary(w):
+        if len(w.boundaries) < steps:  # the step about to run; the last boundary ends the run
+            ctx.progress(f"{who}: step {len(w.boundaries) + 1} of {steps}")
         found.update(w.user_frames())
         found.fitted(w.fit_models)
         seen.metrics.append({**_metric_results(found), **{f"fit {k}": v for k, v in w.fit_logs.items()}})

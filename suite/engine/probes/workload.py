@@ -386,6 +386,7 @@ def run(ctx, target, steps, global_batch, seed=0, canonical=False, init=None, pa
     history, raised, digests = [], None, []
     batch = first
     for k in range(1, steps + 1):
+        ctx.progress(f"{ctx.spec.text}: step {k} of {steps}")  # the run's own engine: one device's runs under theirs
         if k > 1:
             try:
                 batch = next(batches)

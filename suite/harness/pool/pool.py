@@ -71,6 +71,9 @@ class EngineCallRetried(UserWarning):
     again of a fresh engine (``EnginePool.retries``); the message quotes the error."""
 
 
+# a call's progress (Engine.on_progress) is shown once it has run this many seconds (TFDS_PROGRESS_AFTER), then
+# at each change and at least this often
+PROGRESS_AFTER, PROGRESS_EVERY = float(os.environ.get("TFDS_PROGRESS_AFTER") or 5.0), 30.0
 RETRIED = (EngineTimeout, EngineCrashed)  # what EnginePool.call asks again of a fresh engine
 
 
@@ -321,6 +324,10 @@ class Engine:
         self._restart = False
         self._waited_from: tuple = (None, {})  # (time.monotonic(), CPU seconds per process) at the last request
         self._requests = 0  # the number of the last call sent (its replies must echo it)
+        # where a long call is (its first probe-answering process's progress messages): a line to this
+        # callable once the call has run PROGRESS_AFTER seconds, at each change and every PROGRESS_EVERY
+        self.on_progress = None
+        self._progress: list = [None, None, 0.0]  # the latest text, the last text shown, when shown
         # whether its processes imported the mutants package, and the mutant they compute with (EnginePool)
         self.mutants = MUTANTS_MODULE in _imports(self.env) and spec.kind != "cluster"
         self.mutant = (self.env.get(MUTANT_ENV) or None) if self.mutants else None
@@ -410,6 +417,7 @@ class Engine:
         a reply to another request, a garbled message or the deadline."""
         deadline = time.monotonic() + timeout
         self._waited_from = (time.monotonic(), {i: self.procs[i].cpu_seconds() for i in indices})
+        self._progress = [None, None, 0.0]
         replies: list = [None] * len(self.procs)
         pending = set(indices)
         first_error = None
@@ -431,6 +439,9 @@ class Engine:
                                                f"running probe {probe!r} ({exc}; engine killed)", i)
                     except (EOFError, OSError):
                         msg, eof = None, True  # the process closed its pipe: it is exiting
+                    if isinstance(msg, tuple) and msg and msg[0] == protocol.PROGRESS:
+                        self._progressed(i, msg)  # not a reply: the call goes on
+                        continue
                     if msg is not None:
                         self._check_in_step(msg, request, probe, i)
                         replies[i] = msg
@@ -459,6 +470,8 @@ class Engine:
                     if i not in pending and replies[i] is None and proc.poll() is not None:
                         self._fail(EngineCrashed, f"{self._where(i)} {_describe_exit(proc.poll())} "
                                                   f"while the engine ran probe {probe!r}", i)
+            if self._progress[0] is not None:
+                self._show_progress()
             if pending and time.monotonic() > deadline:
                 if first_error is not None:
                     break
@@ -512,6 +525,24 @@ class Engine:
                 parts.append(f"{self._who(i)}it used {now[i] - at_send[i]:.1f}s of CPU in the {elapsed:.0f}s it was "
                              f"waited for and {after - now[i]:.2f}s in the {window:.0f}s after ({state})")
         return "; ".join(parts) + f"; machine load {os.getloadavg()[0]:.1f}" if parts else ""
+
+    def _progressed(self, i: int, msg) -> None:
+        """A progress message of process ``i`` (protocol.PROGRESS): kept if it is the first probe-answering
+        process's and of the call awaited (a late one of an earlier call is dropped)."""
+        if len(msg) == 3 and msg[1] == self._requests and self.callees and i == self.callees[0]:
+            self._progress[0] = msg[2]
+            self._show_progress()
+
+    def _show_progress(self) -> None:
+        """The latest progress as a line to ``on_progress`` (with the call's seconds so far), once the call has
+        run PROGRESS_AFTER seconds: when it changed, or PROGRESS_EVERY seconds after the last line."""
+        text, shown, at = self._progress
+        now, began = time.monotonic(), self._waited_from[0]
+        if self.on_progress is None or began is None or now - began < PROGRESS_AFTER:
+            return
+        if text != shown or now - at >= PROGRESS_EVERY:
+            self._progress[1:] = [text, now]
+            self.on_progress(f"{text} ({now - began:.0f} s)")
 
     def _check_in_step(self, msg, request: int | None, probe: str, i: int):
         """A reply answers the request awaited (``request``; None: the start, whose replies say ready
@@ -705,6 +736,7 @@ class EnginePool:
         # once a mutant is wanted, every engine started imports the mutants package (IMPORTS_ENV)
         self.mutants = self.mutant is not None or MUTANTS_MODULE in _imports(os.environ)
         self.interrupted = False  # kill_now() was called: no engine starts again
+        self.progress = None  # a callable given each long call's progress lines (the check's, unless -q)
 
     def set_mutant(self, name: str | None):
         """Every engine of the pool, running or started later, computes with mutant ``name``
@@ -776,6 +808,7 @@ class EnginePool:
             except (EngineStartError, EngineUnavailable) as exc:
                 self._start_failures[key] = exc
                 raise
+            engine.on_progress = self.progress
             self._engines[key] = engine
             self.starts[key] = self.starts.get(key, 0) + 1
         if engine.mutant != self._mutant_of(spec):
