@@ -1,4 +1,6 @@
-"""The memory an engine process may allocate (issue 63): a limit each engine sets on itself at start, so that a
+"""The memory an engine process may allocate and the CPU time each call may use (issue 63).
+
+Memory: a limit each engine sets on itself at start, so that a
 script that allocates beyond it gets MemoryError (or TensorFlow's ResourceExhaustedError) in its own step, and
 the check ends that spec as ERROR naming memory, the limit and the step, before the host's OOM killer chooses
 a process. No TensorFlow here: the harness reads it too.
@@ -9,7 +11,14 @@ for every CPU engine it starts where the pool has a limit (the check's: ``--engi
 the caller's environment, else ``DEFAULT_SHARE`` of the machine's memory) or the caller's environment asks one
 (the test session's pool); ``0`` for no limit. GPU specs get none (a GPU runtime maps its own address space).
 What it bounds is mapped memory, not resident memory: an engine that maps much it does not touch (a
-multi-worker engine's, over a long session: measured past 5 GiB at 350 MB resident) meets it sooner."""
+multi-worker engine's, over a long session: measured past 5 GiB at 350 MB resident) meets it sooner.
+
+CPU time: before each call an engine sets ``RLIMIT_CPU``'s soft limit to the CPU time it has used plus
+``TFDS_ENGINE_CPU`` seconds, which the pool sets to its engine timeout times the CPUs the engine may use: a
+call busy on every CPU for the whole timeout. The pool's deadline ends a call sooner; the limit is what ends
+one the pool no longer watches (a check stopped with Ctrl-Z, a pool whose thread is stuck): the kernel sends
+SIGXCPU, which ends the engine (no core file: ``RLIMIT_CORE`` is 0), and a pool that reads its end names CPU
+time, the limit and the step."""
 
 from __future__ import annotations
 
@@ -17,6 +26,7 @@ import os
 import re
 
 MEMORY_ENV = "TFDS_ENGINE_MEMORY"
+CPU_ENV = "TFDS_ENGINE_CPU"  # CPU seconds each call may use (the pool: its timeout times the CPUs)
 # of the machine's memory, each engine: a check runs the reference's engine and a spec's at once
 DEFAULT_SHARE = 0.4
 FLOOR = 4 << 30  # the default never below what an engine of TensorFlow maps at start, with room (measured: under 1 GiB)
@@ -89,11 +99,80 @@ def apply(environ=None) -> int:
     return limit
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def call_cpu(call_timeout: float, environ=None) -> int:
+    """The CPU seconds each engine call may use: ``TFDS_ENGINE_CPU`` of ``environ`` (this process's) where set,
+    else ``call_timeout`` on every CPU (0: no limit)."""
+    environ = os.environ if environ is None else environ
+    if environ.get(CPU_ENV):
+        return max(int(float(environ[CPU_ENV])), 0)
+    return int(call_timeout * usable_cpus() + 0.999)
+
+
+def limit_call_cpu(environ=None) -> int:
+    """In an engine, before a call: ``RLIMIT_CPU``'s soft limit at the CPU time used so far plus ``TFDS_ENGINE_CPU``
+    seconds (no core file when it is met); the seconds given, or 0 (none asked, or none this platform has)."""
+    environ = os.environ if environ is None else environ
+    try:
+        seconds = int(environ.get(CPU_ENV) or 0)
+    except ValueError:
+        return 0
+    if seconds <= 0:
+        return 0
+    try:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
+        used = resource.getrusage(resource.RUSAGE_SELF)
+        _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+        soft = int(used.ru_utime + used.ru_stime) + seconds
+        if hard != resource.RLIM_INFINITY:
+            soft = min(soft, hard)
+        resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+    except (ImportError, ValueError, OSError, AttributeError):
+        return 0
+    return seconds
+
+
+def cpu_said(seconds: int, where: str = "") -> str:
+    """What a check says of an engine the kernel ended at its CPU-time limit (SIGXCPU)."""
+    return (f"; it used more CPU time than its limit{' at ' + where if where else ''}: {seconds} s in one call "
+            f"({CPU_ENV}; by default the engine timeout on each CPU it may use)")
+
+
 def out_of_memory(raised) -> bool:
     """Whether a raise (results.Raised) is an allocation refused: Python's MemoryError, or TensorFlow's
     ResourceExhaustedError for a tensor it could not allocate."""
     return raised is not None and (raised.type == "MemoryError" or (
         raised.type == "ResourceExhaustedError" and "OOM when allocating" in raised.message))
+
+
+# what a process's last output says where a native allocation failed (C++'s, LLVM's, glibc's): under RLIMIT_DATA
+# TensorFlow's own code aborts (SIGABRT) when a thread's stack cannot be mapped, "LLVM ERROR: pthread_create
+# failed: Resource temporarily unavailable" (measured on TF 2.21 with 2 MiB left under the limit)
+ALLOCATION_FAILED = ("std::bad_alloc", "pthread_create failed", "Cannot allocate memory", "out of memory",
+                     "OOM when allocating", "failed to allocate", "MemoryError")
+
+
+def allocation_failed(output: str) -> str | None:
+    """The last line of a process's ``output`` that says a native allocation failed, or None."""
+    lines = [line for line in output.splitlines() if any(s.lower() in line.lower() for s in ALLOCATION_FAILED)]
+    return lines[-1].strip() if lines else None
+
+
+def crashed_at(limit: int, where: str = "") -> str:
+    """What a check says of an engine that died once a native allocation failed (its last output, quoted after
+    this, says so): the resource, the limit and, where known, the step (``where``)."""
+    how = (f"its memory limit, {gib(limit)} ({MEMORY_ENV}, --engine-memory)" if limit > 0 else
+           "the machine's memory (no limit was set)")
+    return f"; it ran out of memory{' at ' + where if where else ''}: a native allocation failed at {how}"
 
 
 def said(raised, limit: int) -> str:

@@ -113,6 +113,7 @@ def main(argv=None) -> int:
             return 0
         _, request, name, kwargs = msg
         ctx.progress_sink = lambda text, request=request: progress(request, text)
+        limits.limit_call_cpu()  # the CPU time this call may use (SIGXCPU beyond it)
         try:
             result = registry.run(ctx, name, kwargs)
         except Exception as exc:

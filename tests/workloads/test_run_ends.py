@@ -143,3 +143,71 @@ def test_a_runs_progress_says_its_step_on_stderr_never_in_json_or_with_q(tmp_pat
                                  for k in (1, 2, 3)]
         check.equal(sorted(set(lines)), sorted(want), f"the progress lines{' with -q' if quiet else ''}",
                     done.stderr[-1500:])
+
+
+FILLS = '''
+import numpy as np
+import tensorflow as tf
+
+strategy = tf.distribute.MirroredStrategy()
+with strategy.scope():
+    w = tf.Variable(1.0)
+kept = []
+for x in strategy.experimental_distribute_dataset(tf.data.Dataset.range(64).batch(8)):
+    try:
+        while True:  # every MiB the process may map
+            kept.append(np.empty(1 << 20, np.uint8))
+    except MemoryError:
+        pass
+    more = tf.data.Dataset.range(100).map(lambda v: v * 2, num_parallel_calls=8)  # threads of TensorFlow's own
+    strategy.run(lambda x: w.assign_add(tf.cast(tf.reduce_sum(x), tf.float32)), args=(x,))
+    w.assign_add(float(sum(int(v) for v in more)))
+'''
+
+
+def test_an_abort_inside_tensorflow_at_the_memory_limit_is_error_naming_memory(tmp_path):
+    """A script that keeps every MiB its engine may map, then iterates a dataset whose map runs on threads of
+    TensorFlow's: TensorFlow cannot map a thread's stack and aborts the process ("LLVM ERROR: pthread_create
+    failed", SIGABRT; measured on TF 2.21). The check ends as ERROR (exit 3, one line) naming memory, the limit
+    and the step the run was at, quoting that output. On today's main the line said only SIGABRT."""
+    from tests.workloads.test_bad_input import check_cli
+
+    (tmp_path / "fills.py").write_text(FILLS)
+    done, left = check_cli(tmp_path, "fills.py", "--strategies", "mirrored:2", "--engine-memory", "4G")
+    check = Check("python -m suite.check fills.py --engine-memory 4G")
+    check.equal((done.returncode, len(done.stderr.strip().splitlines()), left), (3, 1, []),
+                "exit status, stderr lines and engines left", done.stderr[-800:])
+    check.contains(done.stderr, ["the reference run did not finish", "SIGABRT", "it ran out of memory at step 1 of 3",
+                                 "a native allocation failed at its memory limit, 4.0 GiB", "pthread_create failed"],
+                   "the error")
+
+
+SPINS = '''
+import tensorflow as tf
+
+strategy = tf.distribute.MirroredStrategy()
+with strategy.scope():
+    w = tf.Variable(1.0)
+for i, x in enumerate(strategy.experimental_distribute_dataset(tf.data.Dataset.range(64).batch(8))):
+    strategy.run(lambda x: w.assign_add(tf.cast(tf.reduce_sum(x), tf.float32)), args=(x,))
+    while i == 1:  # step 2 computes for ever
+        pass
+'''
+
+
+def test_a_call_beyond_its_cpu_time_ends_as_error_naming_cpu_time(tmp_path):
+    """A script that computes for ever in its second step, its engines' CPU time per call at 8 s (TFDS_ENGINE_CPU;
+    by default the engine timeout on every CPU, which the pool's deadline meets first): the kernel ends the
+    engine (SIGXCPU) and the check ends as ERROR (exit 3, one line) naming CPU time, the limit and the step, long
+    before the engine timeout (120 s), with no engine left and no core file. On today's main nothing bounded an
+    engine's CPU time but the pool's deadline."""
+    from tests.workloads.test_bad_input import check_cli
+
+    (tmp_path / "spins.py").write_text(SPINS)
+    done, left = check_cli(tmp_path, "spins.py", "--strategies", "mirrored:2", env={"TFDS_ENGINE_CPU": "8"})
+    check = Check("TFDS_ENGINE_CPU=8 python -m suite.check spins.py")
+    check.equal((done.returncode, len(done.stderr.strip().splitlines()), left), (3, 1, []),
+                "exit status, stderr lines and engines left", done.stderr[-800:])
+    check.contains(done.stderr, ["the reference run did not finish", "SIGXCPU",
+                                 "it used more CPU time than its limit at step 2 of 3: 8 s in one call"], "the error")
+    check.equal(sorted(p.name for p in tmp_path.iterdir()), ["spins.py"], "files left beside the script")

@@ -98,6 +98,13 @@ def _describe_exit(code: int | None) -> str:
     return f"exited with code {code}"
 
 
+def _int(text) -> int:
+    try:
+        return int(text or 0)
+    except ValueError:
+        return 0
+
+
 def _set_pdeathsig():  # runs in the child between fork and exec
     # If the pytest process dies without cleaning up, the kernel kills the engine too.
     with contextlib.suppress(Exception):
@@ -464,7 +471,7 @@ class Engine:
                     others = pending - {i}
                     waiting = f" (still waiting for {self._names(others)})" if others else ""
                     self._fail(EngineCrashed, f"{self._where(i)} {_describe_exit(code)} "
-                                              f"while running probe {probe!r}{waiting}", i)
+                                              f"while running probe {probe!r}{waiting}{self._out_of(i, code)}", i)
             if first_error is None:
                 for i, proc in enumerate(self.procs):  # servers answer nothing: watch them
                     if i not in pending and replies[i] is None and proc.poll() is not None:
@@ -568,6 +575,19 @@ class Engine:
         if len(tasks) > 1 and all(t.type == "worker" for t in tasks):
             return "workers " + ", ".join(str(t.index) for t in tasks)
         return ", ".join(t.name for t in tasks)
+
+    def _out_of(self, i: int, code: int | None) -> str:
+        """Which resource process ``i``, which ended with ``code``, ran out of, with its limit and the step its
+        call was at (its progress): CPU time where the kernel ended it at its CPU-time limit (SIGXCPU), memory
+        where its last output says a native allocation failed (an abort inside TensorFlow at its memory
+        limit); else ""."""
+        step = re.search(r"step \d+ of \d+", self._progress[0] or "")
+        where = step[0] if step else ""
+        if code == -signal.SIGXCPU:
+            return limits.cpu_said(_int(self.env.get(limits.CPU_ENV)), where)
+        if limits.allocation_failed(self.procs[i].log_tail().replace(" | ", "\n")) is None:
+            return ""  # (the same last lines _fail quotes)
+        return limits.crashed_at(_int(self.env.get(limits.MEMORY_ENV)), where)
 
     def _fail(self, cls, message: str, i: int):
         tail = self.procs[i].log_tail()
@@ -775,7 +795,7 @@ class EnginePool:
     def _env(self, spec: Spec) -> dict:
         """What an engine of ``spec`` gets in its environment: its memory limit in bytes, the mutants package
         to import and its spec's mutant to start with, once a mutant is wanted."""
-        env = {limits.MEMORY_ENV: str(self.memory_limit())}
+        env = {limits.MEMORY_ENV: str(self.memory_limit()), limits.CPU_ENV: str(limits.call_cpu(self.call_timeout))}
         if not self.mutants:
             return env
         imports = [m for m in _imports(os.environ) if m != MUTANTS_MODULE] + [MUTANTS_MODULE]
