@@ -1,4 +1,4 @@
-"""A user's training script run unchanged under the engine's strategy (suite/engine/script.py
+"""A user's training script run unchanged under the engine's strategy (suite/engine/script/
 watches it), reported as a workload run is (suite/common/results.py: WorkloadRun), so that the
 check compares and judges it as it does a workload.
 

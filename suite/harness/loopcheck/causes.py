@@ -21,7 +21,7 @@ class Cause:
     fix: str
     evidence: str = ""  # what must be observed (docs/check.md's evidence column)
     remedy: str = ""  # the fix in short (docs/check.md's fix column)
-    scripts: bool = False  # diagnosed only in a training script run unchanged (suite/engine/script.py)
+    scripts: bool = False  # diagnosed only in a training script run unchanged (suite/engine/script/)
     found_by: tuple = ()  # its evidence: predicates of evidence.py (one per way it shows)
 
 

@@ -1,7 +1,7 @@
 """Check a training script as the user wrote it (``tf-distribute-check path/to/train.py [-- ARGS]``;
 pytest side, no TensorFlow): the unchanged script runs in the engines under each one-process
 synchronous spec and in a one-device reference told the spec's replica count
-(suite/engine/script.py, suite/engine/probes/script.py), and each spec's run is compared and
+(suite/engine/script/, suite/engine/probes/script.py), and each spec's run is compared and
 judged as a workload's is (suite/harness/loopcheck/differential.py), with the same statuses,
 report, JSON and exit codes (usercheck.EXIT).
 """
