@@ -1,6 +1,7 @@
 """The variables of a watched run: a creator scope around the run and one inside the checked strategy's
 ``scope()`` record every variable in creation order (a distributed variable whole); one made after the
-first boundary is recorded with its value at creation (the reference's start from the spec's run's)."""
+first boundary is recorded with its value at creation (the reference's start from the spec's run's); in the
+reference, a creator in its scope makes the ``ShardedVariable``s the script's ``variable_partitioner`` asks."""
 
 from __future__ import annotations
 
