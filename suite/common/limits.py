@@ -22,6 +22,7 @@ time, the limit and the step."""
 
 from __future__ import annotations
 
+import math
 import os
 import re
 
@@ -77,26 +78,36 @@ def gib(n: int) -> str:
     return f"{n / (1 << 30):.1f} GiB"
 
 
-def apply(environ=None) -> int:
-    """In an engine, before it imports TensorFlow: its ``RLIMIT_DATA`` from ``TFDS_ENGINE_MEMORY`` (bytes); the
-    limit set, or 0 (none asked, or none this platform has)."""
+def given(name: str, environ=None) -> int:
+    """The whole number the engine's environment (``environ``, else this process's) gives as ``name`` (the pool
+    writes the limits in bytes and seconds); 0 where it is unset, not a number or not positive."""
     environ = os.environ if environ is None else environ
     try:
-        limit = int(environ.get(MEMORY_ENV) or 0)
+        return max(int(float(environ.get(name) or 0)), 0)
     except ValueError:
         return 0
-    if limit <= 0:
-        return 0
+
+
+def _set_soft(kind: str, value: int) -> int | None:
+    """``value`` as the soft limit of resource ``kind`` (``RLIMIT_DATA``, ...), within its hard limit: the limit
+    set, or None where this platform has no such limit."""
     try:
         import resource
 
-        _, hard = resource.getrlimit(resource.RLIMIT_DATA)
-        if hard != resource.RLIM_INFINITY:
-            limit = min(limit, hard)
-        resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
+        which = getattr(resource, kind)
+        _, hard = resource.getrlimit(which)
+        soft = value if hard == resource.RLIM_INFINITY else min(value, hard)
+        resource.setrlimit(which, (soft, hard))
     except (ImportError, ValueError, OSError, AttributeError):
-        return 0
-    return limit
+        return None
+    return soft
+
+
+def apply(environ=None) -> int:
+    """In an engine, before it imports TensorFlow: its ``RLIMIT_DATA`` from ``TFDS_ENGINE_MEMORY`` (bytes); the
+    limit set, or 0 (none asked, or none this platform has)."""
+    limit = given(MEMORY_ENV, environ)
+    return (_set_soft("RLIMIT_DATA", limit) or 0) if limit else 0
 
 
 def usable_cpus() -> int:
@@ -111,34 +122,17 @@ def call_cpu(call_timeout: float, environ=None) -> int:
     """The CPU seconds each engine call may use: ``TFDS_ENGINE_CPU`` of ``environ`` (this process's) where set,
     else ``call_timeout`` on every CPU (0: no limit)."""
     environ = os.environ if environ is None else environ
-    if environ.get(CPU_ENV):
-        return max(int(float(environ[CPU_ENV])), 0)
-    return int(call_timeout * usable_cpus() + 0.999)
+    return given(CPU_ENV, environ) if environ.get(CPU_ENV) else math.ceil(call_timeout * usable_cpus())
 
 
 def limit_call_cpu(environ=None) -> int:
     """In an engine, before a call: ``RLIMIT_CPU``'s soft limit at the CPU time used so far plus ``TFDS_ENGINE_CPU``
     seconds (no core file when it is met); the seconds given, or 0 (none asked, or none this platform has)."""
-    environ = os.environ if environ is None else environ
-    try:
-        seconds = int(environ.get(CPU_ENV) or 0)
-    except ValueError:
+    seconds = given(CPU_ENV, environ)
+    if not seconds or _set_soft("RLIMIT_CORE", 0) is None:
         return 0
-    if seconds <= 0:
-        return 0
-    try:
-        import resource
-
-        resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
-        used = resource.getrusage(resource.RUSAGE_SELF)
-        _, hard = resource.getrlimit(resource.RLIMIT_CPU)
-        soft = int(used.ru_utime + used.ru_stime) + seconds
-        if hard != resource.RLIM_INFINITY:
-            soft = min(soft, hard)
-        resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
-    except (ImportError, ValueError, OSError, AttributeError):
-        return 0
-    return seconds
+    used = os.times()  # this process's CPU time, every thread's
+    return seconds if _set_soft("RLIMIT_CPU", int(used.user + used.system) + seconds) is not None else 0
 
 
 def cpu_said(seconds: int, where: str = "") -> str:

@@ -16,6 +16,7 @@ from suite.harness.judging.judgment import Check
 from suite.harness.loopcheck import render
 from suite.harness.loopcheck.usercheck import CheckInputError
 from tests.helpers import ROOT
+from tests.workloads.test_bad_input import check_cli
 from tests.workloads.test_cluster_scripts import checker
 from tests.workloads.test_examples import right
 
@@ -73,18 +74,32 @@ def test_a_raise_is_reported_with_its_step_and_the_scripts_line(pool, tmp_path):
                               "the report of the raise")
 
 
-ALLOCATES = '''
+# the scripts below: a MirroredStrategy, a variable in its scope and a distributed dataset, then a loop of their own
+PROLOGUE = '''
 import numpy as np
 import tensorflow as tf
 
 strategy = tf.distribute.MirroredStrategy()
 with strategy.scope():
     w = tf.Variable(1.0)
-kept = []
-for x in strategy.experimental_distribute_dataset(tf.data.Dataset.range(64).batch(8)):
+data = strategy.experimental_distribute_dataset(tf.data.Dataset.range(64).batch(8))
+'''
+ALLOCATES = PROLOGUE + '''kept = []
+for x in data:
     kept.append(np.ones((GIB_PER_STEP << 27,), np.float64))
     strategy.run(lambda x: w.assign_add(tf.cast(tf.reduce_sum(x), tf.float32)), args=(x,))
 '''
+
+
+def one_line_error(tmp_path, name: str, script: str, *args: str, status: int = 3, env: dict | None = None) -> str:
+    """The check of ``script`` (written to ``tmp_path/name``) with ``args``, checked to end with exit ``status``
+    and one line on stderr, no engine left: that stderr."""
+    (tmp_path / name).write_text(script)
+    done, left = check_cli(tmp_path, name, *args, env=env)
+    Check(f"python -m suite.check {name} {' '.join(args)}", case=env).equal(
+        (done.returncode, len(done.stderr.strip().splitlines()), left), (status, 1, []),
+        "exit status, stderr lines and engines left", done.stderr[-800:])
+    return done.stderr
 
 
 @pytest.mark.parametrize("gib,limit", [(40, None), (1, "3G")], ids=["40GiB-at-once", "1GiB-a-step-under-3G"])
@@ -95,30 +110,23 @@ def test_an_allocation_beyond_an_engines_memory_ends_as_error_naming_memory(tmp_
     ends as ERROR (exit 3) in one line naming memory, the limit, the step and the script's line, with no engine
     left. On today's main the first was the script's MemoryError reported as its input (exit 2), the second
     unbounded."""
-    from tests.workloads.test_bad_input import check_cli
-
-    (tmp_path / "allocates.py").write_text(ALLOCATES.replace("GIB_PER_STEP", str(gib)))
-    done, left = check_cli(tmp_path, "allocates.py", "--strategies", "mirrored:2",
-                           *(["--engine-memory", limit] if limit else []))
+    script = ALLOCATES.replace("GIB_PER_STEP", str(gib))
+    stderr = one_line_error(tmp_path, "allocates.py", script, "--strategies", "mirrored:2",
+                            *(["--engine-memory", limit] if limit else []))
+    line = next(n for n, text in enumerate(script.splitlines(), 1) if "kept.append(" in text)
     check = Check("python -m suite.check allocates.py", case={"GiB a step": gib, "--engine-memory": limit})
-    check.equal((done.returncode, len(done.stderr.strip().splitlines()), left), (3, 1, []),
-                "exit status, stderr lines and engines left", done.stderr[-800:])
-    check.contains(done.stderr, ["the engine ran out of memory", "allocated beyond its memory limit",
-                                 "3.0 GiB" if limit else "GiB (TFDS_ENGINE_MEMORY, --engine-memory)",
-                                 "at allocates.py:10 (kept.append(", "MemoryError"], "the error")
-    check.that(re.search(r"step \d+ allocated beyond", done.stderr) is not None, "the step named", done.stderr[-400:],
+    check.contains(stderr, ["the engine ran out of memory", "allocated beyond its memory limit",
+                            "3.0 GiB" if limit else "GiB (TFDS_ENGINE_MEMORY, --engine-memory)",
+                            f"at allocates.py:{line} (kept.append(", "MemoryError"], "the error")
+    check.that(re.search(r"step \d+ allocated beyond", stderr) is not None, "the step named", stderr[-400:],
                "step N allocated beyond ...")
 
 
 def test_an_engine_memory_the_check_cannot_read_is_one_line(tmp_path):
-    from tests.workloads.test_bad_input import check_cli
-
-    (tmp_path / "allocates.py").write_text(ALLOCATES.replace("GIB_PER_STEP", "1"))
-    done, left = check_cli(tmp_path, "allocates.py", "--engine-memory", "lots")
-    check = Check("python -m suite.check --engine-memory lots")
-    check.equal((done.returncode, len(done.stderr.strip().splitlines()), left), (2, 1, []),
-                "exit status, stderr lines and engines left", done.stderr)
-    check.contains(done.stderr, ["engine memory 'lots'", "8G, 512M"], "the error")
+    stderr = one_line_error(tmp_path, "allocates.py", ALLOCATES.replace("GIB_PER_STEP", "1"), "--engine-memory",
+                            "lots", status=2)
+    Check("python -m suite.check --engine-memory lots").contains(stderr, ["engine memory 'lots'", "8G, 512M"],
+                                                                 "the error")
 
 
 def test_a_runs_progress_says_its_step_on_stderr_never_in_json_or_with_q(tmp_path):
@@ -127,7 +135,6 @@ def test_a_runs_progress_says_its_step_on_stderr_never_in_json_or_with_q(tmp_pat
     document, and -q says nothing. On today's main nothing showed until a spec had finished."""
     import json
 
-    from tests.workloads.test_bad_input import check_cli
     from tests.workloads.test_scripts import ENTRY
 
     (tmp_path / "train.py").write_text("DIVIDE = False\n" + ENTRY + "\n\nmain()\n")
@@ -145,15 +152,8 @@ def test_a_runs_progress_says_its_step_on_stderr_never_in_json_or_with_q(tmp_pat
                     done.stderr[-1500:])
 
 
-FILLS = '''
-import numpy as np
-import tensorflow as tf
-
-strategy = tf.distribute.MirroredStrategy()
-with strategy.scope():
-    w = tf.Variable(1.0)
-kept = []
-for x in strategy.experimental_distribute_dataset(tf.data.Dataset.range(64).batch(8)):
+FILLS = PROLOGUE + '''kept = []
+for x in data:
     try:
         while True:  # every MiB the process may map
             kept.append(np.empty(1 << 20, np.uint8))
@@ -170,25 +170,13 @@ def test_an_abort_inside_tensorflow_at_the_memory_limit_is_error_naming_memory(t
     TensorFlow's: TensorFlow cannot map a thread's stack and aborts the process ("LLVM ERROR: pthread_create
     failed", SIGABRT; measured on TF 2.21). The check ends as ERROR (exit 3, one line) naming memory, the limit
     and the step the run was at, quoting that output. On today's main the line said only SIGABRT."""
-    from tests.workloads.test_bad_input import check_cli
-
-    (tmp_path / "fills.py").write_text(FILLS)
-    done, left = check_cli(tmp_path, "fills.py", "--strategies", "mirrored:2", "--engine-memory", "4G")
-    check = Check("python -m suite.check fills.py --engine-memory 4G")
-    check.equal((done.returncode, len(done.stderr.strip().splitlines()), left), (3, 1, []),
-                "exit status, stderr lines and engines left", done.stderr[-800:])
-    check.contains(done.stderr, ["the reference run did not finish", "SIGABRT", "it ran out of memory at step 1 of 3",
-                                 "a native allocation failed at its memory limit, 4.0 GiB", "pthread_create failed"],
-                   "the error")
+    stderr = one_line_error(tmp_path, "fills.py", FILLS, "--strategies", "mirrored:2", "--engine-memory", "4G")
+    Check("python -m suite.check fills.py --engine-memory 4G").contains(
+        stderr, ["the reference run did not finish", "SIGABRT", "it ran out of memory at step 1 of 3",
+                 "a native allocation failed at its memory limit, 4.0 GiB", "pthread_create failed"], "the error")
 
 
-SPINS = '''
-import tensorflow as tf
-
-strategy = tf.distribute.MirroredStrategy()
-with strategy.scope():
-    w = tf.Variable(1.0)
-for i, x in enumerate(strategy.experimental_distribute_dataset(tf.data.Dataset.range(64).batch(8))):
+SPINS = PROLOGUE + '''for i, x in enumerate(data):
     strategy.run(lambda x: w.assign_add(tf.cast(tf.reduce_sum(x), tf.float32)), args=(x,))
     while i == 1:  # step 2 computes for ever
         pass
@@ -201,13 +189,8 @@ def test_a_call_beyond_its_cpu_time_ends_as_error_naming_cpu_time(tmp_path):
     engine (SIGXCPU) and the check ends as ERROR (exit 3, one line) naming CPU time, the limit and the step, long
     before the engine timeout (120 s), with no engine left and no core file. On today's main nothing bounded an
     engine's CPU time but the pool's deadline."""
-    from tests.workloads.test_bad_input import check_cli
-
-    (tmp_path / "spins.py").write_text(SPINS)
-    done, left = check_cli(tmp_path, "spins.py", "--strategies", "mirrored:2", env={"TFDS_ENGINE_CPU": "8"})
+    stderr = one_line_error(tmp_path, "spins.py", SPINS, "--strategies", "mirrored:2", env={"TFDS_ENGINE_CPU": "8"})
     check = Check("TFDS_ENGINE_CPU=8 python -m suite.check spins.py")
-    check.equal((done.returncode, len(done.stderr.strip().splitlines()), left), (3, 1, []),
-                "exit status, stderr lines and engines left", done.stderr[-800:])
-    check.contains(done.stderr, ["the reference run did not finish", "SIGXCPU",
-                                 "it used more CPU time than its limit at step 2 of 3: 8 s in one call"], "the error")
+    check.contains(stderr, ["the reference run did not finish", "SIGXCPU",
+                            "it used more CPU time than its limit at step 2 of 3: 8 s in one call"], "the error")
     check.equal(sorted(p.name for p in tmp_path.iterdir()), ["spins.py"], "files left beside the script")

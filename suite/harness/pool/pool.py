@@ -98,13 +98,6 @@ def _describe_exit(code: int | None) -> str:
     return f"exited with code {code}"
 
 
-def _int(text) -> int:
-    try:
-        return int(text or 0)
-    except ValueError:
-        return 0
-
-
 def _set_pdeathsig():  # runs in the child between fork and exec
     # If the pytest process dies without cleaning up, the kernel kills the engine too.
     with contextlib.suppress(Exception):
@@ -584,10 +577,10 @@ class Engine:
         step = re.search(r"step \d+ of \d+", self._progress[0] or "")
         where = step[0] if step else ""
         if code == -signal.SIGXCPU:
-            return limits.cpu_said(_int(self.env.get(limits.CPU_ENV)), where)
+            return limits.cpu_said(limits.given(limits.CPU_ENV, self.env), where)
         if limits.allocation_failed(self.procs[i].log_tail().replace(" | ", "\n")) is None:
             return ""  # (the same last lines _fail quotes)
-        return limits.crashed_at(_int(self.env.get(limits.MEMORY_ENV)), where)
+        return limits.crashed_at(limits.given(limits.MEMORY_ENV, self.env), where)
 
     def _fail(self, cls, message: str, i: int):
         tail = self.procs[i].log_tail()
