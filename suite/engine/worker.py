@@ -122,7 +122,11 @@ def main(argv=None) -> int:
         else:
             reply = (protocol.OK, request, result, {"restart": ctx.restart_requested})
         ctx.progress_sink = None
-        send(reply)
+        try:
+            send(reply)
+        except protocol.TooLarge as exc:  # nothing written: the reply's error in its place
+            where = f"probe {name!r}" + (f" on worker {args.worker_index}" if spec.is_multi_worker else "")
+            send((protocol.ERROR, request, Raised("TooLarge", f"the reply was not sent: {exc}", where), ""))
 
 
 def _serve(conn_in, conn_out) -> int:

@@ -71,7 +71,14 @@ def test_a_reply_to_another_request_fails_the_call_and_retires_the_engine(pool):
 FRAMES = {
     "cut short": (struct.pack("!i", 100) + b"0123456789", EngineTimeout, "did not finish it within 3s"),
     "garbled": (struct.pack("!i", 5) + b"\x00garb", EngineDied, "does not unpickle"),
-    "over the cap": (struct.pack("!i", protocol.MAX_MESSAGE + 1), EngineDied, f"at most {protocol.MAX_MESSAGE}"),
+    "over the cap": (struct.pack("!i", protocol.CHUNK + 1), EngineDied, f"at most {protocol.CHUNK}"),
+    # a frame of arrays out of band (protocol.send): one array of 100 bytes said, 10 come; more bytes than are read
+    "arrays cut short": ((lambda body: struct.pack("!i", len(body)) + body + b"0123456789")(
+        protocol.OUT_OF_BAND + struct.pack("!IQ", 1, 100) + pickle.dumps(None)), EngineTimeout,
+        "10 of an array's 100 bytes"),
+    "arrays over the cap": ((lambda body: struct.pack("!i", len(body)) + body)(
+        protocol.OUT_OF_BAND + struct.pack("!IQ", 1, protocol.MAX_ARRAYS + 1) + pickle.dumps(None)), EngineDied,
+        f"at most {protocol.MAX_ARRAYS} are read"),
     "another kind": ((lambda body: struct.pack("!i", len(body)) + body)(pickle.dumps(("ready", None))), EngineDied,
                      "a 'ready' message while request"),
 }
@@ -175,3 +182,40 @@ def test_a_socket_frame_cut_short_fails_by_its_deadline_before_authentication():
         channel.accept(forged)
     check.equal(authframe.Channel(None, b"k" * 32, authframe.CLIENT).accept(genuine), ("ok", 1, 2.0, {}),
                 "a genuine frame accepted")
+
+
+def test_arrays_larger_than_a_frame_go_both_ways_out_of_band_in_pieces(pool):
+    """An array of 3 frames' bytes and one of none go to the engine in a request and come back in its
+    reply with an array made there of 2.5 frames' bytes: each arrives whole and equal (dtype, shape,
+    values), though no frame on the pipe may be longer than protocol.CHUNK; a reply's pickle beside
+    its arrays stays small, so the bound is on frames, not on what a reply carries."""
+    np = pytest.importorskip("numpy")
+    big = np.arange(3 * protocol.CHUNK // 8, dtype=np.float64).reshape(-1, 8)
+    empty = np.zeros((0, 3), np.float32)
+    reply = pool.call(SPEC, "engine.echo", arrays=[big, empty], make=5 * protocol.CHUNK // 2, timeout=120)[0]
+    check = Check(SPEC, case={"sent": "float64 (3 frames' bytes), float32 (0, 3)", "made": "2.5 frames' bytes"})
+    got, back = reply["arrays"], reply["made"]
+    check.equal([(a.dtype.str, a.shape) for a in got], [(a.dtype.str, a.shape) for a in (big, empty)],
+                "the arrays echoed: dtype and shape")
+    check.that(np.array_equal(got[0], big), "the large array echoed", "different values", "equal to what was sent")
+    check.equal(reply["sums"][0], int(big.astype(np.int64).sum()), "the engine's sum of the large array it received")
+    check.equal((back.dtype.str, back.size), ("|u1", 5 * protocol.CHUNK // 2), "the array made in the engine")
+    check.that(np.array_equal(back[:1000], np.arange(1000, dtype=np.uint8)), "the made array's first bytes",
+               back[:8].tolist(), "0, 1, 2, ... modulo 256")
+    check.that(got[0].flags.writeable and back.flags.writeable, "the arrays received", "read-only", "writable")
+
+
+def test_a_reply_whose_pickle_is_over_the_bound_is_an_error_naming_the_bound_and_its_largest_part(pool):
+    """A reply holding a string of 80 million characters (its pickle 80 MB, beside no arrays) is not sent: the call
+    fails with the probe's error, which names the pickle's size, the bound and the part that made it
+    large, and the engine stays (nothing half-written is on its pipe: the next call is answered)."""
+    engine = pool.get(SPEC)
+    old = engine.pids()
+    with pytest.raises(Exception) as info:
+        pool.call(SPEC, "engine.echo", text=80_000_000, timeout=120)
+    check = Check(SPEC, case={"text": 80_000_000})
+    bound = f"{protocol.CHUNK / (1 << 20):.1f} MiB"
+    check.contains(str(info.value), ["TooLarge", "'engine.echo'", f"over the bound of {bound}", "['text'] 76.3 MiB"],
+                   "the error of a reply too large to send")
+    check.equal(pool.get(SPEC).pids(), old, "the engine's processes after the call (kept: the pipe is in step)")
+    check.equal(type(pool.call(SPEC, "engine.ping")[0]).__name__, "Ping", "what the next call returned")

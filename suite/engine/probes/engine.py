@@ -24,6 +24,16 @@ def info(ctx):
 
 
 @probe
+def echo(ctx, arrays=(), text=0, make=0):
+    """What it was sent, back (the pipe's round trip): ``arrays`` as they came, a string of ``text``
+    characters (in the pickle, not beside it), and ``make`` more bytes as one array made here (a reply
+    larger than what a request carries)."""
+    made = np.arange(make, dtype=np.uint8) if make else None
+    return {"arrays": list(arrays), "text": "x" * text, "made": made,
+            "sums": [int(np.asarray(a, np.int64).sum()) for a in arrays]}
+
+
+@probe
 def trace_counts(ctx):
     """How many times each probe's tf.function traced in this engine."""
     return dict(ctx.traces)

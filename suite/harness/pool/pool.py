@@ -154,7 +154,7 @@ class _Process:
 
     def receive(self, deadline: float):
         """The next message from the engine, whole by ``deadline`` (protocol.receive)."""
-        return protocol.receive(self.recv_conn, deadline)
+        return protocol.receive(self.recv_conn, deadline, protocol.CHUNK)
 
     def stacks(self, wait: float = 2.0) -> str:
         """Every thread's Python stack, as faulthandler writes it to the engine's log on
@@ -435,7 +435,7 @@ class Engine:
                         self._fail(EngineTimeout, f"{self._where(i)} began a reply to probe {probe!r} and did not "
                                                   f"finish it within {timeout:.0f}s ({exc}; killed)", i)
                     except protocol.BadFrame as exc:
-                        self._fail(EngineDied, f"{self._where(i)} sent something that is not a message while "
+                        self._fail(EngineDied, f"{self._where(i)} sent a reply that could not be read while "
                                                f"running probe {probe!r} ({exc}; engine killed)", i)
                     except (EOFError, OSError):
                         msg, eof = None, True  # the process closed its pipe: it is exiting
