@@ -48,6 +48,10 @@ def pytest_addoption(parser):
                     help="time the suite's own tests instead (benchmarks/bench_suite.py): comma-separated test "
                          "files or folders run as the README runs them (HYPOTHESIS_PROFILE=ci pytest TARGET; "
                          "'tests': the whole command), or slowest:N, the N costliest files of docs/cost_table.json")
+    group.addoption("--bench-sizes", default=None,
+                    help="comma-separated model sizes the check's cost is timed at (bench_check_size.py), or 'all': "
+                         "mlp-1e4, mlp-1e6, mlp-1e7, mlp-1e8, resnet50v2, transformer-110m (default: the MLPs up to 1e7; "
+                         "smoke mode: mlp-1e4)")
     group.addoption("--bench-trace-rounds", type=int, default=3,
                     help="how many fresh step functions the first-call (trace) benchmark traces (default 3)")
 
@@ -118,6 +122,20 @@ def _blocks(config) -> list[str]:
     return names
 
 
+def _sizes(config) -> list[str]:
+    """The model sizes of bench_check_size.py: ``--bench-sizes``, else the default (smoke mode: the smallest)."""
+    from bench_check_size import DEFAULT_SIZES, SIZES, SMOKE_SIZES
+
+    chosen = config.getoption("--bench-sizes")
+    if chosen is None:
+        return list(SMOKE_SIZES if config.getoption("benchmark_disable") else DEFAULT_SIZES)
+    names = list(SIZES) if chosen.strip() == "all" else [n.strip() for n in chosen.split(",") if n.strip()]
+    unknown = [n for n in names if n not in SIZES]
+    if unknown:
+        raise pytest.UsageError(f"--bench-sizes: unknown {', '.join(unknown)}; known: {', '.join(SIZES)}, all")
+    return names
+
+
 def _scalings(config) -> list[str]:
     chosen = config.getoption("--bench-scaling")
     return list(bench.SCALINGS) if chosen == "both" else [chosen]
@@ -137,6 +155,9 @@ def pytest_generate_tests(metafunc):
     if "block" in metafunc.fixturenames:
         blocks = _blocks(config)
         metafunc.parametrize("block", blocks, ids=blocks)
+    if "size" in metafunc.fixturenames:
+        sizes = _sizes(config)
+        metafunc.parametrize("size", sizes, ids=sizes)
     if "scaling" in metafunc.fixturenames:
         scalings = _scalings(config)
         metafunc.parametrize("scaling", scalings, ids=scalings)

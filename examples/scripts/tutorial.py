@@ -4,9 +4,12 @@ The tutorial's code as it stands (strategy, global batch from num_replicas_in_sy
 datasets, a distributed_train_step with strategy.run and strategy.reduce(SUM), an epoch loop),
 with Fashion-MNIST replaced by generated images of the same shape (nothing is downloaded). Like the
 tutorial it creates Adam() without building it; ``--build-optimizer`` builds it in the scope.
+``--model resnet50v2`` swaps its CNN for ``tf.keras.applications.ResNet50V2(weights=None)`` on 32x32
+colour images (benchmarks/bench_check_size.py).
 
     tf-distribute-check examples/scripts/tutorial.py
     tf-distribute-check examples/scripts/tutorial.py -- --build-optimizer
+    tf-distribute-check examples/scripts/tutorial.py -- --build-optimizer --model resnet50v2
 """
 
 import argparse
@@ -17,13 +20,15 @@ import tensorflow as tf
 parser = argparse.ArgumentParser()
 parser.add_argument("--build-optimizer", action="store_true")
 parser.add_argument("--epochs", type=int, default=2)
+parser.add_argument("--model", choices=("cnn", "resnet50v2"), default="cnn")
 args = parser.parse_args()
 
-# Fashion-MNIST's shape: 28x28 grey images, 10 classes (generated: no download)
+# Fashion-MNIST's shape: 28x28 grey images, 10 classes (generated: no download); for ResNet50V2, 32x32 colour
 rng = np.random.default_rng(7)
-train_images = rng.random((768, 28, 28, 1), dtype=np.float32)
+SHAPE = (28, 28, 1) if args.model == "cnn" else (32, 32, 3)
+train_images = rng.random((768, *SHAPE), dtype=np.float32)
 train_labels = rng.integers(0, 10, size=768)
-test_images = rng.random((128, 28, 28, 1), dtype=np.float32)
+test_images = rng.random((128, *SHAPE), dtype=np.float32)
 test_labels = rng.integers(0, 10, size=128)
 
 strategy = tf.distribute.MirroredStrategy()
@@ -43,6 +48,8 @@ test_dist_dataset = strategy.experimental_distribute_dataset(test_dataset)
 
 
 def create_model():
+    if args.model == "resnet50v2":  # the tutorial with a model of users' size (23.6M parameters)
+        return tf.keras.applications.ResNet50V2(weights=None, input_shape=SHAPE, classes=10)
     regularizer = tf.keras.regularizers.L2(1e-5)
     return tf.keras.Sequential([
         tf.keras.layers.Input((28, 28, 1)),

@@ -28,6 +28,12 @@ objects) is not sent: ``send`` raises ``TooLarge`` naming its largest parts, and
 with that error. Connection.send's frames (an agent's channel, which authenticates each frame) carry
 the arrays in band, in one frame of at most ``MAX_MESSAGE``.
 
+An engine may keep a run's large arrays in a file of the pool's snapshot folder rather than in its memory
+(suite/common/snapshots.py): such an array is sent as the file's name and the array's place in it
+(``_mapped``), and the parent maps the file once, read-only, its arrays views of the map, and unlinks it
+once the message is read (the map keeps the bytes while an array needs them). Only a pipe whose reading end names that folder
+(``PipeEnd(files=...)``) accepts such arrays, and only files directly in it.
+
 Arrays and numpy scalars travel as dtype, shape and bytes (``_array``, ``_scalar``), not as numpy's
 own pickles: those name numpy's private modules (``numpy._core`` since numpy 2, ``numpy.core``
 before), so a numpy 2 parent's arrays would not unpickle in an engine with numpy < 1.26 (TF 2.12
@@ -36,8 +42,12 @@ and 2.13 need numpy <= 1.24.3), and the version matrix runs such engines from on
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import copyreg
 import io
+import math
+import mmap
 import os
 import pickle
 import select
@@ -77,6 +87,32 @@ def _reduce_array_out_of_band(a):
     return _array, (a.dtype.str, a.shape, pickle.PickleBuffer(np.ascontiguousarray(a)))
 
 
+# the engine's variable naming the folder where its probes keep large arrays (the pool's, for its local engines)
+SNAPSHOTS_ENV = "TFDS_SNAPSHOTS"
+
+# while ``receive`` unpickles a message: its pipe's snapshot folder, each file mapped (path -> mmap) and
+# the bytes of the arrays taken from them
+_RECEIVING: contextvars.ContextVar = contextvars.ContextVar("tfds_receiving", default=None)
+
+
+def _mapped(path: str, offset: int, dtype: str, shape: tuple):
+    """An array an engine kept in a snapshot file (suite/common/snapshots.py), read-only over the file's one
+    map (only a file directly in the folder of the pipe's snapshots): its bytes stay in the page cache, and
+    the map (with its descriptor) goes when the last of its arrays does."""
+    receiving = _RECEIVING.get()
+    if receiving is None or receiving[0] is None or os.path.dirname(os.path.abspath(path)) != receiving[0]:
+        raise ValueError(f"an array kept in {path}, outside the folder of this pipe's snapshots")
+    dtype = np.dtype(dtype)
+    count = math.prod(shape)
+    if not count:
+        return np.zeros(shape, dtype)
+    if path not in receiving[1]:
+        with open(path, "rb") as f:
+            receiving[1][path] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    receiving[2] += count * dtype.itemsize
+    return np.frombuffer(receiving[1][path], dtype, count, offset).reshape(shape)
+
+
 def _reduce_scalar(x):
     a = np.asarray(x)
     return _scalar, (a.dtype.str, a.tobytes())
@@ -107,14 +143,17 @@ class PipeEnd:
     """One end of an engine's pipe, as ``send`` writes and ``receive`` reads it (arrays out of band), with
     the ``send``/``recv``/``poll``/``fileno``/``close`` of a ``multiprocessing.connection.Connection``."""
 
-    def __init__(self, conn: Connection):
-        self.conn = conn
+    def __init__(self, conn: Connection, files: str | None = None):
+        self.conn, self.files = conn, None if files is None else os.path.abspath(files)
+        self.sent = self.received = self.mapped = 0  # bytes: written, read off the pipe, mapped from snapshots
 
     def send(self, msg) -> int:
-        return send(self.conn, msg)
+        n = send(self.conn, msg)
+        self.sent += n
+        return n
 
     def recv(self, deadline: float = float("inf")):
-        return receive(self.conn, deadline, CHUNK)
+        return receive(self, deadline, CHUNK)
 
     def poll(self, timeout: float = 0.0) -> bool:
         return self.conn.poll(timeout)
@@ -126,8 +165,9 @@ class PipeEnd:
         self.conn.close()
 
 
-def reader(fd: int) -> PipeEnd:
-    return PipeEnd(Connection(fd, readable=True, writable=False))
+def reader(fd: int, files: str | None = None) -> PipeEnd:
+    """``files``: the folder of the snapshots whose arrays may come over it (PipeEnd)."""
+    return PipeEnd(Connection(fd, readable=True, writable=False), files)
 
 
 def writer(fd: int) -> PipeEnd:
@@ -229,9 +269,12 @@ def receive(conn, deadline: float, cap: int = MAX_MESSAGE):
     frame of at most ``cap``), read by ``time.monotonic()`` ``deadline``: FrameTimeout if it has not
     arrived whole by then, EOFError if the writer closed before a message began, BadFrame for anything
     that is not a message."""
-    if isinstance(conn, PipeEnd):
-        conn = conn.conn
+    files, end = None, conn if isinstance(conn, PipeEnd) else None
+    if end is not None:
+        conn, files = end.conn, end.files
     body = receive_bytes(conn, deadline, cap)
+    if end is not None:
+        end.received += 4 + len(body)
     buffers = []
     if body[:len(OUT_OF_BAND)] == OUT_OF_BAND:
         at = len(OUT_OF_BAND)
@@ -246,10 +289,21 @@ def receive(conn, deadline: float, cap: int = MAX_MESSAGE):
         for size in sizes:
             buffers.append(bytearray(size))
             _read_into(conn.fileno(), memoryview(buffers[-1]), deadline)
+            if end is not None:
+                end.received += size
+    receiving = [files, {}, 0]  # the folder, the files mapped, their arrays' bytes
+    token = _RECEIVING.set(receiving)
     try:
         return pickle.loads(body, buffers=buffers)
     except Exception as exc:
         raise BadFrame(f"a message of {len(body)} bytes that does not unpickle ({type(exc).__name__}: {exc})") from None
+    finally:
+        _RECEIVING.reset(token)
+        if end is not None:
+            end.mapped += receiving[2]
+        for path in receiving[1]:  # its arrays are mapped: the file goes when they do
+            with contextlib.suppress(OSError):
+                os.unlink(path)
 
 
 def receive_bytes(conn: Connection, deadline: float, cap: int = MAX_MESSAGE) -> bytes:

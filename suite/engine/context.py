@@ -96,6 +96,11 @@ class EngineContext:
         if self.spec.is_multi_worker:
             self.restart_requested = True
 
+    def replace_after(self):
+        """Ask the pool to replace this engine after the current call, whatever the spec: a run that left
+        TensorFlow holding memory of its model's size, which no later run gets back (Snapshots.REPLACE_AFTER)."""
+        self.restart_requested = True
+
     def cached(self, key, factory):
         """Return ``cache[key]``, building it with ``factory()`` on first use."""
         if key not in self.cache:

@@ -79,15 +79,17 @@ class _Gradients:
                  for i, v in enumerate(self.variables)]
 
         def keep(replica, *values):
-            values = [np.array(v) for v in values]  # copies: py_function reuses its arrays
+            # copies (py_function reuses its arrays), kept one at a time (snapshots.py)
             before = self.step.get(int(replica))
-            self.step[int(replica)] = values if before is None else [a + b for a, b in zip(before, values)]
+            self.step[int(replica)] = [
+                self.watcher.store.keep(np.array(v) if before is None else np.asarray(before[j]) + np.array(v))
+                for j, v in enumerate(values)]
             return 0
 
         if tf.executing_eagerly():
             keep(context.replica_id_in_sync_group, *grads)
         else:
-            tf.py_function(keep, [context.replica_id_in_sync_group, *grads], [tf.int32])
+            self.watcher.py_function(keep, [context.replica_id_in_sync_group, *grads], [tf.int32])
 
     def take(self) -> list | None:
         """Each replica's gradients of the step just ended, in replica order (None: none applied)."""
@@ -249,7 +251,7 @@ class _Targets:
         if tf.executing_eagerly():
             keep(replica, value)
         else:
-            tf.py_function(keep, [replica, value], [tf.int32])
+            self.watcher.py_function(keep, [replica, value], [tf.int32])
 
     def take(self) -> list:
         step, self.step = self.step, []
@@ -487,6 +489,9 @@ def run(ctx, target, folder, path=None, entry=None, args=(), steps=3, seed=0, re
             raised = _said(watcher, exc, failed(ctx, exc, f"step {step}" if step else SCRIPT_RAISED))
         else:
             watcher.finish()
+    watcher.store.close()
+    if watcher.store.large():
+        ctx.replace_after()
     built = watcher.tf_config_built
     if isinstance(built, str) and built != given:  # the script set TF_CONFIG itself before building its strategy
         facts.tf_config_set = _cluster_of(built)

@@ -23,6 +23,7 @@ import tensorflow as tf
 from ...common import matching
 from ...common.facts import Facts
 from ...common.results import FACTORY_RAISED, Raised, WorkloadRun, WorkloadStep, example_digests
+from ...common.snapshots import Snapshots
 from .. import compat, workload
 from ..steps import TrainStep
 from ..workloads import stand_in as stand_ins
@@ -290,6 +291,7 @@ def run(ctx, target, steps, global_batch, seed=0, canonical=False, init=None, pa
     ``stand_in_of``: train the stand-in of a run that has no workload (a script's; its
     ``stand_ins.described``), ``target`` then unused."""
     strategy = ctx.strategy
+    store = Snapshots()  # the steps' variables and gradients (suite/common/snapshots.py)
     fresh_start(seed)
     wctx = workload.WorkloadContext(strategy, int(global_batch), strategy.num_replicas_in_sync, seed)
     try:
@@ -352,7 +354,7 @@ def run(ctx, target, steps, global_batch, seed=0, canonical=False, init=None, pa
                                          "same model whatever the strategy")
         for v, value in zip(variables, init):
             v.assign(np.asarray(value))
-    initial = [np.array(compat.local_values(strategy, v)[0]) for v in variables]
+    initial = [store.keep(np.array(compat.local_values(strategy, v)[0])) for v in variables]
     # each optimizer's gradients, over the variables of the model of its name (else every model's)
     captures = [_Capture(o, models[k].trainable_variables if k in models and len(optimizers) > 1 else trainable,
                          dense=dense_gradients) for k, o in optimizers.items()]
@@ -419,12 +421,15 @@ def run(ctx, target, steps, global_batch, seed=0, canonical=False, init=None, pa
                             "regularization": penalties.get(name)} for i, name in enumerate(loss_names)}
         history.append(WorkloadStep(
             float(np.sum(reported)), [float(np.sum(v)) for v in losses], [int(np.asarray(v)) for v in rows],
-            [compat.local_values(strategy, v) for v in variables],
-            [compat.local_values(strategy, v) for v in optimizer_variables()],
-            [[np.asarray(g) for g in gs] for gs in grads] if all(len(gs) for gs in grads) else None,
+            [store.copies(compat.local_values(strategy, v)) for v in variables],
+            [store.copies(compat.local_values(strategy, v)) for v in optimizer_variables()],
+            [[store.keep(np.asarray(g)) for g in gs] for gs in grads] if all(len(gs) for gs in grads) else None,
             {name: float(np.asarray(m.result())) for name, m in wl.metrics.items()}, regularization,
             None if any(float(np.asarray(w)) < 0 for w in weights) else [float(np.asarray(w)) for w in weights],
             named, examples))
+    store.close()
+    if store.large():
+        ctx.replace_after()
     first_rows = sum(history[0].rows) if history else None
     facts.optimizer_variables_after = len(optimizer_variables())
     facts.first_batch_rows = first_rows

@@ -184,7 +184,8 @@ class BoundariesWatch:
         values = {}
         for i, v in enumerate(self.variables):
             try:
-                values[i] = [np.array(tf.convert_to_tensor(c)) for c in self.real.experimental_local_results(v)]
+                values[i] = self.store.copies([np.array(tf.convert_to_tensor(c))
+                                               for c in self.real.experimental_local_results(v)])
             except Exception:  # noqa: BLE001  (a variable not readable here: an uninitialized one)
                 continue
         self.boundaries.append(Boundary(values, self._reduced, self._rows, self._local_reads, self._read_sites,

@@ -260,7 +260,7 @@ class FitWatch:
                 if tf.executing_eagerly():
                     keep(replica, tf.shape(leaf)[0], *numeric)
                 elif not watcher.remote():
-                    tf.py_function(keep, [replica, tf.shape(leaf)[0], *numeric], [tf.int32])
+                    watcher.py_function(keep, [replica, tf.shape(leaf)[0], *numeric], [tf.int32])
 
         def train_step(data):
             rows_of(data)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import weakref
 
 import numpy as np
 import tensorflow as tf
@@ -57,6 +58,22 @@ class ReportedWatch:
         ``py_function`` can call back (in the reference too, so that both keep the same)."""
         return self.mode == "schedules" and not tf.executing_eagerly()
 
+    def py_function(self, fn, inputs: list, tout: list):
+        """``tf.py_function(fn, inputs, tout)`` (``fn`` returns 0) that does not keep the run alive: TensorFlow
+        holds every py_function's callable as long as the outermost graph it was traced under, for a
+        tf.function the process's global graph, so a callable that reached the run (this watcher, the
+        script's model and optimizer, its kept arrays) kept every run an engine ever made in its memory (a
+        100M-parameter reference ran twice held both). TensorFlow is handed a trampoline that holds ``fn``
+        weakly; the watcher holds it for the run."""
+        self.callbacks.append(fn)
+        ref = weakref.ref(fn)
+
+        def call(*args):
+            f = ref()
+            return 0 if f is None else f(*args)
+
+        return tf.py_function(call, inputs, tout)
+
     def _keep(self, tensors, record) -> None:
         """``record([numpy values])`` of ``tensors`` now (eagerly) or when a traced function runs
         (not kept in a scheduled closure: ``remote``)."""
@@ -71,7 +88,7 @@ class ReportedWatch:
             return 0
 
         with contextlib.suppress(Exception):  # values py_function cannot carry: not kept
-            tf.py_function(keep, list(tensors), [tf.int32])
+            self.py_function(keep, list(tensors), [tf.int32])
 
     def _local_results(self, real_local_results):
         def experimental_local_results(value):

@@ -12,6 +12,7 @@ import threading
 
 import tensorflow as tf
 
+from ...common.snapshots import Snapshots
 from .. import compat
 from .boundaries import BoundariesWatch
 from .constructors import (
@@ -47,6 +48,8 @@ class Watcher(ConstructorsWatch, CoordinationWatch, FitWatch, VariablesWatch, Re
                  cluster_resolver=None, coordinated: bool = False, coordinator=None, workers: int = 1, order=None,
                  late_init=None):
         self.real = strategy  # the strategy TensorFlow runs (the spec's, or the default strategy)
+        self.store = Snapshots()  # where the run's variables and gradients are kept (suite/common/snapshots.py)
+        self.callbacks: list = []  # what the run's py_functions call (ReportedWatch.py_function)
         self.steps = steps
         self.folder = os.path.realpath(folder)  # the script's folder: its frames are the user's code
         self.shown = (Reference(strategy, reference_replicas, self, cluster_resolver) if reference_replicas

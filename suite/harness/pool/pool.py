@@ -150,7 +150,7 @@ class _Process:
             os.close(to_child_r)
             os.close(from_child_w)
         self.send_conn = protocol.writer(to_child_w)
-        self.recv_conn = protocol.reader(from_child_r)
+        self.recv_conn = protocol.reader(from_child_r, env.get(protocol.SNAPSHOTS_ENV))
 
     def receive(self, deadline: float):
         """The next message from the engine, whole by ``deadline`` (protocol.receive)."""
@@ -171,6 +171,14 @@ class _Process:
             fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
             return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
         except (OSError, ValueError, IndexError):
+            return None
+
+    def peak_rss(self) -> int | None:
+        """The process's peak resident memory so far (bytes; VmHWM), None where it cannot be read."""
+        try:
+            with open(f"/proc/{self.pid}/status") as f:
+                return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
+        except (OSError, StopIteration, ValueError, IndexError):
             return None
 
     def poll(self) -> int | None:
@@ -315,6 +323,9 @@ class Engine:
         self.env = dict(env or {})  # set in its local processes' environment (an empty value removes one)
         self.fork_servers = fork_servers  # None: every process imports TensorFlow itself
         self._calling = threading.RLock()  # one call at a time: replies are read in the order sent
+        # what its processes used, after each call (EnginePool.usage: shared by the spec's engines, one after another)
+        self.used: dict = new_usage()
+        self._counted: dict = {}  # (pipe end, count) -> its count when last added to ``used``
         self.call_timeout = call_timeout
         # TF's own collective timeout fires first, leaving the 5 s grace for silent peers
         self.collective_timeout = max(call_timeout - 7.0, 1.0)
@@ -381,6 +392,11 @@ class Engine:
         tmp = log_dir / "tmp"
         tmp.mkdir(exist_ok=True)
         base_env["TMPDIR"] = str(tmp)
+        # ... and so do the large arrays a probe keeps in files (suite/engine/snapshots.py), which this process
+        # maps and unlinks as it reads each reply (protocol.PipeEnd)
+        snapshots = log_dir / "snapshots"
+        snapshots.mkdir(exist_ok=True)
+        base_env[protocol.SNAPSHOTS_ENV] = str(snapshots)
         if not self.spec.gpus:
             base_env["CUDA_VISIBLE_DEVICES"] = ""  # CPU specs stay on (virtual) CPUs
         if self.spec.gpus:  # a GPU runtime maps its own address space: no memory limit (EnginePool.memory_limit)
@@ -603,7 +619,23 @@ class Engine:
         """Run ``probe`` on every probe-answering process; their results in worker order.
         ``evaluator=True`` runs it on the cluster's evaluator tasks instead."""
         with self._calling:
-            return self._call(probe, timeout, evaluator, kwargs)
+            try:
+                return self._call(probe, timeout, evaluator, kwargs)
+            finally:
+                self._measure()
+
+    def _measure(self) -> None:
+        """``used`` brought up to date: the largest peak resident memory of a process (each process's
+        VmHWM, read while it lives) and the bytes its pipes carried since the last call, added."""
+        peaks = [p for p in (getattr(proc, "peak_rss", lambda: None)() for proc in self.procs) if p]
+        self.used["peak_rss"] = max([self.used["peak_rss"], *peaks])
+        for proc in self.procs:
+            for conn, counts in ((proc.send_conn, ("sent",)), (proc.recv_conn, ("received", "mapped"))):
+                for count in counts:
+                    now = getattr(conn, count, None)
+                    if now is not None:
+                        self.used[count] += now - self._counted.get((id(conn), count), 0)
+                        self._counted[id(conn), count] = now
 
     def _call(self, probe: str, timeout: float | None, evaluator: bool, kwargs: dict) -> list:
         if not self.alive:
@@ -637,6 +669,7 @@ class Engine:
             raise
         cost.COUNTED.called(probe, time.monotonic() - began, self._cpu() - cpu_before)
         if self._restart:
+            self._measure()  # (its processes' peaks, read while they live)
             self.close()  # the pool starts a fresh one for the next call
         return [replies[i] for i in targets]
 
@@ -681,6 +714,13 @@ class Engine:
                 proc.wait(max(deadline - time.monotonic(), 0.01))
         for proc in self.procs:
             proc.kill()
+
+
+def new_usage() -> dict:
+    """What a spec's engines used: ``peak_rss`` (the largest peak resident memory of one of their processes,
+    bytes), ``sent`` (bytes of requests written to their pipes), ``received`` (bytes of replies read off them)
+    and ``mapped`` (bytes of reply arrays mapped from the engines' snapshot files, suite/engine/snapshots.py)."""
+    return {"peak_rss": 0, "sent": 0, "received": 0, "mapped": 0}
 
 
 def _cause(message: str) -> str:
@@ -744,6 +784,7 @@ class EnginePool:
             if fork and sys.platform.startswith("linux") else None
         self.starts: dict[str, int] = {}
         self.trace_report: dict[str, dict] = {}  # spec -> probe -> traces, read at close()
+        self.usage: dict[str, dict] = {}  # spec -> what its engines used, all of them (new_usage)
         # the meta tests' deliberately wrong engines (set_mutant); engines start with TFDS_MUTANT
         self.mutant: str | None = os.environ.get(MUTANT_ENV) or None
         # once a mutant is wanted, every engine started imports the mutants package (IMPORTS_ENV)
@@ -822,6 +863,7 @@ class EnginePool:
                 self._start_failures[key] = exc
                 raise
             engine.on_progress = self.progress
+            engine.used = self.usage.setdefault(key, new_usage())
             self._engines[key] = engine
             self.starts[key] = self.starts.get(key, 0) + 1
         if engine.mutant != self._mutant_of(spec):

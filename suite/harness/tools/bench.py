@@ -410,7 +410,7 @@ def default_blocks(gpus: bool) -> list[str]:
 # 5.3 s, block steps 8.7 s, the check of a workload on the 9 default specs 17.3 s; first calls are
 # estimated from three traces, which the round length does not change)
 SECONDS_PER_KIND = {"floor": 1.0, "plain_step": 3.0, "first_call": 6.0, "train_step": 5.5, "block_step": 9.0,
-                    "workload_step": 5.5, "check": 17.0}
+                    "workload_step": 5.5, "check": 17.0, "check_size": 25.0}
 SECONDS_PER_KIND_SMOKE = 1.5  # --benchmark-disable: each benchmark once, K = 1
 SECONDS_DEFAULT = 8.0  # a benchmark of a kind not above
 
