@@ -28,6 +28,10 @@ def _collect(*args: str, **env) -> tuple[list[str], str]:
     return [line for line in done.stdout.splitlines() if line.startswith("benchmarks/")], done.stdout
 
 
+SIZE = "benchmarks/bench_check_size.py::test_check_size[%s]"
+DEFAULT_SIZES = ("mlp-1e4", "mlp-1e6", "mlp-1e7")  # bench_check_size.DEFAULT_SIZES, as benchmarks/README.md says
+
+
 @pytest.fixture(scope="module")
 def default_run():
     return _collect()
@@ -64,11 +68,14 @@ def test_the_full_sweep_selects_everything_including_mixed_precision(default_run
     check = Check("pytest benchmarks --bench-full")
     # what the default selected before the default selection: every block and kind on every spec
     expected = (len(specs) * (1 + 2 * len(bench.WORKLOADS)) + len(bench.BLOCK_WORKLOADS) * len(bench.BLOCKS) * len(specs))
-    check.equal(len([i for i in ids if "::test_plain_step[" not in i and "bench_check.py" not in i]), expected,
-                "step benchmarks beside the plain controls")
+    check.equal(len([i for i in ids if "::test_plain_step[" not in i and "bench_check.py" not in i
+                     and "bench_check_size.py" not in i]), expected, "step benchmarks beside the plain controls")
     checks = ["benchmarks/bench_check.py::test_check[guide]", "benchmarks/bench_check.py::test_check[mistake]"]
     for selection, selected in (("the full sweep", ids), ("the default selection", default_run[0])):
         check.equal([i for i in selected if "bench_check.py" in i], checks, f"the check's benchmarks in {selection}")
+        # the check by model size: the MLPs up to 1e7 (a minute); larger ones only when --bench-sizes names them
+        check.equal([i for i in selected if "bench_check_size.py" in i], [SIZE % s for s in DEFAULT_SIZES],
+                    f"the check-by-size benchmarks in {selection}")
     check.equal(len([i for i in ids if "mixed_precision" in i]), len(bench.BLOCK_WORKLOADS) * len(specs),
                 "mixed-precision benchmarks (every block workload and spec)")
     check.equal(sorted(set(default_run[0]) - set(ids)), [], "default benchmarks the full sweep lacks")
@@ -78,6 +85,8 @@ def test_smoke_mode_and_named_blocks_keep_what_they_name():
     smoke, _ = _collect("--benchmark-disable", "--strategies", "mirrored:2")
     named, _ = _collect("--bench-blocks", "mixed_precision", "--strategies", "mirrored:2")
     check = Check("pytest benchmarks --benchmark-disable / --bench-blocks")
+    check.equal([i for i in smoke if "bench_check_size.py" in i], [SIZE % "mlp-1e4"],
+                "the check-by-size benchmarks in smoke mode (CI: that it runs)")
     check.that(any("mixed_precision" in i for i in smoke), "smoke mode (CI) selects mixed precision", smoke[-4:],
                "the full sweep")
     check.equal([i.split("[")[1] for i in named if "::test_block_step[" in i],
